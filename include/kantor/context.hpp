@@ -1,0 +1,61 @@
+// Context: the backend choice and the resources of one engine (threads, CUDA device, stream,
+// cuBLAS handle, workspace). Move-only; not thread-safe: use one Context per host thread.
+//
+//   kantor::Context ctx({kantor::Backend::kAuto});
+//   std::cout << kantor::to_string(ctx.backend()) << "\n";   // cpu or cuda
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kantor/types.hpp"
+
+namespace kantor {
+
+struct ContextOptions {
+  /// kCpu, kCuda or kAuto (CUDA when compiled in and a device is visible, else CPU).
+  Backend backend = Backend::kAuto;
+  /// CPU worker threads; 0 = std::thread::hardware_concurrency().
+  int threads = 0;
+  /// CUDA device ordinal (ignored on CPU).
+  int device = 0;
+  /// Optional caller-owned CUDA stream (a cudaStream_t passed as an opaque pointer). When null the
+  /// Context creates and owns its own non-blocking stream. The caller keeps ownership and must
+  /// keep the stream alive for the Context's lifetime.
+  void* cuda_stream = nullptr;
+};
+
+class Context {
+ public:
+  /// Throws NotCompiled (CUDA asked for in a CPU-only build), BackendUnavailable (CUDA asked for
+  /// but no device visible, or bad device ordinal) or InvalidArgument (threads < 0).
+  explicit Context(const ContextOptions& options = {});
+  ~Context();
+  Context(Context&&) noexcept;
+  Context& operator=(Context&&) noexcept;
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  /// The resolved backend: kCpu or kCuda, never kAuto.
+  Backend backend() const;
+  /// Memory space of buffers and passes of this context.
+  MemorySpace memory_space() const;
+  /// How the backend was chosen, e.g. "auto: no CUDA device visible, using cpu".
+  const std::string& backend_note() const;
+  int threads() const;
+  int device() const;
+  /// The CUDA stream all work is issued on (opaque cudaStream_t), null on CPU.
+  void* cuda_stream() const;
+  /// Blocks until all work issued on this context has finished (no-op on CPU).
+  void synchronize() const;
+
+  /// Internal state, defined in lib/core (engines use it; applications do not need it).
+  struct Impl;
+  Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kantor

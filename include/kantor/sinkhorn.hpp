@@ -1,0 +1,153 @@
+// Sinkhorn solver for entropic OT between point clouds: Options / Summary / callbacks (the Ceres
+// Solver pattern), alternating and symmetric schedules, eps-annealing, tolerance stopping and
+// the debiased Sinkhorn divergence. Conventions: docs/numerics.md.
+//
+//   kantor::Context ctx;                                  // cpu or cuda (auto)
+//   kantor::Potentials<double> pot;
+//   auto summary = kantor::solve_sinkhorn(ctx, problem, kantor::SinkhornOptions{}, &pot);
+//   std::cout << summary.brief_report() << "\n";
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kantor/context.hpp"
+#include "kantor/potentials.hpp"
+#include "kantor/problem.hpp"
+
+namespace kantor {
+
+enum class Schedule {
+  kAlternating,  ///< Gauss-Seidel: f from g, then g from the new f
+  kSymmetric,    ///< Jacobi averaging: f, g <- (old + update(old)) / 2, from the old values
+};
+std::string to_string(Schedule s);
+Schedule parse_schedule(const std::string& s, const std::string& what = "schedule");
+
+enum class TerminationType {
+  kNotRun,
+  kConverged,          ///< marginal error <= tolerance at the target eps
+  kMaxIterations,      ///< iteration budget spent before the tolerance was met
+  kUserAbort,          ///< a callback returned kAbort
+  kUserSuccess,        ///< a callback returned kStopSuccessfully
+  kNumericalFailure,   ///< NaN or Inf appeared in the potentials or the marginal error
+};
+std::string to_string(TerminationType t);
+
+enum class CallbackResult { kContinue, kAbort, kStopSuccessfully };
+
+/// One record per convergence check (every `check_every` iterations and at the end).
+struct IterationRecord {
+  std::int64_t iteration = 0;  ///< iterations done so far (annealing steps included)
+  double epsilon = 0;          ///< eps of the last iteration
+  double marginal_error = 0;   ///< L1 marginal error (rows + columns), mass-1 weights
+  double seconds = 0;          ///< wall time since the solve started
+};
+using IterationCallback = std::function<CallbackResult(const IterationRecord&)>;
+
+struct SinkhornOptions {
+  Schedule schedule = Schedule::kAlternating;
+  /// eps-annealing: start at c*D^2 (D = diagonal of the joint bounding box), multiply by
+  /// `scaling` per iteration down to the target eps, then iterate at the target. When false,
+  /// every iteration runs at the target eps (fixed-eps mode).
+  bool anneal = true;
+  /// eps multiplier per annealing step, in (0, 1). GeomLoss's `scaling` s maps to s^2 here.
+  double scaling = 0.5;
+  /// First eps of the annealing schedule; 0 = c*D^2. (The debiased divergence sets it so that
+  /// its three problems share one schedule.)
+  double initial_epsilon = 0;
+  /// Stop when the L1 marginal error <= tolerance at the target eps. 0 = the default of the
+  /// precision: 1e-9 (fp64), 1e-5 (fp32), 1e-4 (tf32), 1e-2 (bf16).
+  double tolerance = 0;
+  /// Iteration budget, annealing steps included. An iteration is one f and one g update.
+  std::int64_t max_iterations = 10000;
+  /// Check the marginal error every k iterations (the only host synchronization in the loop).
+  std::int64_t check_every = 10;
+  /// Arithmetic; unset = fp64 for Problem<double>, fp32 for Problem<float>.
+  std::optional<Precision> precision;
+  /// Keep one IterationRecord per check in the Summary.
+  bool record_iterations = true;
+  /// Called at every check, in order; the first non-kContinue result ends the solve.
+  std::vector<IterationCallback> callbacks;
+
+  /// True when every field is in range; otherwise false with the reason in *why.
+  bool is_valid(std::string* why) const;
+};
+
+/// Default stopping tolerance of a precision (see SinkhornOptions::tolerance).
+double default_tolerance(Precision p);
+
+struct SinkhornSummary {
+  TerminationType termination = TerminationType::kNotRun;
+  std::string message = "not run";
+  bool converged() const { return termination == TerminationType::kConverged; }
+
+  std::int64_t n = 0, m = 0, d = 0;
+  Schedule schedule = Schedule::kAlternating;
+  Backend backend = Backend::kCpu;
+  std::string backend_note;  ///< how the backend was chosen (auto fallbacks are said here)
+  Precision precision = Precision::kFp64;
+  std::string engine;        ///< Oracle::description()
+
+  double epsilon = 0;          ///< target eps
+  double initial_epsilon = 0;  ///< first eps of the schedule (= epsilon without annealing)
+  double tolerance = 0;
+  std::int64_t iterations = 0;
+  std::int64_t annealing_iterations = 0;  ///< iterations spent above the target eps
+  double marginal_error = std::numeric_limits<double>::quiet_NaN();  ///< of the returned plan
+
+  double dual_cost = std::numeric_limits<double>::quiet_NaN();         ///< <a,f> + <b,g>
+  double primal_cost = std::numeric_limits<double>::quiet_NaN();       ///< <P, C>
+  double regularized_cost = std::numeric_limits<double>::quiet_NaN();  ///< <P,C> + eps KL(P|ab)
+  double dual_gap = std::numeric_limits<double>::quiet_NaN();  ///< regularized - dual (>= 0)
+  double plan_mass = std::numeric_limits<double>::quiet_NaN();  ///< sum_ij P_ij
+
+  double seconds_setup = 0, seconds_iterations = 0, seconds_costs = 0, seconds_total = 0;
+  std::vector<IterationRecord> records;
+
+  /// One line: termination, iterations, marginal error, costs, time.
+  std::string brief_report() const;
+  /// Several lines: problem, engine, schedule, every field above.
+  std::string full_report() const;
+};
+
+/// Solve entropic OT for `problem` with `options`. `potentials` (may be null) receives f, g in the
+/// context's memory space; if it holds potentials of sizes n and m on entry they are a warm start.
+/// Throws InvalidArgument for invalid options or problem; numerical outcomes are in the Summary.
+/// Synchronizes at every check and at the end.
+template <class T>
+SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
+                               const SinkhornOptions& options, Potentials<T>* potentials);
+/// Same, when the potentials are not needed.
+template <class T>
+SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
+                               const SinkhornOptions& options = {}) {
+  return solve_sinkhorn(ctx, problem, options, static_cast<Potentials<T>*>(nullptr));
+}
+
+/// Debiased Sinkhorn divergence S = OT(a,b) - OT(a,a)/2 - OT(b,b)/2 (docs/numerics.md),
+/// the three problems sharing one eps schedule (started at c*D^2 of the joint bounding box).
+struct DivergenceSummary {
+  double divergence = std::numeric_limits<double>::quiet_NaN();
+  SinkhornSummary xy, xx, yy;
+  bool converged() const { return xy.converged() && xx.converged() && yy.converged(); }
+  std::string brief_report() const;
+  std::string full_report() const;
+};
+
+template <class T>
+DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& problem,
+                                      const SinkhornOptions& options,
+                                      Potentials<T>* potentials = nullptr);
+
+/// Barycentric map T(x_i) = sum_j P_ij y_j / sum_j P_ij for converged potentials; `out` is an
+/// n x d host matrix. Synchronizes.
+template <class T>
+void barycentric_map(const Context& ctx, const Problem<T>& problem,
+                     const Potentials<T>& potentials, Precision precision, MatrixView<T> out);
+
+}  // namespace kantor

@@ -1,0 +1,37 @@
+// Small enums shared by every engine, with their string forms (used by the CLI and reports).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kantor {
+
+/// Which engine runs the work. kAuto picks CUDA when a device is visible, else CPU.
+enum class Backend { kCpu, kCuda, kAuto };
+
+/// Where a view's memory lives.
+enum class MemorySpace { kHost, kDevice };
+
+/// Arithmetic mode of an engine, fixed for all engines:
+///   kFp32 strict float32 (no TF32), kTf32 / kBf16 tensor-core dot products with float32
+///   accumulation (CUDA engine only), kFp64 float64 throughout.
+enum class Precision { kFp32, kTf32, kBf16, kFp64 };
+
+std::string to_string(Backend b);
+std::string to_string(MemorySpace s);
+std::string to_string(Precision p);
+
+/// Parse "cpu" | "cuda" | "auto". Throws InvalidArgument naming `what` on anything else.
+Backend parse_backend(const std::string& s, const std::string& what = "backend");
+/// Parse "fp32" | "tf32" | "bf16" | "fp64". Throws InvalidArgument naming `what` otherwise.
+Precision parse_precision(const std::string& s, const std::string& what = "precision");
+
+/// Storage type of bfloat16 values (top 16 bits of an IEEE float32). Math is always fp32.
+struct bfloat16 {
+  std::uint16_t bits;
+};
+/// float -> bfloat16 with round-to-nearest-even (NaN stays NaN).
+bfloat16 to_bfloat16(float x);
+float to_float(bfloat16 x);
+
+}  // namespace kantor

@@ -1,0 +1,59 @@
+#include "kantor/buffer.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "kantor/error.hpp"
+#include "lib/cuda/runtime.hpp"
+
+namespace kantor::detail {
+
+void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes) {
+  (void)ctx;
+  if (space == MemorySpace::kDevice) return cuda::device_malloc(bytes);
+  // 64-byte alignment for vectorized CPU passes.
+  const std::size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p)
+    throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  return p;
+}
+
+void free_bytes(const Context& ctx, MemorySpace space, void* p) noexcept {
+  (void)ctx;
+  if (space == MemorySpace::kDevice)
+    cuda::device_free(p);
+  else
+    std::free(p);
+}
+
+void copy_bytes(const Context& ctx, void* dst, MemorySpace dst_space, const void* src,
+                MemorySpace src_space, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_space == MemorySpace::kHost && src_space == MemorySpace::kHost) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  const int kind = src_space == MemorySpace::kHost   ? 0
+                   : dst_space == MemorySpace::kHost ? 1
+                                                     : 2;
+  cuda::memcpy_async(dst, src, bytes, kind, ctx.cuda_stream());
+  if (dst_space == MemorySpace::kHost) ctx.synchronize();
+}
+
+void fill_bytes(const Context& ctx, void* dst, MemorySpace space, int value, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (space == MemorySpace::kHost)
+    std::memset(dst, value, bytes);
+  else
+    cuda::memset_async(dst, value, bytes, ctx.cuda_stream());
+}
+
+void check_same_size(std::int64_t src, std::int64_t dst) {
+  if (src != dst)
+    throw InvalidArgument("copy: source has " + std::to_string(src) +
+                          " elements but destination has " + std::to_string(dst));
+}
+
+}  // namespace kantor::detail

@@ -1,0 +1,26 @@
+// Context::Impl: what engines need from a Context. Only lib/ and oracles/ include this.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kantor/context.hpp"
+#include "lib/cpu/thread_pool.hpp"
+
+namespace kantor {
+
+struct Context::Impl {
+  Backend backend = Backend::kCpu;
+  std::string note;
+  int threads = 1;
+  int device = 0;
+  void* stream = nullptr;     // cudaStream_t
+  bool owns_stream = false;
+  std::unique_ptr<cpu::ThreadPool> pool;  // CPU engine workers (created for every context)
+  // Engine-specific state (e.g. the cuBLAS handle), created on first use by lib/cuda.
+  std::shared_ptr<void> cuda_state;
+
+  ~Impl();
+};
+
+}  // namespace kantor

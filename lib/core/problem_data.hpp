@@ -1,0 +1,28 @@
+// Host-side preparation shared by every engine: validate, copy to contiguous row-major storage,
+// centre both clouds on the midpoint of their joint bounding box (the cost is translation
+// invariant; centring limits the cancellation of c|x|^2 + c|y|^2 - 2c<x,y>), normalize the weights
+// to mass 1 (empty weight views become uniform).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kantor/problem.hpp"
+
+namespace kantor {
+
+template <class T>
+struct PreparedProblem {
+  std::int64_t n = 0, m = 0, d = 0;
+  std::vector<T> x, y;        // centred, row-major n x d and m x d
+  std::vector<double> center; // d: what was subtracted
+  std::vector<T> a, b;        // normalized weights
+  double diameter = 0;        // diagonal of the joint bounding box
+};
+
+/// Validates (kantor::validate) and prepares. Problem views must be host memory (InvalidArgument
+/// otherwise).
+template <class T>
+PreparedProblem<T> prepare_problem_data(const Problem<T>& problem);
+
+}  // namespace kantor

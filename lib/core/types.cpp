@@ -1,0 +1,61 @@
+#include "kantor/types.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "kantor/error.hpp"
+
+namespace kantor {
+
+std::string to_string(Backend b) {
+  switch (b) {
+    case Backend::kCpu: return "cpu";
+    case Backend::kCuda: return "cuda";
+    case Backend::kAuto: return "auto";
+  }
+  return "?";
+}
+
+std::string to_string(MemorySpace s) { return s == MemorySpace::kHost ? "host" : "device"; }
+
+std::string to_string(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp64: return "fp64";
+  }
+  return "?";
+}
+
+Backend parse_backend(const std::string& s, const std::string& what) {
+  if (s == "cpu") return Backend::kCpu;
+  if (s == "cuda") return Backend::kCuda;
+  if (s == "auto") return Backend::kAuto;
+  throw InvalidArgument(what + ": unknown value '" + s + "' (expected cpu, cuda or auto)");
+}
+
+Precision parse_precision(const std::string& s, const std::string& what) {
+  if (s == "fp32") return Precision::kFp32;
+  if (s == "tf32") return Precision::kTf32;
+  if (s == "bf16") return Precision::kBf16;
+  if (s == "fp64") return Precision::kFp64;
+  throw InvalidArgument(what + ": unknown value '" + s + "' (expected fp32, tf32, bf16 or fp64)");
+}
+
+bfloat16 to_bfloat16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if (std::isnan(x)) return {std::uint16_t((u >> 16) | 0x40u)};  // keep it a (quiet) NaN
+  const std::uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);      // round to nearest even
+  return {std::uint16_t((u + rounding) >> 16)};
+}
+
+float to_float(bfloat16 x) {
+  const std::uint32_t u = std::uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+}  // namespace kantor

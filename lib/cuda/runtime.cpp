@@ -1,0 +1,78 @@
+#include "lib/cuda/runtime.hpp"
+
+#include <string>
+
+#include "lib/cuda/check.hpp"
+
+namespace kantor::cuda {
+
+int device_count() noexcept {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" / "no device" error
+    return 0;
+  }
+  return n;
+}
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  const int n = device_count();
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    DeviceInfo d;
+    d.ordinal = i;
+    d.name = p.name;
+    d.compute_major = p.major;
+    d.compute_minor = p.minor;
+    d.multiprocessors = p.multiProcessorCount;
+    d.memory_bytes = std::int64_t(p.totalGlobalMem);
+    out.push_back(d);
+  }
+  return out;
+}
+
+void set_device(int device) { KANTOR_CUDA_TRY(cudaSetDevice(device)); }
+
+void* create_stream() {
+  cudaStream_t s = nullptr;
+  KANTOR_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+void destroy_stream(void* stream) noexcept {
+  if (stream) cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+
+void synchronize_stream(void* stream) {
+  KANTOR_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
+void* device_malloc(std::size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of device memory (" +
+                      cudaGetErrorString(e) + ")");
+  }
+  return p;
+}
+
+void device_free(void* p) noexcept {
+  if (p) cudaFree(p);
+}
+
+void memcpy_async(void* dst, const void* src, std::size_t bytes, int kind, void* stream) {
+  const cudaMemcpyKind k = kind == 0   ? cudaMemcpyHostToDevice
+                           : kind == 1 ? cudaMemcpyDeviceToHost
+                                       : cudaMemcpyDeviceToDevice;
+  KANTOR_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, k, static_cast<cudaStream_t>(stream)));
+}
+
+void memset_async(void* dst, int value, std::size_t bytes, void* stream) {
+  KANTOR_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
+}
+
+}  // namespace kantor::cuda

@@ -1,0 +1,32 @@
+// Host-callable CUDA runtime helpers with no CUDA types in their signatures, so that lib/core
+// (plain C++) can use them. In a CPU-only build lib/cuda/no_cuda.cpp defines them: the queries
+// report no device and everything else throws NotCompiled.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kantor/info.hpp"
+
+namespace kantor::cuda {
+
+/// Number of visible devices; 0 when there is no driver or no device (never throws).
+int device_count() noexcept;
+std::vector<DeviceInfo> devices();
+
+/// Make `device` current for the calling thread.
+void set_device(int device);
+/// A new non-blocking stream on the current device (opaque cudaStream_t).
+void* create_stream();
+void destroy_stream(void* stream) noexcept;
+void synchronize_stream(void* stream);
+
+/// Device allocation; throws OutOfMemory with the requested size when it fails.
+void* device_malloc(std::size_t bytes);
+void device_free(void* p) noexcept;
+/// Asynchronous copy on `stream` (host buffers are pageable, so host<->device copies are
+/// effectively synchronous with respect to the host buffer). kind: 0 = h2d, 1 = d2h, 2 = d2d.
+void memcpy_async(void* dst, const void* src, std::size_t bytes, int kind, void* stream);
+void memset_async(void* dst, int value, std::size_t bytes, void* stream);
+
+}  // namespace kantor::cuda

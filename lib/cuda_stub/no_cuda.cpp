@@ -1,0 +1,24 @@
+// CPU-only build: the CUDA runtime helpers report no device and refuse everything else.
+#include "kantor/error.hpp"
+#include "lib/cuda/runtime.hpp"
+
+namespace kantor::cuda {
+namespace {
+[[noreturn]] void not_compiled() {
+  throw NotCompiled("this kantor build has no CUDA engine (configured with KANTOR_WITH_CUDA=OFF "
+                    "or without nvcc)");
+}
+}  // namespace
+
+int device_count() noexcept { return 0; }
+std::vector<DeviceInfo> devices() { return {}; }
+void set_device(int) { not_compiled(); }
+void* create_stream() { not_compiled(); }
+void destroy_stream(void*) noexcept {}
+void synchronize_stream(void*) { not_compiled(); }
+void* device_malloc(std::size_t) { not_compiled(); }
+void device_free(void*) noexcept {}
+void memcpy_async(void*, const void*, std::size_t, int, void*) { not_compiled(); }
+void memset_async(void*, int, std::size_t, void*) { not_compiled(); }
+
+}  // namespace kantor::cuda

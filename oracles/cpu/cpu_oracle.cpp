@@ -1,0 +1,243 @@
+// CPU point-cloud oracle. Every pass is lib/cpu/row_pass over the centred clouds with the
+// shifted-potential bias of docs/numerics.md section 2:
+//   f-side scores  s_ij = (2c/eps) <x_i, y_j> + (g_j - c|y_j|^2)/eps + log b_j
+//   T_f(g)_i       = c|x_i|^2 - eps * LSE_j s_ij
+//   log P_ij       = log a_i + (f_i - c|x_i|^2)/eps + s_ij
+// and the g side with the roles of the clouds swapped.
+#include "oracles/cpu/cpu_oracle.hpp"
+
+#include <cmath>
+#include <limits>
+#include <sstream>
+
+#include "kantor/error.hpp"
+#include "lib/core/context_impl.hpp"
+#include "lib/core/problem_data.hpp"
+#include "lib/cpu/row_pass.hpp"
+
+namespace kantor {
+namespace {
+
+using cpu::RowMatrix;
+using cpu::RowPassResult;
+using cpu::Vec;
+
+template <class T>
+class CpuOracle final : public Oracle<T> {
+ public:
+  CpuOracle(const Context& ctx, const Problem<T>& p, Precision precision)
+      : pool_(*ctx.impl().pool), precision_(precision), c_(p.cost_scale) {
+    const PreparedProblem<T> prep = prepare_problem_data(p);
+    x_ = Eigen::Map<const RowMatrix<T>>(prep.x.data(), prep.n, prep.d);
+    y_ = Eigen::Map<const RowMatrix<T>>(prep.y.data(), prep.m, prep.d);
+    center_ = Eigen::Map<const Vec<double>>(prep.center.data(), prep.d);
+    diameter_ = prep.diameter;
+    a_ = Eigen::Map<const Vec<T>>(prep.a.data(), prep.n);
+    b_ = Eigen::Map<const Vec<T>>(prep.b.data(), prep.m);
+    const T c = T(c_);
+    xn_ = c * x_.rowwise().squaredNorm();
+    yn_ = c * y_.rowwise().squaredNorm();
+    la_ = log_weights(a_);
+    lb_ = log_weights(b_);
+    tn_.resize(x_.rows());
+    tm_.resize(y_.rows());
+  }
+
+  std::int64_t n() const override { return x_.rows(); }
+  std::int64_t m() const override { return y_.rows(); }
+  std::int64_t dim() const override { return x_.cols(); }
+  Precision precision() const override { return precision_; }
+  MemorySpace memory_space() const override { return MemorySpace::kHost; }
+  std::string description() const override {
+    std::ostringstream os;
+    os << "cpu lse row-pass " << cpu::RowPassTile::kRowBlock << "x" << cpu::RowPassTile::kColBlock
+       << " " << to_string(precision_) << ", " << pool_.size() << " threads";
+    return os.str();
+  }
+  double diameter() const override { return diameter_; }
+  const T* a() const override { return a_.data(); }
+  const T* b() const override { return b_.data(); }
+
+  void update_f(T eps, const T* g, T* f, double* row_err) override {
+    lse_side(eps, /*f_side=*/true, g, tn_.data());
+    finish_update(eps, a_, tn_, f, row_err);
+  }
+  void update_g(T eps, const T* f, T* g, double* col_err) override {
+    lse_side(eps, /*f_side=*/false, f, tm_.data());
+    finish_update(eps, b_, tm_, g, col_err);
+  }
+  void symmetric_step(T eps, T w, T* f, T* g, double* err) override {
+    lse_side(eps, true, g, tn_.data());   // T_f(g_old)
+    lse_side(eps, false, f, tm_.data());  // T_g(f_old)
+    if (err) *err = side_error(eps, a_, f, tn_) + side_error(eps, b_, g, tm_);
+    for (std::int64_t i = 0; i < n(); ++i) f[i] = (T(1) - w) * f[i] + w * tn_[i];
+    for (std::int64_t j = 0; j < m(); ++j) g[j] = (T(1) - w) * g[j] + w * tm_[j];
+  }
+
+  void apply(T eps, const T* f, const T* g, const T* v, T* out) override {
+    RowMatrix<T> values = Eigen::Map<const Vec<T>>(v, m());
+    apply_side(eps, true, f, g, values, out, 1);
+  }
+  void apply_t(T eps, const T* f, const T* g, const T* u, T* out) override {
+    RowMatrix<T> values = Eigen::Map<const Vec<T>>(u, n());
+    apply_side(eps, false, f, g, values, out, 1);
+  }
+  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V,
+                 MatrixView<T> out) override {
+    if (V.rows != m() || out.rows != n() || out.cols != V.cols)
+      throw InvalidArgument("apply_mat: V must be m x k and out n x k");
+    RowMatrix<T> values(V.rows, V.cols);
+    for (std::int64_t j = 0; j < V.rows; ++j)
+      for (std::int64_t k = 0; k < V.cols; ++k) values(j, k) = V(j, k);
+    std::vector<T> tmp(std::size_t(n() * V.cols));
+    apply_side(eps, true, f, g, values, tmp.data(), V.cols);
+    for (std::int64_t i = 0; i < n(); ++i)
+      for (std::int64_t k = 0; k < V.cols; ++k) out(i, k) = tmp[std::size_t(i * V.cols + k)];
+  }
+  void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) override {
+    (void)f;  // the map is a ratio of sums over j: the row factor exp(f_i/eps) cancels
+    const std::int64_t d = dim();
+    RowMatrix<T> values(m(), d + 1);
+    values.col(0).setOnes();
+    values.rightCols(d) = y_;
+    RowPassResult r;
+    cpu::row_pass(pool_, x_, y_, f_side_bias(eps, g), T(2 * c_) / eps, values, &r);
+    for (std::int64_t i = 0; i < n(); ++i)
+      for (std::int64_t k = 0; k < d; ++k)
+        out(i, k) = T(r.acc(i, 1 + k) / r.acc(i, 0) + center_[k]);
+  }
+
+  void dual_value(const T* f, const T* g, double* out) override {
+    double s = 0;
+    for (std::int64_t i = 0; i < n(); ++i) s += double(a_[i]) * double(f[i]);
+    for (std::int64_t j = 0; j < m(); ++j) s += double(b_[j]) * double(g[j]);
+    out[0] = s;
+  }
+
+  void plan_statistics(T eps, const T* f, const T* g, double* out) override {
+    // Values [1, g_j, c|y_j|^2, y_j]: sum_j P_ij C_ij = c|x_i|^2 P1_i + (P yn)_i - 2c <x_i,(PY)_i>.
+    const std::int64_t d = dim();
+    RowMatrix<T> values(m(), 3 + d);
+    values.col(0).setOnes();
+    values.col(1) = Eigen::Map<const Vec<T>>(g, m());
+    values.col(2) = yn_;
+    values.rightCols(d) = y_;
+    RowPassResult r;
+    cpu::row_pass(pool_, x_, y_, f_side_bias(eps, g), T(2 * c_) / eps, values, &r);
+    double mass = 0, cost = 0, fg = 0;
+    for (std::int64_t i = 0; i < n(); ++i) {
+      const double pref = row_prefactor(eps, i, f[i], r.max[i]);
+      if (pref == 0) continue;
+      const double mi = pref * r.acc(i, 0);
+      double xy = 0;
+      for (std::int64_t k = 0; k < d; ++k) xy += double(x_(i, k)) * r.acc(i, 3 + k);
+      mass += mi;
+      cost += double(xn_[i]) * mi + pref * r.acc(i, 2) - 2 * c_ * pref * xy;
+      fg += double(f[i]) * mi + pref * r.acc(i, 1);
+    }
+    out[0] = mass;
+    out[1] = cost;
+    out[2] = fg;
+  }
+
+  void marginal_error(T eps, const T* f, const T* g, double* out) override {
+    lse_side(eps, true, g, tn_.data());
+    lse_side(eps, false, f, tm_.data());
+    out[0] = side_error(eps, a_, f, tn_) + side_error(eps, b_, g, tm_);
+  }
+
+ private:
+  static Vec<T> log_weights(const Vec<T>& w) {
+    Vec<T> l(w.size());
+    // Guard: a zero weight masks its point (log 0 = -inf, which the pass treats as masked).
+    for (std::int64_t i = 0; i < w.size(); ++i)
+      l[i] = w[i] > 0 ? std::log(w[i]) : -std::numeric_limits<T>::infinity();
+    return l;
+  }
+
+  Vec<T> f_side_bias(T eps, const T* g) const {
+    return (Eigen::Map<const Vec<T>>(g, m()) - yn_) / eps + lb_;
+  }
+  Vec<T> g_side_bias(T eps, const T* f) const {
+    return (Eigen::Map<const Vec<T>>(f, n()) - xn_) / eps + la_;
+  }
+
+  // out = T_f(other) (f_side) or T_g(other).
+  void lse_side(T eps, bool f_side, const T* other, T* out) {
+    const RowMatrix<T>& q = f_side ? x_ : y_;
+    const RowMatrix<T>& k = f_side ? y_ : x_;
+    const Vec<T>& qn = f_side ? xn_ : yn_;
+    const Vec<T> bias = f_side ? f_side_bias(eps, other) : g_side_bias(eps, other);
+    cpu::row_pass(pool_, q, k, bias, T(2 * c_) / eps, empty_, &res_);
+    for (std::int64_t i = 0; i < q.rows(); ++i)
+      out[i] = T(double(qn[i]) - double(eps) * (res_.max[i] + std::log(res_.sum[i])));
+  }
+
+  // |marginal - w|_1 = sum_i w_i |exp((old_i - new_i)/eps) - 1|, in double.
+  static double side_error(T eps, const Vec<T>& w, const T* old_pot, const Vec<T>& new_pot) {
+    double e = 0;
+    for (std::int64_t i = 0; i < w.size(); ++i)
+      if (w[i] > 0)
+        e += double(w[i]) * std::abs(std::expm1((double(old_pot[i]) - double(new_pot[i])) / eps));
+    return e;
+  }
+
+  void finish_update(T eps, const Vec<T>& w, const Vec<T>& fresh, T* pot, double* err) {
+    if (err) *err = side_error(eps, w, pot, fresh);
+    std::copy(fresh.data(), fresh.data() + fresh.size(), pot);
+  }
+
+  // exp(log a_i + (f_i - c|x_i|^2)/eps + M_i): the factor turning the pass's row sums into P's.
+  double row_prefactor(T eps, std::int64_t i, T fi, double row_max) const {
+    if (!(a_[i] > 0) || row_max == -std::numeric_limits<double>::infinity()) return 0;
+    return std::exp(double(la_[i]) + (double(fi) - double(xn_[i])) / double(eps) + row_max);
+  }
+  double col_prefactor(T eps, std::int64_t j, T gj, double col_max) const {
+    if (!(b_[j] > 0) || col_max == -std::numeric_limits<double>::infinity()) return 0;
+    return std::exp(double(lb_[j]) + (double(gj) - double(yn_[j])) / double(eps) + col_max);
+  }
+
+  void apply_side(T eps, bool f_side, const T* f, const T* g, const RowMatrix<T>& values, T* out,
+                  std::int64_t K) {
+    RowPassResult r;
+    if (f_side) {
+      cpu::row_pass(pool_, x_, y_, f_side_bias(eps, g), T(2 * c_) / eps, values, &r);
+      for (std::int64_t i = 0; i < n(); ++i) {
+        const double pref = row_prefactor(eps, i, f[i], r.max[i]);
+        for (std::int64_t k = 0; k < K; ++k) out[i * K + k] = T(pref * r.acc(i, k));
+      }
+    } else {
+      cpu::row_pass(pool_, y_, x_, g_side_bias(eps, f), T(2 * c_) / eps, values, &r);
+      for (std::int64_t j = 0; j < m(); ++j) {
+        const double pref = col_prefactor(eps, j, g[j], r.max[j]);
+        for (std::int64_t k = 0; k < K; ++k) out[j * K + k] = T(pref * r.acc(j, k));
+      }
+    }
+  }
+
+  cpu::ThreadPool& pool_;
+  Precision precision_;
+  double c_;
+  RowMatrix<T> x_, y_;  // centred clouds
+  Vec<double> center_;
+  double diameter_ = 0;
+  Vec<T> a_, b_, la_, lb_, xn_, yn_;
+  Vec<T> tn_, tm_;
+  RowMatrix<T> empty_;
+  RowPassResult res_;
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<Oracle<T>> make_cpu_oracle(const Context& ctx, const Problem<T>& problem,
+                                           Precision precision) {
+  return std::make_unique<CpuOracle<T>>(ctx, problem, precision);
+}
+
+template std::unique_ptr<Oracle<float>> make_cpu_oracle(const Context&, const Problem<float>&,
+                                                        Precision);
+template std::unique_ptr<Oracle<double>> make_cpu_oracle(const Context&, const Problem<double>&,
+                                                         Precision);
+
+}  // namespace kantor
