@@ -1,0 +1,46 @@
+// Shared pieces of the kantor CLI: subcommand signature, exit codes, exception-to-exit mapping,
+// a minimal JSON object writer.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace kantor::cli {
+
+/// Exit codes: 0 the command ran (a solve that did not converge still exits 0), 1 a runtime
+/// failure that is not the caller's fault (CUDA error, out of memory), 2 bad input or usage.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitBadInput = 2;
+
+/// A subcommand: receives its own arguments (argv after the subcommand name), returns the exit
+/// code. Exceptions escaping it are mapped by run_guarded.
+using Command = int (*)(const std::vector<std::string>& args);
+
+/// Runs cmd, turning exceptions into one line on stderr ("kantor <name>: error: ...") and an
+/// exit code: InvalidArgument, IoError and option-parsing errors -> 2, everything else -> 1.
+int run_guarded(const std::string& name, Command cmd, const std::vector<std::string>& args);
+
+/// A flat JSON object, written in insertion order. Non-finite numbers become null.
+class JsonObject {
+ public:
+  JsonObject& add(const std::string& key, double v);
+  JsonObject& add(const std::string& key, std::int64_t v);
+  JsonObject& add(const std::string& key, int v) { return add(key, std::int64_t(v)); }
+  JsonObject& add(const std::string& key, bool v);
+  JsonObject& add(const std::string& key, const std::string& v);
+  JsonObject& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
+  /// Adds an already-serialized JSON value (object, array) verbatim.
+  JsonObject& add_raw(const std::string& key, const std::string& json);
+  std::string str() const;
+
+ private:
+  std::vector<std::pair<std::string, std::string>> fields_;
+};
+
+std::string json_escape(const std::string& s);
+
+}  // namespace kantor::cli
