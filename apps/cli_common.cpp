@@ -1,6 +1,6 @@
 #include "apps/cli_common.hpp"
 
-#include <boost/program_options/errors.hpp>
+#include <boost/program_options.hpp>
 #include <cstdio>
 #include <exception>
 #include <iomanip>
@@ -32,6 +32,31 @@ int run_guarded(const std::string& name, Command cmd, const std::vector<std::str
   } catch (...) {
     return fail("unknown error", kExitFailure);
   }
+}
+
+boost::program_options::variables_map parse_command_line(
+    const std::vector<std::string>& args, const boost::program_options::options_description& desc) {
+  namespace po = boost::program_options;
+  // Stray words are collected under a hidden name so that the error can quote them.
+  std::vector<std::string> stray;
+  po::options_description all;
+  all.add(desc).add_options()("kantor-stray-argument", po::value(&stray));
+  po::positional_options_description positional;
+  positional.add("kantor-stray-argument", -1);
+  po::variables_map vm;
+  po::store(po::command_line_parser(args)
+                .options(all)
+                .positional(positional)
+                .style(po::command_line_style::unix_style ^
+                       po::command_line_style::allow_guessing)
+                .run(),
+            vm);
+  if (vm.count("kantor-stray-argument")) {
+    const auto& words = vm["kantor-stray-argument"].as<std::vector<std::string>>();
+    throw InvalidArgument("unexpected argument '" + words.front() +
+                          "' (options are written --name value; see --help)");
+  }
+  return vm;
 }
 
 std::string json_escape(const std::string& s) {

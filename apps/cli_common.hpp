@@ -2,6 +2,7 @@
 // a minimal JSON object writer.
 #pragma once
 
+#include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -41,6 +42,12 @@ class JsonObject {
   std::vector<std::pair<std::string, std::string>> fields_;
 };
 
+/// Writes `s` as a JSON string literal (quotes included).
 std::string json_escape(const std::string& s);
+
+/// Parses a subcommand's arguments against `desc` (no abbreviated option names, no positional
+/// arguments: a stray word throws InvalidArgument naming it). Does not call notify().
+boost::program_options::variables_map parse_command_line(
+    const std::vector<std::string>& args, const boost::program_options::options_description& desc);
 
 }  // namespace kantor::cli
