@@ -396,14 +396,19 @@ Array read_csv(const std::string& path) {
     const std::int64_t nf = std::int64_t(fields.size());
     std::vector<double> values(fields.size());
     std::vector<FieldStatus> status(fields.size());
-    bool any_number = false;
+    // A header is a first line of names: no field is a number or starts like one ("1;2" is a
+    // malformed row, not a column name).
+    bool names_only = true;
     for (std::size_t k = 0; k < fields.size(); ++k) {
       status[k] = parse_number(fields[k], &values[k]);
-      any_number = any_number || status[k] == FieldStatus::kOk;
+      const char c0 = fields[k].empty() ? 'a' : fields[k][0];
+      if (status[k] == FieldStatus::kOk || std::isdigit(static_cast<unsigned char>(c0)) ||
+          c0 == '+' || c0 == '-' || c0 == '.')
+        names_only = false;
     }
     if (first_content) {
       first_content = false;
-      if (!any_number) {  // a header line of column names
+      if (names_only) {  // a header line of column names
         cols = nf;
         cols_line = line_no;
         continue;

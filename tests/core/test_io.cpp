@@ -1,0 +1,442 @@
+// kantor::io: .npy / .csv readers against hand-made files, writer round trips, every malformed
+// file case, and the atomic-write guarantees (no temporary and no partial file on failure).
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kantor/error.hpp"
+#include "kantor/io.hpp"
+
+namespace {
+
+using kantor::IoError;
+namespace io = kantor::io;
+
+// A fresh directory per test, removed (with its files) afterwards.
+class IoTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("TMPDIR");
+    std::string templ = std::string(base && *base ? base : "/tmp") + "/kantor_test_io_XXXXXX";
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << std::strerror(errno);
+    dir_ = templ;
+  }
+  void TearDown() override {
+    for (const std::string& f : list_dir(dir_)) {
+      const std::string p = dir_ + "/" + f;
+      struct stat st;
+      if (::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+        for (const std::string& g : list_dir(p)) ::unlink((p + "/" + g).c_str());
+        ::rmdir(p.c_str());
+      } else {
+        ::unlink(p.c_str());
+      }
+    }
+    ::rmdir(dir_.c_str());
+  }
+
+  static std::vector<std::string> list_dir(const std::string& d) {
+    std::vector<std::string> out;
+    if (DIR* h = ::opendir(d.c_str())) {
+      while (dirent* e = ::readdir(h))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+          out.push_back(e->d_name);
+      ::closedir(h);
+    }
+    return out;
+  }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string write_bytes(const std::string& name, const std::string& bytes) const {
+    const std::string p = path(name);
+    std::ofstream(p, std::ios::binary) << bytes;
+    return p;
+  }
+  static bool exists(const std::string& p) {
+    struct stat st;
+    return ::stat(p.c_str(), &st) == 0;
+  }
+
+  std::string dir_;
+};
+
+// The IoError message of f(), or "<no IoError>" when it does not throw one.
+std::string io_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const IoError& e) {
+    return e.what();
+  }
+  return "<no IoError>";
+}
+
+#define EXPECT_HAS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << "message: " << (haystack)
+
+// A .npy file built by hand (independently of io::write_array): magic, version, header length
+// (2 bytes for 1.x, 4 otherwise), the header text as given (padded to 64 when `pad`), the data.
+std::string npy(int major, const std::string& header, const std::string& data, bool pad = true) {
+  std::string h = header;
+  const std::size_t prefix = major == 1 ? 10 : 12;
+  if (pad) {
+    while ((prefix + h.size() + 1) % 64 != 0) h += ' ';
+    h += '\n';
+  }
+  std::string out = "\x93NUMPY";
+  out += char(major);
+  out += char(0);
+  const std::uint32_t len = std::uint32_t(h.size());
+  for (std::size_t k = 0; k < (major == 1 ? 2u : 4u); ++k) out += char((len >> (8 * k)) & 0xff);
+  return out + h + data;
+}
+
+template <class T>
+std::string raw(const std::vector<T>& v) {  // little-endian host (x86, arm64)
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+std::string f8_header(const std::string& shape) {
+  return "{'descr': '<f8', 'fortran_order': False, 'shape': " + shape + ", }";
+}
+
+// ---- .npy reading -------------------------------------------------------------------------
+
+TEST_F(IoTest, ReadsHandMadeNpyVersions1To3) {
+  const std::vector<double> v = {1.5, -2.25, 3e-300, 4e300, -0.0, 6.0};
+  for (int major : {1, 2, 3}) {
+    const std::string p = write_bytes("v" + std::to_string(major) + ".npy",
+                                      npy(major, f8_header("(2, 3)"), raw(v)));
+    const io::Array a = io::read_array(p);
+    EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 3})) << "version " << major;
+    EXPECT_EQ(a.dtype, "float64");
+    EXPECT_EQ(a.data, v);
+    EXPECT_EQ(a.rows(), 2);
+    EXPECT_EQ(a.cols(), 3);
+  }
+}
+
+TEST_F(IoTest, ReadsNpyHeaderVariants) {
+  // Double quotes, other key order, no trailing comma, no padding, an 'L' suffix (Python 2).
+  const std::vector<float> v = {0.5f, -1.25f, 3.0f};
+  const std::string p = write_bytes(
+      "variants.npy",
+      npy(1, "{\"shape\": (3L,), \"fortran_order\": False, \"descr\": \"<f4\"}", raw(v), false));
+  const io::Array a = io::read_array(p);
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{3}));
+  EXPECT_EQ(a.dtype, "float32");
+  EXPECT_EQ(a.data, (std::vector<double>{0.5, -1.25, 3.0}));
+}
+
+TEST_F(IoTest, ReadsEmptyAndScalarNpy) {
+  io::Array a = io::read_array(write_bytes("e.npy", npy(1, f8_header("(0, 3)"), "")));
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{0, 3}));
+  EXPECT_TRUE(a.data.empty());
+  a = io::read_array(write_bytes("s.npy", npy(1, f8_header("()"), raw(std::vector<double>{7}))));
+  EXPECT_TRUE(a.shape.empty());
+  EXPECT_EQ(a.data, (std::vector<double>{7}));
+}
+
+TEST_F(IoTest, ExtensionIsCaseInsensitive) {
+  const std::string p = write_bytes("UPPER.NPY", npy(1, f8_header("(1,)"), raw(std::vector<double>{2})));
+  EXPECT_EQ(io::read_array(p).data, (std::vector<double>{2}));
+  EXPECT_EQ(io::extension("a/b.CsV"), ".csv");
+  EXPECT_EQ(io::extension("dir.x/file"), "");
+  EXPECT_EQ(io::extension("file"), "");
+}
+
+struct BadNpy {
+  const char* name;
+  std::string bytes;
+  const char* expected;  // a part of the message
+};
+
+TEST_F(IoTest, MalformedNpyFilesAreIoErrorsNamingFileAndProblem) {
+  const std::string d6 = raw(std::vector<double>(6, 1.0));
+  const std::vector<BadNpy> cases = {
+      {"empty", "", "not a .npy file"},
+      {"bad_magic", "\x93NUMPX\x01\x00" + std::string(60, ' '), "not a .npy file"},
+      {"version4", npy(1, f8_header("(2, 3)"), d6).replace(6, 1, "\x04"),
+       "unsupported .npy format version 4.0"},
+      {"int64", npy(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }", d6),
+       "unsupported dtype '<i8'"},
+      {"big_endian", npy(1, "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", d6),
+       "unsupported dtype '>f8'"},
+      {"object", npy(1, "{'descr': '|O', 'fortran_order': False, 'shape': (2, 3), }", d6),
+       "unsupported dtype '|O'"},
+      {"float16", npy(1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", d6),
+       "unsupported dtype '<f2'"},
+      {"structured",
+       npy(1, "{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (6,), }", d6),
+       "structured dtype"},
+      {"fortran", npy(1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", d6),
+       "fortran_order is True"},
+      {"truncated_data", npy(1, f8_header("(2, 3)"), d6.substr(0, 40)), "truncated data"},
+      {"trailing_bytes", npy(1, f8_header("(2, 3)"), d6 + "xx"), "unexpected bytes"},
+      {"truncated_header", npy(1, f8_header("(2, 3)"), "").substr(0, 30),
+       "truncated .npy header"},
+      {"truncated_length", std::string("\x93NUMPY\x02\x00\x10", 9), "truncated .npy file"},
+      {"missing_shape", npy(1, "{'descr': '<f8', 'fortran_order': False}", d6),
+       "missing key 'shape'"},
+      {"negative_shape", npy(1, f8_header("(-2, 3)"), d6), "'shape'"},
+      {"bad_bool", npy(1, "{'descr': '<f8', 'fortran_order': 0, 'shape': (6,)}", d6),
+       "True or False"},
+      {"extra_key", npy(1, "{'descr': '<f8', 'fortran_order': False, 'shape': (6,), 'x': 1}", d6),
+       "unexpected key 'x'"},
+      {"not_a_dict", npy(1, "hello", d6), "malformed .npy header"},
+      {"text_after", npy(1, f8_header("(6,)") + " junk", d6), "after the closing"},
+  };
+  for (const BadNpy& c : cases) {
+    const std::string p = write_bytes(std::string(c.name) + ".npy", c.bytes);
+    const std::string msg = io_error([&] { io::read_array(p); });
+    EXPECT_HAS(msg, "'" + p + "'");
+    EXPECT_HAS(msg, c.expected);
+  }
+}
+
+TEST_F(IoTest, MissingDirectoryAndUnknownFilesAreIoErrors) {
+  const std::string missing = path("missing.npy");
+  std::string msg = io_error([&] { io::read_array(missing); });
+  EXPECT_HAS(msg, "cannot open '" + missing + "'");
+  EXPECT_HAS(msg, "No such file");
+
+  const std::string sub = path("sub.npy");
+  ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+  msg = io_error([&] { io::read_array(sub); });
+  EXPECT_HAS(msg, "cannot open '" + sub + "'");
+  EXPECT_HAS(msg, "directory");
+
+  const std::string txt = write_bytes("points.txt", "1,2\n");
+  msg = io_error([&] { io::read_array(txt); });
+  EXPECT_HAS(msg, "'" + txt + "'");
+  EXPECT_HAS(msg, "unknown file type '.txt'");
+}
+
+TEST_F(IoTest, UnreadableFileIsAnIoError) {
+  if (::geteuid() == 0) GTEST_SKIP() << "root reads files regardless of their permissions";
+  const std::string p = write_bytes("locked.csv", "1,2\n");
+  ASSERT_EQ(::chmod(p.c_str(), 0), 0);
+  const std::string msg = io_error([&] { io::read_array(p); });
+  EXPECT_HAS(msg, "cannot open '" + p + "'");
+  EXPECT_HAS(msg, "Permission denied");
+}
+
+// ---- .csv reading -------------------------------------------------------------------------
+
+TEST_F(IoTest, ReadsCsvWithHeaderWhitespaceCommentsAndCrlf) {
+  const std::string p = write_bytes(
+      "h.csv", "\xEF\xBB\xBF# a comment\r\n x , y\t,z\r\n\r\n 1, -2.5 ,3e2\r\n\t4,5,6 \r\n\n");
+  const io::Array a = io::read_array(p);
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(a.dtype, "csv");
+  EXPECT_EQ(a.data, (std::vector<double>{1, -2.5, 300, 4, 5, 6}));
+}
+
+TEST_F(IoTest, ReadsCsvWithoutHeaderAndNonFiniteValues) {
+  const std::string p = write_bytes("n.csv", "1,nan\ninf,-inf\n7,8");  // no final newline
+  const io::Array a = io::read_array(p);
+  ASSERT_EQ(a.shape, (std::vector<std::int64_t>{3, 2}));
+  EXPECT_EQ(a.data[0], 1);
+  EXPECT_TRUE(std::isnan(a.data[1]));
+  EXPECT_EQ(a.data[2], std::numeric_limits<double>::infinity());
+  EXPECT_EQ(a.data[3], -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(a.data[5], 8);
+}
+
+TEST_F(IoTest, EmptyCsvAndHeaderOnlyCsv) {
+  io::Array a = io::read_array(write_bytes("empty.csv", ""));
+  EXPECT_EQ(a.rows(), 0);
+  EXPECT_TRUE(a.data.empty());
+  a = io::read_array(write_bytes("header.csv", "x,y,z\n"));
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{0, 3}));
+}
+
+struct BadCsv {
+  const char* text;
+  const char* expected;
+};
+
+TEST_F(IoTest, MalformedCsvNamesFileLineColumnAndField) {
+  const std::vector<BadCsv> cases = {
+      {"1,2,3\n4,abc,6\n", "line 2, column 2: cannot parse 'abc' as a number"},
+      {"x,y\n1,2\n3,\n", "line 3, column 2: empty field"},
+      {"1,2,3\n4,5,6\n7,8\n", "line 3 has 2 fields but line 1 has 3"},
+      {"x,y,z\n1,2\n", "line 2 has 2 fields but line 1 has 3"},
+      {"1,2\n1e999,3\n", "line 2, column 1: '1e999' is out of the float64 range"},
+      {"x,1\n2,3\n", "line 1, column 1: cannot parse 'x'"},  // a header is all names
+      {"1;2\n", "line 1, column 1: cannot parse '1;2'"},
+      {"x;y\n1;2\n", "line 2, column 1: cannot parse '1;2'"},
+      {"1,2\n\n# c\n3,4 5\n", "line 4, column 2: cannot parse '4 5'"},
+      {"1,2,\n", "line 1, column 3: empty field"},
+      {"1,\"2\"\n", "line 1, column 2: cannot parse '\"2\"'"},
+  };
+  int i = 0;
+  for (const BadCsv& c : cases) {
+    const std::string p = write_bytes("bad" + std::to_string(i++) + ".csv", c.text);
+    const std::string msg = io_error([&] { io::read_array(p); });
+    EXPECT_HAS(msg, "'" + p + "'");
+    EXPECT_HAS(msg, c.expected);
+  }
+}
+
+// ---- shapes for points and weights --------------------------------------------------------
+
+TEST_F(IoTest, ReadMatrixNeedsTwoDimensions) {
+  const std::string one = write_bytes("one.npy", npy(1, f8_header("(5,)"), raw(std::vector<double>(5))));
+  std::string msg = io_error([&] { io::read_matrix(one, "--source"); });
+  EXPECT_HAS(msg, "--source");
+  EXPECT_HAS(msg, "'" + one + "' has shape (5,)");
+  EXPECT_HAS(msg, "(n, d)");
+  EXPECT_HAS(msg, "(5, 1)");
+
+  const std::string three =
+      write_bytes("three.npy", npy(1, f8_header("(1, 2, 3)"), raw(std::vector<double>(6))));
+  msg = io_error([&] { io::read_matrix(three, "--target"); });
+  EXPECT_HAS(msg, "--target");
+  EXPECT_HAS(msg, "(1, 2, 3)");
+
+  msg = io_error([&] { io::read_matrix(path("nope.csv"), "--target"); });
+  EXPECT_HAS(msg, "--target: cannot open '" + path("nope.csv") + "'");
+
+  const io::Array ok = io::read_matrix(write_bytes("ok.csv", "1,2\n3,4\n5,6\n"), "--source");
+  EXPECT_EQ(ok.shape, (std::vector<std::int64_t>{3, 2}));
+}
+
+TEST_F(IoTest, ReadVectorAcceptsNAndColumnAndRowShapes) {
+  const std::vector<double> w = {0.25, 0.5, 0.25};
+  for (const char* shape : {"(3,)", "(3, 1)", "(1, 3)"}) {
+    const io::Array a = io::read_vector(
+        write_bytes("w.npy", npy(1, f8_header(shape), raw(w))), "--source-weights");
+    EXPECT_EQ(a.shape, (std::vector<std::int64_t>{3})) << shape;
+    EXPECT_EQ(a.data, w);
+  }
+  EXPECT_EQ(io::read_vector(write_bytes("w.csv", "w\n0.25\n0.5\n0.25\n"), "w").data, w);
+  const std::string bad = write_bytes("bad.npy", npy(1, f8_header("(2, 3)"), raw(std::vector<double>(6))));
+  const std::string msg = io_error([&] { io::read_vector(bad, "--target-weights"); });
+  EXPECT_HAS(msg, "--target-weights");
+  EXPECT_HAS(msg, "has shape (2, 3)");
+}
+
+// ---- writers ------------------------------------------------------------------------------
+
+// Doubles that need all 17 significant digits, plus extremes.
+std::vector<double> awkward_values(std::size_t n) {
+  std::vector<double> v = {0.1, 1.0 / 3.0, -2.0 / 7.0, 1e-310, -1.7976931348623157e308,
+                           5e-324, 123456789.123456789, -0.0};
+  std::uint64_t s = 12345;
+  while (v.size() < n) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    v.push_back(std::ldexp(double(s >> 11), -53) * std::pow(10.0, int(s % 21) - 10) *
+                ((s >> 7) & 1 ? 1 : -1));
+  }
+  v.resize(n);
+  return v;
+}
+
+TEST_F(IoTest, NpyFloat64RoundTripIsExact) {
+  const std::vector<double> v = awkward_values(24);
+  for (const std::vector<std::int64_t>& shape :
+       {std::vector<std::int64_t>{24}, {4, 6}, {2, 3, 4}}) {
+    const std::string p = path("rt.npy");
+    io::write_array(p, shape, v.data());
+    const io::Array a = io::read_array(p);
+    EXPECT_EQ(a.shape, shape);
+    EXPECT_EQ(a.dtype, "float64");
+    ASSERT_EQ(a.data.size(), v.size());
+    for (std::size_t i = 0; i < v.size(); ++i)
+      EXPECT_EQ(std::memcmp(&a.data[i], &v[i], 8), 0) << i << ": " << a.data[i] << " " << v[i];
+  }
+}
+
+TEST_F(IoTest, NpyFloat32RoundTripRoundsToFloat) {
+  const std::vector<double> v = {0.1, -3.25, 1e30, 1.0 / 3.0, 0.0, 7.0};
+  const std::string p = path("rt32.npy");
+  io::write_array(p, {3, 2}, v.data(), /*float32=*/true);
+  const io::Array a = io::read_array(p);
+  EXPECT_EQ(a.dtype, "float32");
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{3, 2}));
+  for (std::size_t i = 0; i < v.size(); ++i) EXPECT_EQ(a.data[i], double(float(v[i]))) << i;
+  // The file is the header, padded to a multiple of 64 bytes, then exactly 6 * 4 data bytes.
+  struct stat st;
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_GT(st.st_size, 24);
+  EXPECT_EQ((st.st_size - 24) % 64, 0) << st.st_size;
+}
+
+TEST_F(IoTest, CsvRoundTripWith17DigitsIsExact) {
+  const std::vector<double> v = awkward_values(30);
+  const std::string p = path("rt.csv");
+  io::write_array(p, {10, 3}, v.data());
+  io::Array a = io::read_array(p);
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{10, 3}));
+  ASSERT_EQ(a.data.size(), v.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    EXPECT_EQ(std::memcmp(&a.data[i], &v[i], 8), 0) << i << ": " << a.data[i] << " " << v[i];
+  // 1-D writes one value per line and reads back as a column.
+  io::write_array(p, {4}, v.data());
+  a = io::read_array(p);
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{4, 1}));
+  EXPECT_EQ(a.data, std::vector<double>(v.begin(), v.begin() + 4));
+}
+
+TEST_F(IoTest, AtomicWriteReplacesAndLeavesNoTemporary) {
+  const std::string p = path("out.npy");
+  const std::vector<double> first(100, 1.0), second = {2.0, 3.0};
+  io::write_array(p, {100}, first.data());
+  io::write_array(p, {2}, second.data());
+  EXPECT_EQ(io::read_array(p).data, second);
+  EXPECT_EQ(list_dir(dir_), (std::vector<std::string>{"out.npy"}));
+  io::write_text_atomic(path("t.txt"), "hello\n");
+  std::ifstream in(path("t.txt"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "hello\n");
+}
+
+TEST_F(IoTest, FailedWritesLeaveNoFileAndNoTemporary) {
+  const std::vector<double> v(6, 1.0);
+  // Into a directory that does not exist.
+  const std::string nodir = path("no/such/dir/out.npy");
+  std::string msg = io_error([&] { io::write_array(nodir, {6}, v.data()); });
+  EXPECT_HAS(msg, "cannot write '" + nodir + "'");
+  EXPECT_HAS(msg, "No such file");
+  // Onto an existing directory: the rename fails after the data was written.
+  const std::string sub = path("taken.npy");
+  ASSERT_EQ(::mkdir(sub.c_str(), 0755), 0);
+  msg = io_error([&] { io::write_array(sub, {6}, v.data()); });
+  EXPECT_HAS(msg, "cannot write '" + sub + "'");
+  EXPECT_HAS(msg, "rename");
+  // A rank-3 array in a .csv, and an unknown extension.
+  msg = io_error([&] { io::write_array(path("cube.csv"), {1, 2, 3}, v.data()); });
+  EXPECT_HAS(msg, "1-D or 2-D");
+  msg = io_error([&] { io::write_array(path("out.bin"), {6}, v.data()); });
+  EXPECT_HAS(msg, "unknown file type '.bin'");
+  msg = io_error([&] { io::write_text_atomic(path("none/x.txt"), "x"); });
+  EXPECT_HAS(msg, "cannot write");
+  // Only the directory made above remains: no output, no temporary.
+  EXPECT_EQ(list_dir(dir_), (std::vector<std::string>{"taken.npy"}));
+  EXPECT_TRUE(list_dir(sub).empty());
+}
+
+TEST_F(IoTest, CheckWritableArrayPath) {
+  io::check_writable_array_path(path("fine.csv"), "--output-map");
+  std::string msg = io_error([&] { io::check_writable_array_path(path("x/y.npy"), "--output-map"); });
+  EXPECT_HAS(msg, "--output-map: cannot write '" + path("x/y.npy") + "'");
+  msg = io_error([&] { io::check_writable_array_path(path("y.dat"), "--output-map"); });
+  EXPECT_HAS(msg, "unknown file type '.dat'");
+  ASSERT_EQ(::mkdir(path("d.npy").c_str(), 0755), 0);
+  msg = io_error([&] { io::check_writable_array_path(path("d.npy"), "--output-map"); });
+  EXPECT_HAS(msg, "is a directory");
+  EXPECT_FALSE(exists(path("fine.csv")));  // checking creates nothing
+}
+
+}  // namespace
