@@ -1,0 +1,726 @@
+// The kantor CLI as a user runs it: the built binary (KANTOR_CLI) on small files in a temporary
+// directory. Results are checked against an independent float64 dense log-domain Sinkhorn written
+// here; every bad input must exit 2 with one line naming the file / option, and leave no output.
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kantor/io.hpp"
+
+#ifndef KANTOR_CLI
+#error "KANTOR_CLI (path of the built kantor binary) must be defined by the build"
+#endif
+
+namespace {
+
+namespace io = kantor::io;
+
+// ---- a small JSON reader (objects, arrays, strings, numbers, literals) -------------------------
+
+struct Json {
+  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
+  bool b = false;
+  double num = 0;
+  std::string str;
+  std::vector<Json> items;
+  std::map<std::string, Json> fields;
+  bool has(const std::string& k) const { return fields.count(k) > 0; }
+  const Json& operator[](const std::string& k) const {
+    static const Json missing;
+    auto it = fields.find(k);
+    return it == fields.end() ? missing : it->second;
+  }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(const std::string& s) : s_(s) {}
+  // Parses one value followed only by whitespace; false on any syntax error.
+  bool parse(Json* out) {
+    if (!value(out)) return false;
+    ws();
+    return i_ == s_.size();
+  }
+
+ private:
+  void ws() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  bool lit(const char* w) {
+    const std::size_t n = std::strlen(w);
+    if (s_.compare(i_, n, w) != 0) return false;
+    i_ += n;
+    return true;
+  }
+  bool string(std::string* out) {
+    if (s_[i_] != '"') return false;
+    for (++i_; i_ < s_.size(); ++i_) {
+      const char c = s_[i_];
+      if (c == '"') {
+        ++i_;
+        return true;
+      }
+      if (c == '\\') {
+        if (++i_ >= s_.size()) return false;
+        const char e = s_[i_];
+        if (e == 'u') {
+          if (i_ + 4 >= s_.size()) return false;
+          *out += char(std::stoi(s_.substr(i_ + 1, 4), nullptr, 16));
+          i_ += 4;
+        } else {
+          *out += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
+        }
+      } else {
+        *out += c;
+      }
+    }
+    return false;
+  }
+  bool value(Json* v) {
+    ws();
+    if (i_ >= s_.size()) return false;
+    const char c = s_[i_];
+    if (c == '{') {
+      v->kind = Json::kObject;
+      ++i_;
+      ws();
+      if (s_[i_] == '}') return ++i_, true;
+      for (;;) {
+        ws();
+        std::string key;
+        if (!string(&key)) return false;
+        ws();
+        if (s_[i_++] != ':') return false;
+        if (v->fields.count(key)) return false;  // duplicate key
+        if (!value(&v->fields[key])) return false;
+        ws();
+        if (s_[i_] == ',') {
+          ++i_;
+          continue;
+        }
+        if (s_[i_] == '}') return ++i_, true;
+        return false;
+      }
+    }
+    if (c == '[') {
+      v->kind = Json::kArray;
+      ++i_;
+      ws();
+      if (s_[i_] == ']') return ++i_, true;
+      for (;;) {
+        v->items.emplace_back();
+        if (!value(&v->items.back())) return false;
+        ws();
+        if (s_[i_] == ',') {
+          ++i_;
+          continue;
+        }
+        if (s_[i_] == ']') return ++i_, true;
+        return false;
+      }
+    }
+    if (c == '"') {
+      v->kind = Json::kString;
+      return string(&v->str);
+    }
+    if (lit("true")) return v->kind = Json::kBool, v->b = true, true;
+    if (lit("false")) return v->kind = Json::kBool, v->b = false, true;
+    if (lit("null")) return v->kind = Json::kNull, true;
+    char* end = nullptr;
+    v->num = std::strtod(s_.c_str() + i_, &end);
+    if (end == s_.c_str() + i_) return false;
+    v->kind = Json::kNumber;
+    i_ = std::size_t(end - s_.c_str());
+    return std::isfinite(v->num);
+  }
+
+  const std::string& s_;
+  std::size_t i_ = 0;
+};
+
+// ---- an independent float64 dense log-domain Sinkhorn -------------------------------------
+
+struct Cloud {
+  std::int64_t n = 0, d = 0;
+  std::vector<double> p;  // n x d
+  double at(std::int64_t i, std::int64_t k) const { return p[std::size_t(i * d + k)]; }
+};
+
+struct Reference {
+  std::vector<double> f, g;
+  double dual = 0, primal = 0;
+  std::vector<std::vector<double>> plan;
+};
+
+double cost(const Cloud& x, std::int64_t i, const Cloud& y, std::int64_t j, double c) {
+  double s = 0;
+  for (std::int64_t k = 0; k < x.d; ++k) s += (x.at(i, k) - y.at(j, k)) * (x.at(i, k) - y.at(j, k));
+  return c * s;
+}
+
+// LSE over the terms with finite log-weights (a zero weight is a masked point).
+double soft_min(const std::vector<double>& terms) {
+  double mx = -INFINITY;
+  for (double t : terms) mx = std::max(mx, t);
+  double s = 0;
+  for (double t : terms)
+    if (t > -INFINITY) s += std::exp(t - mx);
+  return mx + std::log(s);
+}
+
+/// Alternating Sinkhorn at fixed eps, weights normalized to mass 1, run until the L1 row error
+/// is below 1e-14 (columns are exact after each g-update).
+Reference reference_sinkhorn(const Cloud& x, const Cloud& y, std::vector<double> a,
+                             std::vector<double> b, double eps, double c = 1.0) {
+  const std::int64_t n = x.n, m = y.n;
+  if (a.empty()) a.assign(std::size_t(n), 1.0);
+  if (b.empty()) b.assign(std::size_t(m), 1.0);
+  double sa = 0, sb = 0;
+  for (double v : a) sa += v;
+  for (double v : b) sb += v;
+  for (double& v : a) v /= sa;
+  for (double& v : b) v /= sb;
+  std::vector<std::vector<double>> C(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(m)));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < m; ++j) C[i][j] = cost(x, i, y, j, c);
+  Reference r;
+  r.f.assign(std::size_t(n), 0);
+  r.g.assign(std::size_t(m), 0);
+  std::vector<double> t;
+  for (int it = 0; it < 100000; ++it) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      t.assign(std::size_t(m), 0);
+      for (std::int64_t j = 0; j < m; ++j) t[j] = std::log(b[j]) + (r.g[j] - C[i][j]) / eps;
+      r.f[i] = -eps * soft_min(t);
+    }
+    for (std::int64_t j = 0; j < m; ++j) {
+      t.assign(std::size_t(n), 0);
+      for (std::int64_t i = 0; i < n; ++i) t[i] = std::log(a[i]) + (r.f[i] - C[i][j]) / eps;
+      r.g[j] = -eps * soft_min(t);
+    }
+    double err = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      double row = 0;
+      for (std::int64_t j = 0; j < m; ++j)
+        row += a[i] * b[j] * std::exp((r.f[i] + r.g[j] - C[i][j]) / eps);
+      err += std::abs(row - a[i]);
+    }
+    if (err < 1e-14) break;
+  }
+  r.plan.assign(std::size_t(n), std::vector<double>(std::size_t(m)));
+  for (std::int64_t i = 0; i < n; ++i) {
+    r.dual += a[i] * r.f[i];
+    for (std::int64_t j = 0; j < m; ++j) {
+      r.plan[i][j] = a[i] * b[j] * std::exp((r.f[i] + r.g[j] - C[i][j]) / eps);
+      r.primal += r.plan[i][j] * C[i][j];
+    }
+  }
+  for (std::int64_t j = 0; j < m; ++j) r.dual += b[j] * r.g[j];
+  return r;
+}
+
+// Deterministic test data (a 64-bit LCG), independent of the standard library's distributions.
+class Lcg {
+ public:
+  explicit Lcg(std::uint64_t s) : s_(s) {}
+  double uniform() {
+    s_ = s_ * 6364136223846793005ull + 1442695040888963407ull;
+    return double(s_ >> 11) * 0x1.0p-53;
+  }
+
+ private:
+  std::uint64_t s_;
+};
+
+Cloud random_cloud(Lcg& rng, std::int64_t n, std::int64_t d, double shift) {
+  Cloud c{n, d, std::vector<double>(std::size_t(n * d))};
+  for (double& v : c.p) v = rng.uniform() + shift;
+  return c;
+}
+
+// ---- running the binary -------------------------------------------------------------------
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("TMPDIR");
+    std::string templ = std::string(base && *base ? base : "/tmp") + "/kantor_test_cli_XXXXXX";
+    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << std::strerror(errno);
+    dir_ = templ;
+    out_dir_ = dir_ + "/out";
+    ASSERT_EQ(::mkdir(out_dir_.c_str(), 0755), 0);
+  }
+  void TearDown() override { remove_tree(dir_); }
+
+  static void remove_tree(const std::string& d) {
+    for (const std::string& f : list_dir(d)) {
+      const std::string p = d + "/" + f;
+      struct stat st;
+      if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        remove_tree(p);
+      else
+        ::unlink(p.c_str());
+    }
+    ::rmdir(d.c_str());
+  }
+  static std::vector<std::string> list_dir(const std::string& d) {
+    std::vector<std::string> out;
+    if (DIR* h = ::opendir(d.c_str())) {
+      while (dirent* e = ::readdir(h))
+        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+          out.push_back(e->d_name);
+      ::closedir(h);
+    }
+    return out;
+  }
+
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+
+  /// Runs `kantor <args>` (args already shell-quoted where needed), capturing stdout/stderr.
+  Result run(const std::string& args) const {
+    const std::string out = dir_ + "/stdout.txt", err = dir_ + "/stderr.txt";
+    const std::string cmd =
+        "'" + std::string(KANTOR_CLI) + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
+    const int status = std::system(cmd.c_str());
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = read_text(out);
+    r.err = read_text(err);
+    ::unlink(out.c_str());
+    ::unlink(err.c_str());
+    return r;
+  }
+
+  /// Runs with --json and parses stdout (failing the test when it is not one JSON object).
+  Json run_json(const std::string& args, Result* raw = nullptr) const {
+    Result r = run(args + " --json");
+    EXPECT_EQ(r.code, 0) << "kantor " << args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.err, "") << "a successful run (stderr not a terminal) prints nothing there";
+    Json j;
+    EXPECT_TRUE(JsonParser(r.out).parse(&j)) << "not JSON: " << r.out;
+    EXPECT_EQ(j.kind, Json::kObject);
+    if (raw) *raw = r;
+    return j;
+  }
+
+  std::string save(const std::string& name, const Cloud& c) const {
+    io::write_array(path(name), {c.n, c.d}, c.p.data());
+    return path(name);
+  }
+  std::string save(const std::string& name, const std::vector<double>& v) const {
+    io::write_array(path(name), {std::int64_t(v.size())}, v.data());
+    return path(name);
+  }
+  std::string save_text(const std::string& name, const std::string& text) const {
+    std::ofstream(path(name), std::ios::binary) << text;
+    return path(name);
+  }
+
+  std::string dir_, out_dir_;
+};
+
+double rel(double got, double want) { return std::abs(got - want) / std::abs(want); }
+
+const char* const kRequiredKeys[] = {
+    "dual_cost", "primal_cost", "divergence", "regularized_cost", "dual_gap", "marginal_error",
+    "iterations", "converged", "termination", "backend", "precision", "schedule", "epsilon", "n",
+    "m", "d", "seconds", "engine"};
+
+// ---- results --------------------------------------------------------------------------------
+
+TEST_F(CliTest, DemoJsonConverges) {
+  const Json j = run_json("solve --demo --precision fp32 --quiet");
+  for (const char* k : kRequiredKeys) EXPECT_TRUE(j.has(k)) << k;
+  EXPECT_TRUE(j["converged"].b);
+  EXPECT_EQ(j["termination"].str, "converged");
+  EXPECT_TRUE(j["demo"].b);
+  EXPECT_EQ(j["n"].num, 2000);
+  EXPECT_EQ(j["m"].num, 3000);
+  EXPECT_EQ(j["d"].num, 3);
+  EXPECT_EQ(j["epsilon"].num, 0.05);
+  EXPECT_EQ(j["precision"].str, "fp32");
+  EXPECT_EQ(j["backend"].str, "cpu");
+  EXPECT_EQ(j["divergence"].kind, Json::kNull);
+  EXPECT_LE(j["marginal_error"].num, 1e-5);
+  EXPECT_GT(j["primal_cost"].num, 0);
+  EXPECT_GE(j["dual_cost"].num, j["primal_cost"].num);  // eps KL >= 0
+}
+
+TEST_F(CliTest, DemoIsDeterministicAndTextReportNamesIt) {
+  const Json a = run_json("solve --demo --max-iterations 15");
+  const Json b = run_json("solve --demo --max-iterations 15");
+  EXPECT_FALSE(a["converged"].b);
+  EXPECT_EQ(a["termination"].str, "max iterations");
+  EXPECT_EQ(a["dual_cost"].num, b["dual_cost"].num);
+  EXPECT_EQ(a["marginal_error"].num, b["marginal_error"].num);
+  const Result r = run("solve --demo --max-iterations 15 --epsilon 0.2");
+  EXPECT_EQ(r.code, 0) << "a solve that ran exits 0, converged or not";
+  EXPECT_NE(r.out.find("demo problem"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("epsilon = 0.2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("kantor Sinkhorn summary"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("max iterations"), std::string::npos) << r.out;
+}
+
+struct Fixture30x40 {
+  Cloud x, y;
+  std::vector<double> a, b;
+};
+
+Fixture30x40 make_problem() {
+  Lcg rng(7);
+  Fixture30x40 p;
+  p.x = random_cloud(rng, 30, 2, 0.0);
+  p.y = random_cloud(rng, 40, 2, 0.3);
+  p.a.resize(30);
+  p.b.resize(40);
+  for (double& v : p.a) v = 0.5 + rng.uniform();
+  for (double& v : p.b) v = 0.5 + rng.uniform();
+  p.a[3] = 0;  // a zero weight is allowed
+  double sa = 0, sb = 0;
+  for (double v : p.a) sa += v;
+  for (double v : p.b) sb += v;
+  for (double& v : p.b) v *= sa / sb;  // equal total mass (not 1)
+  return p;
+}
+
+TEST_F(CliTest, NpyAndCsvSolvesMatchDenseReference) {
+  const Fixture30x40 p = make_problem();
+  const double eps = 0.05;
+  const Reference ref = reference_sinkhorn(p.x, p.y, p.a, p.b, eps);
+  const std::string files = " --source " + save("x.npy", p.x) + " --target " + save("y.npy", p.y) +
+                            " --source-weights " + save("a.npy", p.a) + " --target-weights " +
+                            save("b.npy", p.b);
+  const Json j = run_json("solve" + files + " --epsilon 0.05");
+  for (const char* k : kRequiredKeys) EXPECT_TRUE(j.has(k)) << k;
+  EXPECT_TRUE(j["converged"].b);
+  EXPECT_EQ(j["n"].num, 30);
+  EXPECT_EQ(j["m"].num, 40);
+  EXPECT_EQ(j["d"].num, 2);
+  EXPECT_EQ(j["precision"].str, "fp64");
+  EXPECT_EQ(j["schedule"].str, "alternating");
+  EXPECT_LT(rel(j["primal_cost"].num, ref.primal), 1e-6)
+      << j["primal_cost"].num << " vs reference " << ref.primal;
+  EXPECT_LT(rel(j["dual_cost"].num, ref.dual), 1e-6) << j["dual_cost"].num << " vs " << ref.dual;
+
+  // The same data as .csv (17 digits: exact) gives the same numbers.
+  const std::string csv_files = " --source " + save("x.csv", p.x) + " --target " +
+                                save("y.csv", p.y) + " --source-weights " + save("a.csv", p.a) +
+                                " --target-weights " + save("b.csv", p.b);
+  const Json c = run_json("solve" + csv_files + " --epsilon 0.05");
+  EXPECT_EQ(c["primal_cost"].num, j["primal_cost"].num);
+  EXPECT_EQ(c["dual_cost"].num, j["dual_cost"].num);
+
+  // Symmetric schedule, fixed eps, other scaling: same optimum.
+  for (const char* extra : {" --schedule symmetric", " --fixed-epsilon", " --scaling 0.8",
+                            " --check-every 1 --tolerance 1e-11"}) {
+    const Json k = run_json("solve" + files + " --epsilon 0.05" + extra);
+    EXPECT_TRUE(k["converged"].b) << extra;
+    EXPECT_LT(rel(k["primal_cost"].num, ref.primal), 1e-6) << extra;
+  }
+  const Json s = run_json("solve" + files + " --epsilon 0.05 --schedule symmetric");
+  EXPECT_EQ(s["schedule"].str, "symmetric");
+
+  // float32 data and arithmetic: looser agreement.
+  const Json f = run_json("solve" + files + " --epsilon 0.05 --precision fp32");
+  EXPECT_EQ(f["precision"].str, "fp32");
+  EXPECT_TRUE(f["converged"].b);
+  EXPECT_LT(rel(f["primal_cost"].num, ref.primal), 1e-3);
+}
+
+TEST_F(CliTest, CostScaleAndUniformWeights) {
+  const Fixture30x40 p = make_problem();
+  const Reference ref = reference_sinkhorn(p.x, p.y, {}, {}, 0.1, 0.5);
+  const Json j = run_json("solve --source " + save("x.csv", p.x) + " --target " +
+                          save("y.npy", p.y) + " --epsilon 0.1 --cost-scale 0.5");
+  EXPECT_TRUE(j["converged"].b);
+  EXPECT_LT(rel(j["primal_cost"].num, ref.primal), 1e-6);
+  // One weight file: the other side is uniform with the same total mass (here 30, not 1).
+  const Reference ref_a = reference_sinkhorn(p.x, p.y, p.a, {}, 0.1, 0.5);
+  const Json k = run_json("solve --source " + save("x.csv", p.x) + " --target " +
+                          save("y.npy", p.y) + " --source-weights " + save("a.npy", p.a) +
+                          " --epsilon 0.1 --cost-scale 0.5");
+  EXPECT_TRUE(k["converged"].b);
+  EXPECT_LT(rel(k["primal_cost"].num, ref_a.primal), 1e-6);
+}
+
+TEST_F(CliTest, DebiasedDivergenceMatchesReference) {
+  const Fixture30x40 p = make_problem();
+  const double eps = 0.1;
+  const double want = reference_sinkhorn(p.x, p.y, p.a, p.b, eps).dual -
+                      0.5 * reference_sinkhorn(p.x, p.x, p.a, p.a, eps).dual -
+                      0.5 * reference_sinkhorn(p.y, p.y, p.b, p.b, eps).dual;
+  const std::string x = save("x.npy", p.x), a = save("a.npy", p.a);
+  const Json j = run_json("solve --source " + x + " --target " + save("y.npy", p.y) +
+                          " --source-weights " + a + " --target-weights " + save("b.npy", p.b) +
+                          " --epsilon 0.1 --debias");
+  EXPECT_TRUE(j["converged"].b);
+  ASSERT_EQ(j["divergence"].kind, Json::kNumber);
+  EXPECT_GT(want, 0);
+  EXPECT_LT(rel(j["divergence"].num, want), 1e-6) << j["divergence"].num << " vs " << want;
+  EXPECT_TRUE(j["xx"]["converged"].b);
+  EXPECT_TRUE(j["yy"]["converged"].b);
+  // S(a, a) = 0.
+  const Json z = run_json("solve --source " + x + " --target " + x + " --source-weights " + a +
+                          " --target-weights " + a + " --epsilon 0.1 --debias");
+  EXPECT_LT(std::abs(z["divergence"].num), 1e-9);
+  const Result r = run("solve --source " + x + " --target " + x + " --epsilon 0.1 --debias");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("debiased Sinkhorn divergence"), std::string::npos) << r.out;
+}
+
+TEST_F(CliTest, PotentialsAndBarycentricMapOutputs) {
+  const Fixture30x40 p = make_problem();
+  const double eps = 0.05;
+  const Reference ref = reference_sinkhorn(p.x, p.y, p.a, p.b, eps);
+  const std::string files = " --source " + save("x.npy", p.x) + " --target " + save("y.npy", p.y) +
+                            " --source-weights " + save("a.npy", p.a) + " --target-weights " +
+                            save("b.npy", p.b) + " --epsilon 0.05";
+  const Json j = run_json("solve" + files + " --output-potentials " + out_dir_ +
+                          "/pot --output-map " + out_dir_ + "/map.csv");
+  EXPECT_EQ(j["outputs"].items.size(), 3u);
+  const io::Array f = io::read_array(out_dir_ + "/pot_f.npy");
+  const io::Array g = io::read_array(out_dir_ + "/pot_g.npy");
+  const io::Array map = io::read_array(out_dir_ + "/map.csv");
+  ASSERT_EQ(f.shape, (std::vector<std::int64_t>{30}));
+  ASSERT_EQ(g.shape, (std::vector<std::int64_t>{40}));
+  ASSERT_EQ(map.shape, (std::vector<std::int64_t>{30, 2}));
+  EXPECT_EQ(f.dtype, "float64");
+  // The potentials are defined up to f + k, g - k: compare the plans they give.
+  double sa = 0, sb = 0;
+  for (double v : p.a) sa += v;
+  for (double v : p.b) sb += v;
+  const double shift = f.data[0] - ref.f[0];
+  for (std::int64_t i = 0; i < 30; ++i) {
+    if (p.a[i] == 0) continue;
+    EXPECT_NEAR(f.data[i] - shift, ref.f[i], 1e-7) << i;
+    // T(x_i) = sum_j P_ij y_j / sum_j P_ij.
+    double row = 0, t0 = 0, t1 = 0;
+    for (std::int64_t j2 = 0; j2 < 40; ++j2) {
+      row += ref.plan[i][j2];
+      t0 += ref.plan[i][j2] * p.y.at(j2, 0);
+      t1 += ref.plan[i][j2] * p.y.at(j2, 1);
+    }
+    EXPECT_NEAR(map.data[std::size_t(2 * i)], t0 / row, 1e-7) << i;
+    EXPECT_NEAR(map.data[std::size_t(2 * i + 1)], t1 / row, 1e-7) << i;
+  }
+  for (std::int64_t j2 = 0; j2 < 40; ++j2) EXPECT_NEAR(g.data[j2] + shift, ref.g[j2], 1e-7);
+
+  // A prefix ending in .csv picks .csv; fp32 solves write float32 .npy.
+  run_json("solve" + files + " --output-potentials " + out_dir_ + "/p.csv");
+  EXPECT_EQ(io::read_array(out_dir_ + "/p_f.csv").rows(), 30);
+  EXPECT_EQ(io::read_array(out_dir_ + "/p_g.csv").rows(), 40);
+  run_json("solve" + files + " --precision fp32 --output-map " + out_dir_ + "/m32.npy");
+  EXPECT_EQ(io::read_array(out_dir_ + "/m32.npy").dtype, "float32");
+  for (const std::string& name : list_dir(out_dir_))
+    EXPECT_EQ(name.find(".tmp."), std::string::npos) << "temporary left behind: " << name;
+}
+
+// ---- bad input: exit 2, one line naming the file / option, no output -------------------------
+
+std::string npy_with_descr(const std::string& descr, const std::string& extra = "False") {
+  std::string h = "{'descr': '" + descr + "', 'fortran_order': " + extra + ", 'shape': (3, 2), }";
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::string out = std::string("\x93NUMPY\x01\x00", 8);
+  out += char(h.size() & 0xff);
+  out += char(h.size() >> 8);
+  return out + h + std::string(48, '\0');
+}
+
+struct BadCase {
+  std::string args;
+  std::vector<std::string> expected;  // parts of the stderr line
+};
+
+TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
+  const Fixture30x40 p = make_problem();
+  const std::string x = save("x.npy", p.x), y = save("y.npy", p.y);
+  const std::string xy = " --source " + x + " --target " + y;
+  const std::string a = save("a.npy", p.a), b = save("b.npy", p.b);
+  Cloud y3{2, 3, {0, 0, 0, 1, 1, 1}};
+  const std::string y3f = save("y3.npy", y3);
+  const std::string i8 = save_text("i8.npy", npy_with_descr("<i8"));
+  const std::string be = save_text("be.npy", npy_with_descr(">f8"));
+  const std::string obj = save_text("obj.npy", npy_with_descr("|O"));
+  const std::string fo = save_text("fortran.npy", npy_with_descr("<f8", "True"));
+  const std::string tr = save_text("trunc.npy", npy_with_descr("<f8").substr(0, 128 + 20));
+  const std::string hdr = save_text("hdr.npy", std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17));
+  const std::string one_d = save("oned.npy", std::vector<double>{1, 2, 3});
+  const std::string bad_csv = save_text("bad.csv", "x,y\n1,2\n3,oops\n");
+  const std::string ragged = save_text("ragged.csv", "1,2\n3\n");
+  const std::string nan_csv = save_text("nan.csv", "1,2\n3,4\n5,nan\n");
+  const std::string inf_csv = save_text("inf.csv", "1,2\n-inf,4\n");
+  const std::string empty_csv = save_text("empty.csv", "x,y\n");
+  const std::string big = save_text("big.csv", "1,2\n1e300,4\n");
+  io::write_array(path("zero_rows.npy"), {0, 2}, nullptr);
+  io::write_array(path("zero_cols.npy"), {3, 0}, nullptr);
+  std::vector<double> neg = p.a, zeros(30, 0.0), half = p.a, short_w(29, 1.0);
+  neg[1] = -0.5;
+  for (double& v : half) v *= 0.5;
+  const std::string negf = save("neg.npy", neg), zerof = save("zeros.npy", zeros);
+  const std::string halff = save("half.npy", half), shortf = save("short.npy", short_w);
+  const std::string w2d = save("w2d.npy", Cloud{15, 2, std::vector<double>(30, 1.0)});
+
+  const std::vector<BadCase> cases = {
+      // files
+      {" --source " + path("missing.npy") + " --target " + y + " --epsilon 0.1",
+       {"--source", "cannot open '" + path("missing.npy") + "'", "No such file"}},
+      {" --source " + x + " --target " + path("nope.csv") + " --epsilon 0.1",
+       {"--target", "cannot open '" + path("nope.csv") + "'"}},
+      {" --source " + dir_ + " --target " + y + " --epsilon 0.1", {"--source", "unknown file type"}},
+      {" --source " + i8 + " --target " + y + " --epsilon 0.1", {"'" + i8 + "'", "'<i8'"}},
+      {" --source " + be + " --target " + y + " --epsilon 0.1", {"'" + be + "'", "'>f8'"}},
+      {" --source " + obj + " --target " + y + " --epsilon 0.1", {"'" + obj + "'", "'|O'"}},
+      {" --source " + x + " --target " + fo + " --epsilon 0.1", {"'" + fo + "'", "fortran_order"}},
+      {" --source " + tr + " --target " + y + " --epsilon 0.1", {"'" + tr + "'", "truncated data"}},
+      {" --source " + hdr + " --target " + y + " --epsilon 0.1", {"'" + hdr + "'", "truncated"}},
+      {" --source " + one_d + " --target " + y + " --epsilon 0.1",
+       {"--source", "'" + one_d + "' has shape (3,)", "(n, d)"}},
+      {" --source " + bad_csv + " --target " + y + " --epsilon 0.1",
+       {"'" + bad_csv + "'", "line 3, column 2", "'oops'"}},
+      {" --source " + x + " --target " + ragged + " --epsilon 0.1",
+       {"'" + ragged + "'", "line 2 has 1 fields"}},
+      // values
+      {" --source " + nan_csv + " --target " + y + " --epsilon 0.1",
+       {"--source '" + nan_csv + "'", "non-finite coordinate nan at point 2, coordinate 1"}},
+      {" --source " + x + " --target " + inf_csv + " --epsilon 0.1",
+       {"--target '" + inf_csv + "'", "non-finite coordinate -inf at point 1, coordinate 0"}},
+      {" --source " + x + " --target " + y3f + " --epsilon 0.1",
+       {"dimension mismatch", "--source '" + x + "' has d = 2", "--target '" + y3f + "' has d = 3"}},
+      {" --source " + empty_csv + " --target " + y + " --epsilon 0.1",
+       {"--source '" + empty_csv + "'", "empty point cloud"}},
+      {" --source " + x + " --target " + path("zero_rows.npy") + " --epsilon 0.1",
+       {"--target '" + path("zero_rows.npy") + "'", "empty point cloud"}},
+      {" --source " + path("zero_cols.npy") + " --target " + y + " --epsilon 0.1",
+       {"--source '" + path("zero_cols.npy") + "'", "0 coordinates"}},
+      {xy + " --source-weights " + negf + " --epsilon 0.1",
+       {"--source-weights '" + negf + "'", "weight 1 is -0.5", ">= 0"}},
+      {xy + " --target-weights " + b + " --source-weights " + zerof + " --epsilon 0.1",
+       {"--source-weights '" + zerof + "'", "all weights are zero"}},
+      {xy + " --source-weights " + halff + " --target-weights " + b + " --epsilon 0.1",
+       {"unequal total mass", "--source-weights '" + halff + "'", "--target-weights '" + b + "'"}},
+      {xy + " --source-weights " + shortf + " --epsilon 0.1",
+       {"--source-weights '" + shortf + "' has 29 weights", "--source '" + x + "' has 30 points"}},
+      {xy + " --target-weights " + a + " --epsilon 0.1",
+       {"--target-weights '" + a + "' has 30 weights", "has 40 points"}},
+      {xy + " --source-weights " + w2d + " --epsilon 0.1",
+       {"--source-weights", "'" + w2d + "' has shape (15, 2)"}},
+      {" --source " + big + " --target " + y + " --epsilon 0.1 --precision fp32",
+       {"--source '" + big + "'", "overflows float32"}},
+      // options
+      {xy + " --epsilon 0", {"--epsilon must be finite and > 0, got 0"}},
+      {xy + " --epsilon=-1", {"--epsilon must be finite and > 0, got -1"}},
+      {xy + " --epsilon nan", {"--epsilon"}},
+      {xy + " --epsilon abc", {"'abc'", "--epsilon"}},
+      {xy, {"missing --epsilon"}},
+      {" --source " + x + " --epsilon 0.1", {"missing --target"}},
+      {" --epsilon 0.1", {"missing --source"}},
+      {xy + " --epsilon 0.1 --cost-scale 0", {"--cost-scale must be finite and > 0"}},
+      {xy + " --epsilon 0.1 --bogus", {"unrecognised option '--bogus'"}},
+      {xy + " --epsilon 0.1 --eps 3", {"'--eps'"}},
+      {xy + " --epsilon 0.1 stray", {"unexpected argument 'stray'"}},
+      {xy + " --epsilon 0.1 --schedule fast", {"--schedule: unknown value 'fast'"}},
+      {xy + " --epsilon 0.1 --backend gpu", {"--backend: unknown value 'gpu'"}},
+      {xy + " --epsilon 0.1 --precision fp16", {"--precision: unknown value 'fp16'"}},
+      {xy + " --epsilon 0.1 --precision tf32", {"--precision tf32", "--backend cuda"}},
+      {xy + " --epsilon 0.1 --scaling 0.3 --fixed-epsilon", {"mutually exclusive"}},
+      {xy + " --epsilon 0.1 --scaling 1.5", {"--scaling must be in (0, 1), got 1.5"}},
+      {xy + " --epsilon 0.1 --tolerance=-1", {"--tolerance"}},
+      {xy + " --epsilon 0.1 --max-iterations 0", {"--max-iterations must be >= 1, got 0"}},
+      {xy + " --epsilon 0.1 --check-every 0", {"--check-every must be >= 1"}},
+      {xy + " --epsilon 0.1 --threads=-2", {"--threads must be >= 0"}},
+      {xy + " --epsilon 0.1 --max-iterations 1.5", {"--max-iterations"}},
+      {" --demo --source " + x, {"--demo", "--source is not allowed"}},
+      {" --demo --target-weights " + b, {"--target-weights is not allowed"}},
+      {xy + " --epsilon 0.1 --output-map " + path("no/dir/map.npy"),
+       {"--output-map: cannot write '" + path("no/dir/map.npy") + "'"}},
+      {xy + " --epsilon 0.1 --output-map " + out_dir_ + "/map.txt",
+       {"--output-map", "unknown file type '.txt'"}},
+      {xy + " --epsilon 0.1 --output-potentials " + path("no/dir/p"),
+       {"--output-potentials: cannot write '" + path("no/dir/p_f.npy") + "'"}},
+  };
+  // Every case also asks for all outputs: none may appear.
+  const std::string outputs =
+      " --output-potentials " + out_dir_ + "/pot --output-map " + out_dir_ + "/map.npy";
+  for (const BadCase& c : cases) {
+    const bool own_output = c.args.find("--output") != std::string::npos;
+    const Result r = run("solve" + c.args + (own_output ? "" : outputs));
+    EXPECT_EQ(r.code, 2) << c.args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.out, "") << c.args;
+    EXPECT_EQ(r.err.rfind("kantor solve: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+    for (const std::string& e : c.expected)
+      EXPECT_NE(r.err.find(e), std::string::npos) << "expected '" << e << "' in: " << r.err;
+    EXPECT_TRUE(list_dir(out_dir_).empty()) << c.args << " left output files";
+  }
+}
+
+TEST_F(CliTest, HelpUnknownCommandAndCudaOnCpuBuild) {
+  Result r = run("solve --help");
+  EXPECT_EQ(r.code, 0);
+  for (const char* opt : {"--source", "--target", "--epsilon", "--debias", "--output-map",
+                          "--demo", "--fixed-epsilon", "--precision"})
+    EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
+  r = run("info --help");
+  EXPECT_EQ(r.code, 0);
+  r = run("frobnicate");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos) << r.err;
+  r = run("");
+  EXPECT_EQ(r.code, 2);
+  // A CUDA request the build or machine cannot serve is a runtime failure (exit 1), named.
+  const Json info = run_json("info");
+  if (!info["cuda_compiled"].b || info["cuda_devices"].items.empty()) {
+    r = run("solve --demo --backend cuda --max-iterations 1");
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("cuda"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "");
+  }
+}
+
+TEST_F(CliTest, InfoJsonAndText) {
+  const Json j = run_json("info");
+  EXPECT_FALSE(j["version"].str.empty());
+  EXPECT_EQ(j["cuda_compiled"].kind, Json::kBool);
+  EXPECT_EQ(j["cuda_architectures"].kind, Json::kString);
+  EXPECT_FALSE(j["compiler"].str.empty());
+  EXPECT_GE(j["hardware_threads"].num, 1);
+  ASSERT_EQ(j["cuda_devices"].kind, Json::kArray);
+  for (const Json& d : j["cuda_devices"].items) {
+    EXPECT_FALSE(d["name"].str.empty());
+    EXPECT_GT(d["memory_bytes"].num, 0);
+  }
+  if (!j["cuda_compiled"].b) EXPECT_TRUE(j["cuda_devices"].items.empty());
+  const Result r = run("info");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("kantor " + j["version"].str), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("CUDA devices"), std::string::npos) << r.out;
+  EXPECT_EQ(run("info --bogus").code, 2);
+  EXPECT_EQ(run("info extra").code, 2);
+}
+
+}  // namespace
