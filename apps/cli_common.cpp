@@ -47,8 +47,7 @@ boost::program_options::variables_map parse_command_line(
   po::store(po::command_line_parser(args)
                 .options(all)
                 .positional(positional)
-                .style(po::command_line_style::unix_style ^
-                       po::command_line_style::allow_guessing)
+                .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
                 .run(),
             vm);
   if (vm.count("kantor-stray-argument")) {
@@ -64,11 +63,21 @@ std::string json_escape(const std::string& s) {
   os << '"';
   for (const char c : s) {
     switch (c) {
-      case '"': os << "\\\""; break;
-      case '\\': os << "\\\\"; break;
-      case '\n': os << "\\n"; break;
-      case '\t': os << "\\t"; break;
-      case '\r': os << "\\r"; break;
+      case '"':
+        os << "\\\"";
+        break;
+      case '\\':
+        os << "\\\\";
+        break;
+      case '\n':
+        os << "\\n";
+        break;
+      case '\t':
+        os << "\\t";
+        break;
+      case '\r':
+        os << "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20)
           os << "\\u" << std::hex << std::setw(4) << std::setfill('0') << int(c) << std::dec;

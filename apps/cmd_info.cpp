@@ -17,8 +17,8 @@ int cmd_info(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   bool json = false;
   po::options_description desc("options");
-  desc.add_options()("help,h", "print this help and exit")(
-      "json", po::bool_switch(&json), "print one JSON object instead of text");
+  desc.add_options()("help,h", "print this help and exit")("json", po::bool_switch(&json),
+                                                           "print one JSON object instead of text");
   po::variables_map vm = parse_command_line(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: kantor info [--json]\n\nVersion, build options, visible CUDA devices "

@@ -121,16 +121,17 @@ void check_cloud(const std::vector<double>& v, std::int64_t rows, std::int64_t c
   for (std::int64_t i = 0; i < rows; ++i)
     for (std::int64_t k = 0; k < cols; ++k)
       if (!std::isfinite(v[std::size_t(i * cols + k)]))
-        throw InvalidArgument(name + ": non-finite coordinate " + fmt(v[std::size_t(i * cols + k)]) +
-                              " at point " + std::to_string(i) + ", coordinate " +
-                              std::to_string(k) + " (0-based; expected finite numbers)");
+        throw InvalidArgument(name + ": non-finite coordinate " +
+                              fmt(v[std::size_t(i * cols + k)]) + " at point " + std::to_string(i) +
+                              ", coordinate " + std::to_string(k) +
+                              " (0-based; expected finite numbers)");
 }
 
 double check_weights(const std::vector<double>& w, std::int64_t points, const std::string& name,
                      const std::string& cloud_name) {
   if (std::int64_t(w.size()) != points)
-    throw InvalidArgument(name + " has " + std::to_string(w.size()) + " weights but " +
-                          cloud_name + " has " + std::to_string(points) +
+    throw InvalidArgument(name + " has " + std::to_string(w.size()) + " weights but " + cloud_name +
+                          " has " + std::to_string(points) +
                           " points (expected one weight per point)");
   double total = 0;
   for (std::size_t i = 0; i < w.size(); ++i) {
@@ -150,9 +151,9 @@ void check_and_finish(Input* in) {
   check_cloud(in->x, in->n, in->d, in->x_name);
   check_cloud(in->y, in->m, in->dy, in->y_name);
   if (in->dy != in->d)
-    throw InvalidArgument("dimension mismatch: " + in->x_name + " has d = " +
-                          std::to_string(in->d) + " coordinates per point but " + in->y_name +
-                          " has d = " + std::to_string(in->dy));
+    throw InvalidArgument("dimension mismatch: " + in->x_name +
+                          " has d = " + std::to_string(in->d) + " coordinates per point but " +
+                          in->y_name + " has d = " + std::to_string(in->dy));
   const bool has_a = !in->a_name.empty(), has_b = !in->b_name.empty();
   const double ma = has_a ? check_weights(in->a, in->n, in->a_name, in->x_name) : 0;
   const double mb = has_b ? check_weights(in->b, in->m, in->b_name, in->y_name) : 0;
@@ -479,12 +480,14 @@ int cmd_solve(const std::vector<std::string>& args) {
                             (!vm.count("source") ? "--source X" : "--target Y") +
                             " (expected --source X --target Y, or --demo)");
     if (!vm.count("epsilon"))
-      throw InvalidArgument("missing --epsilon E (the entropic regularization, > 0, in cost "
-                            "units)");
+      throw InvalidArgument(
+          "missing --epsilon E (the entropic regularization, > 0, in cost "
+          "units)");
   }
   if (vm.count("scaling") && fixed_eps)
-    throw InvalidArgument("--scaling and --fixed-epsilon are mutually exclusive (--scaling sets "
-                          "the annealing factor, --fixed-epsilon turns annealing off)");
+    throw InvalidArgument(
+        "--scaling and --fixed-epsilon are mutually exclusive (--scaling sets "
+        "the annealing factor, --fixed-epsilon turns annealing off)");
   Settings st;
   st.epsilon = vm.count("epsilon") ? epsilon : kDemoEpsilon;
   if (!(st.epsilon > 0) || !std::isfinite(st.epsilon))
@@ -494,8 +497,10 @@ int cmd_solve(const std::vector<std::string>& args) {
   if (!(scaling > 0 && scaling < 1))
     throw InvalidArgument("--scaling must be in (0, 1), got " + fmt(scaling));
   if (!(tolerance >= 0) || !std::isfinite(tolerance))
-    throw InvalidArgument("--tolerance must be finite and >= 0 (0: default of the precision), "
-                          "got " + fmt(tolerance));
+    throw InvalidArgument(
+        "--tolerance must be finite and >= 0 (0: default of the precision), "
+        "got " +
+        fmt(tolerance));
   if (max_iterations < 1)
     throw InvalidArgument("--max-iterations must be >= 1, got " + std::to_string(max_iterations));
   if (check_every < 1)

@@ -53,8 +53,10 @@ int main(int argc, char** argv) {
     rest.erase(rest.begin());
     if (what == "sinkhorn") return run_guarded("bench sinkhorn", cmd_bench_sinkhorn, rest);
     if (what == "birkhoff") return run_guarded("bench birkhoff", cmd_bench_birkhoff, rest);
-    std::fprintf(stderr, "kantor bench: error: unknown benchmark '%s' (expected sinkhorn or "
-                         "birkhoff)\n", what.c_str());
+    std::fprintf(stderr,
+                 "kantor bench: error: unknown benchmark '%s' (expected sinkhorn or "
+                 "birkhoff)\n",
+                 what.c_str());
     return kExitBadInput;
   }
   std::fprintf(stderr, "kantor: error: unknown command '%s'\n", cmd.c_str());

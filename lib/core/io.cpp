@@ -240,9 +240,8 @@ Array read_npy(const std::string& path) {
     fail(path, "truncated .npy file: it ends inside the header length field");
   const std::size_t header_len = read_le(bytes, 8, int(len_bytes));
   if (bytes.size() - header_start < header_len)
-    fail(path, "truncated .npy header: the header length field says " +
-                   std::to_string(header_len) + " bytes but only " +
-                   std::to_string(bytes.size() - header_start) + " follow");
+    fail(path, "truncated .npy header: the header length field says " + std::to_string(header_len) +
+                   " bytes but only " + std::to_string(bytes.size() - header_start) + " follow");
   const std::string header_text = bytes.substr(header_start, header_len);
   const NpyHeader h = NpyHeaderParser(path, header_text).parse();
 
@@ -260,8 +259,9 @@ Array read_npy(const std::string& path) {
                    "numpy: a.astype('<f8'))");
   }
   if (h.fortran_order)
-    fail(path, "fortran_order is True (expected a C-order array; save "
-               "numpy.ascontiguousarray(a) instead)");
+    fail(path,
+         "fortran_order is True (expected a C-order array; save "
+         "numpy.ascontiguousarray(a) instead)");
   std::uint64_t count = 1;
   for (const std::int64_t dim : h.shape) {
     if (dim != 0 && count > (std::uint64_t(1) << 60) / std::uint64_t(dim))
@@ -299,8 +299,8 @@ Array read_npy(const std::string& path) {
   return out;
 }
 
-std::string npy_bytes(const std::vector<std::int64_t>& shape, const double* data,
-                      std::size_t count, bool float32) {
+std::string npy_bytes(const std::vector<std::int64_t>& shape, const double* data, std::size_t count,
+                      bool float32) {
   std::string dict = std::string("{'descr': '") + (float32 ? "<f4" : "<f8") +
                      "', 'fortran_order': False, 'shape': " + shape_string(shape) + ", }";
   // Pad with spaces so that magic + version + length + header is a multiple of 64, ending '\n'.
@@ -349,8 +349,8 @@ std::vector<std::string> split_fields(const std::string& line) {
   std::size_t start = 0;
   for (;;) {
     const std::size_t comma = line.find(',', start);
-    out.push_back(trim(line.substr(start, comma == std::string::npos ? std::string::npos
-                                                                     : comma - start)));
+    out.push_back(
+        trim(line.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
     if (comma == std::string::npos) return out;
     start = comma + 1;
   }
@@ -425,8 +425,7 @@ Array read_csv(const std::string& path) {
     for (std::size_t k = 0; k < fields.size(); ++k) {
       if (status[k] == FieldStatus::kOk) continue;
       std::string where = "line " + std::to_string(line_no) + ", column " + std::to_string(k + 1);
-      if (status[k] == FieldStatus::kEmpty)
-        fail(path, where + ": empty field (expected a number)");
+      if (status[k] == FieldStatus::kEmpty) fail(path, where + ": empty field (expected a number)");
       if (status[k] == FieldStatus::kOutOfRange)
         fail(path, where + ": '" + excerpt(fields[k]) + "' is out of the float64 range");
       fail(path, where + ": cannot parse '" + excerpt(fields[k]) + "' as a number");

@@ -194,7 +194,8 @@ Reference reference_sinkhorn(const Cloud& x, const Cloud& y, std::vector<double>
   for (double v : b) sb += v;
   for (double& v : a) v /= sa;
   for (double& v : b) v /= sb;
-  std::vector<std::vector<double>> C(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(m)));
+  std::vector<std::vector<double>> C(static_cast<std::size_t>(n),
+                                     std::vector<double>(static_cast<std::size_t>(m)));
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t j = 0; j < m; ++j) C[i][j] = cost(x, i, y, j, c);
   Reference r;
@@ -345,10 +346,15 @@ class CliTest : public ::testing::Test {
 
 double rel(double got, double want) { return std::abs(got - want) / std::abs(want); }
 
-const char* const kRequiredKeys[] = {
-    "dual_cost", "primal_cost", "divergence", "regularized_cost", "dual_gap", "marginal_error",
-    "iterations", "converged", "termination", "backend", "precision", "schedule", "epsilon", "n",
-    "m", "d", "seconds", "engine"};
+const char* const kRequiredKeys[] = {"dual_cost",   "primal_cost",
+                                     "divergence",  "regularized_cost",
+                                     "dual_gap",    "marginal_error",
+                                     "iterations",  "converged",
+                                     "termination", "backend",
+                                     "precision",   "schedule",
+                                     "epsilon",     "n",
+                                     "m",           "d",
+                                     "seconds",     "engine"};
 
 // ---- results --------------------------------------------------------------------------------
 
@@ -460,9 +466,9 @@ TEST_F(CliTest, CostScaleAndUniformWeights) {
   EXPECT_LT(rel(j["primal_cost"].num, ref.primal), 1e-6);
   // One weight file: the other side is uniform with the same total mass (here 30, not 1).
   const Reference ref_a = reference_sinkhorn(p.x, p.y, p.a, {}, 0.1, 0.5);
-  const Json k = run_json("solve --source " + save("x.csv", p.x) + " --target " +
-                          save("y.npy", p.y) + " --source-weights " + save("a.npy", p.a) +
-                          " --epsilon 0.1 --cost-scale 0.5");
+  const Json k =
+      run_json("solve --source " + save("x.csv", p.x) + " --target " + save("y.npy", p.y) +
+               " --source-weights " + save("a.npy", p.a) + " --epsilon 0.1 --cost-scale 0.5");
   EXPECT_TRUE(k["converged"].b);
   EXPECT_LT(rel(k["primal_cost"].num, ref_a.primal), 1e-6);
 }
@@ -474,9 +480,9 @@ TEST_F(CliTest, DebiasedDivergenceMatchesReference) {
                       0.5 * reference_sinkhorn(p.x, p.x, p.a, p.a, eps).dual -
                       0.5 * reference_sinkhorn(p.y, p.y, p.b, p.b, eps).dual;
   const std::string x = save("x.npy", p.x), a = save("a.npy", p.a);
-  const Json j = run_json("solve --source " + x + " --target " + save("y.npy", p.y) +
-                          " --source-weights " + a + " --target-weights " + save("b.npy", p.b) +
-                          " --epsilon 0.1 --debias");
+  const Json j =
+      run_json("solve --source " + x + " --target " + save("y.npy", p.y) + " --source-weights " +
+               a + " --target-weights " + save("b.npy", p.b) + " --epsilon 0.1 --debias");
   EXPECT_TRUE(j["converged"].b);
   ASSERT_EQ(j["divergence"].kind, Json::kNumber);
   EXPECT_GT(want, 0);
@@ -568,7 +574,8 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
   const std::string obj = save_text("obj.npy", npy_with_descr("|O"));
   const std::string fo = save_text("fortran.npy", npy_with_descr("<f8", "True"));
   const std::string tr = save_text("trunc.npy", npy_with_descr("<f8").substr(0, 128 + 20));
-  const std::string hdr = save_text("hdr.npy", std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17));
+  const std::string hdr =
+      save_text("hdr.npy", std::string("\x93NUMPY\x01\x00\x40\x00{'descr'", 17));
   const std::string one_d = save("oned.npy", std::vector<double>{1, 2, 3});
   const std::string bad_csv = save_text("bad.csv", "x,y\n1,2\n3,oops\n");
   const std::string ragged = save_text("ragged.csv", "1,2\n3\n");
@@ -591,7 +598,8 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
        {"--source", "cannot open '" + path("missing.npy") + "'", "No such file"}},
       {" --source " + x + " --target " + path("nope.csv") + " --epsilon 0.1",
        {"--target", "cannot open '" + path("nope.csv") + "'"}},
-      {" --source " + dir_ + " --target " + y + " --epsilon 0.1", {"--source", "unknown file type"}},
+      {" --source " + dir_ + " --target " + y + " --epsilon 0.1",
+       {"--source", "unknown file type"}},
       {" --source " + i8 + " --target " + y + " --epsilon 0.1", {"'" + i8 + "'", "'<i8'"}},
       {" --source " + be + " --target " + y + " --epsilon 0.1", {"'" + be + "'", "'>f8'"}},
       {" --source " + obj + " --target " + y + " --epsilon 0.1", {"'" + obj + "'", "'|O'"}},
@@ -610,7 +618,8 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {" --source " + x + " --target " + inf_csv + " --epsilon 0.1",
        {"--target '" + inf_csv + "'", "non-finite coordinate -inf at point 1, coordinate 0"}},
       {" --source " + x + " --target " + y3f + " --epsilon 0.1",
-       {"dimension mismatch", "--source '" + x + "' has d = 2", "--target '" + y3f + "' has d = 3"}},
+       {"dimension mismatch", "--source '" + x + "' has d = 2",
+        "--target '" + y3f + "' has d = 3"}},
       {" --source " + empty_csv + " --target " + y + " --epsilon 0.1",
        {"--source '" + empty_csv + "'", "empty point cloud"}},
       {" --source " + x + " --target " + path("zero_rows.npy") + " --epsilon 0.1",
@@ -682,8 +691,8 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
 TEST_F(CliTest, HelpUnknownCommandAndCudaOnCpuBuild) {
   Result r = run("solve --help");
   EXPECT_EQ(r.code, 0);
-  for (const char* opt : {"--source", "--target", "--epsilon", "--debias", "--output-map",
-                          "--demo", "--fixed-epsilon", "--precision"})
+  for (const char* opt : {"--source", "--target", "--epsilon", "--debias", "--output-map", "--demo",
+                          "--fixed-epsilon", "--precision"})
     EXPECT_NE(r.out.find(opt), std::string::npos) << opt;
   r = run("info --help");
   EXPECT_EQ(r.code, 0);

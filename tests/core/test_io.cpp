@@ -115,8 +115,8 @@ std::string f8_header(const std::string& shape) {
 TEST_F(IoTest, ReadsHandMadeNpyVersions1To3) {
   const std::vector<double> v = {1.5, -2.25, 3e-300, 4e300, -0.0, 6.0};
   for (int major : {1, 2, 3}) {
-    const std::string p = write_bytes("v" + std::to_string(major) + ".npy",
-                                      npy(major, f8_header("(2, 3)"), raw(v)));
+    const std::string p =
+        write_bytes("v" + std::to_string(major) + ".npy", npy(major, f8_header("(2, 3)"), raw(v)));
     const io::Array a = io::read_array(p);
     EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 3})) << "version " << major;
     EXPECT_EQ(a.dtype, "float64");
@@ -148,7 +148,8 @@ TEST_F(IoTest, ReadsEmptyAndScalarNpy) {
 }
 
 TEST_F(IoTest, ExtensionIsCaseInsensitive) {
-  const std::string p = write_bytes("UPPER.NPY", npy(1, f8_header("(1,)"), raw(std::vector<double>{2})));
+  const std::string p =
+      write_bytes("UPPER.NPY", npy(1, f8_header("(1,)"), raw(std::vector<double>{2})));
   EXPECT_EQ(io::read_array(p).data, (std::vector<double>{2}));
   EXPECT_EQ(io::extension("a/b.CsV"), ".csv");
   EXPECT_EQ(io::extension("dir.x/file"), "");
@@ -183,8 +184,7 @@ TEST_F(IoTest, MalformedNpyFilesAreIoErrorsNamingFileAndProblem) {
        "fortran_order is True"},
       {"truncated_data", npy(1, f8_header("(2, 3)"), d6.substr(0, 40)), "truncated data"},
       {"trailing_bytes", npy(1, f8_header("(2, 3)"), d6 + "xx"), "unexpected bytes"},
-      {"truncated_header", npy(1, f8_header("(2, 3)"), "").substr(0, 30),
-       "truncated .npy header"},
+      {"truncated_header", npy(1, f8_header("(2, 3)"), "").substr(0, 30), "truncated .npy header"},
       {"truncated_length", std::string("\x93NUMPY\x02\x00\x10", 9), "truncated .npy file"},
       {"missing_shape", npy(1, "{'descr': '<f8', 'fortran_order': False}", d6),
        "missing key 'shape'"},
@@ -292,7 +292,8 @@ TEST_F(IoTest, MalformedCsvNamesFileLineColumnAndField) {
 // ---- shapes for points and weights --------------------------------------------------------
 
 TEST_F(IoTest, ReadMatrixNeedsTwoDimensions) {
-  const std::string one = write_bytes("one.npy", npy(1, f8_header("(5,)"), raw(std::vector<double>(5))));
+  const std::string one =
+      write_bytes("one.npy", npy(1, f8_header("(5,)"), raw(std::vector<double>(5))));
   std::string msg = io_error([&] { io::read_matrix(one, "--source"); });
   EXPECT_HAS(msg, "--source");
   EXPECT_HAS(msg, "'" + one + "' has shape (5,)");
@@ -315,13 +316,14 @@ TEST_F(IoTest, ReadMatrixNeedsTwoDimensions) {
 TEST_F(IoTest, ReadVectorAcceptsNAndColumnAndRowShapes) {
   const std::vector<double> w = {0.25, 0.5, 0.25};
   for (const char* shape : {"(3,)", "(3, 1)", "(1, 3)"}) {
-    const io::Array a = io::read_vector(
-        write_bytes("w.npy", npy(1, f8_header(shape), raw(w))), "--source-weights");
+    const io::Array a =
+        io::read_vector(write_bytes("w.npy", npy(1, f8_header(shape), raw(w))), "--source-weights");
     EXPECT_EQ(a.shape, (std::vector<std::int64_t>{3})) << shape;
     EXPECT_EQ(a.data, w);
   }
   EXPECT_EQ(io::read_vector(write_bytes("w.csv", "w\n0.25\n0.5\n0.25\n"), "w").data, w);
-  const std::string bad = write_bytes("bad.npy", npy(1, f8_header("(2, 3)"), raw(std::vector<double>(6))));
+  const std::string bad =
+      write_bytes("bad.npy", npy(1, f8_header("(2, 3)"), raw(std::vector<double>(6))));
   const std::string msg = io_error([&] { io::read_vector(bad, "--target-weights"); });
   EXPECT_HAS(msg, "--target-weights");
   EXPECT_HAS(msg, "has shape (2, 3)");
@@ -331,7 +333,7 @@ TEST_F(IoTest, ReadVectorAcceptsNAndColumnAndRowShapes) {
 
 // Doubles that need all 17 significant digits, plus extremes.
 std::vector<double> awkward_values(std::size_t n) {
-  std::vector<double> v = {0.1, 1.0 / 3.0, -2.0 / 7.0, 1e-310, -1.7976931348623157e308,
+  std::vector<double> v = {0.1,    1.0 / 3.0,           -2.0 / 7.0, 1e-310, -1.7976931348623157e308,
                            5e-324, 123456789.123456789, -0.0};
   std::uint64_t s = 12345;
   while (v.size() < n) {
@@ -429,7 +431,8 @@ TEST_F(IoTest, FailedWritesLeaveNoFileAndNoTemporary) {
 
 TEST_F(IoTest, CheckWritableArrayPath) {
   io::check_writable_array_path(path("fine.csv"), "--output-map");
-  std::string msg = io_error([&] { io::check_writable_array_path(path("x/y.npy"), "--output-map"); });
+  std::string msg =
+      io_error([&] { io::check_writable_array_path(path("x/y.npy"), "--output-map"); });
   EXPECT_HAS(msg, "--output-map: cannot write '" + path("x/y.npy") + "'");
   msg = io_error([&] { io::check_writable_array_path(path("y.dat"), "--output-map"); });
   EXPECT_HAS(msg, "unknown file type '.dat'");
