@@ -218,6 +218,24 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   return s;
 }
 
+// True when y = x and b = a element by element (host data; device data compares pointers).
+template <class T>
+bool is_self_problem(const Problem<T>& p) {
+  if (p.x.rows != p.y.rows || p.x.cols != p.y.cols) return false;
+  if (p.x.space != MemorySpace::kHost || p.y.space != MemorySpace::kHost)
+    return p.x.data == p.y.data && p.x.stride == p.y.stride && p.a.data == p.b.data;
+  for (std::int64_t i = 0; i < p.x.rows; ++i)
+    for (std::int64_t k = 0; k < p.x.cols; ++k)
+      if (!(p.x(i, k) == p.y(i, k))) return false;
+  if ((p.a.data == nullptr) != (p.b.data == nullptr)) return false;
+  if (p.a.data == nullptr) return true;
+  if (p.a.space != MemorySpace::kHost || p.b.space != MemorySpace::kHost)
+    return p.a.data == p.b.data;
+  for (std::int64_t i = 0; i < p.a.size; ++i)
+    if (!(p.a[i] == p.b[i])) return false;
+  return true;
+}
+
 void check_options(const SinkhornOptions& options) {
   std::string why;
   if (!options.is_valid(&why)) throw InvalidArgument("SinkhornOptions: " + why);
@@ -250,9 +268,19 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
     const double d = oracle_xy->diameter();
     shared.initial_epsilon = problem.cost_scale * d * d;
   }
+  // The self-problems OT(a, a) and OT(b, b) run the symmetric schedule from f = g (GeomLoss's
+  // h <- (h + T(h)) / 2, which keeps f = g bitwise). Alternating updates converge very slowly
+  // on a self-problem: an isolated point is transported onto itself at zero cost, so only
+  // f_i + g_i is pinned and the mode f_i - g_i decays at a rate set by its tiny coupling to the
+  // other points (measured: marginal error still 1e-5 after 10^4 iterations, 25 Gaussian
+  // points, eps = 0.1). When x = y and a = b the (x, y) problem is a self-problem too and is
+  // solved by the same code path, so that S(a, a) = 0 exactly.
+  SinkhornOptions self = shared;
+  self.schedule = Schedule::kSymmetric;
   DivergenceSummary out;
   Potentials<T> local;
-  out.xy = run_sinkhorn(ctx, *oracle_xy, problem.cost_scale, problem.epsilon, shared,
+  out.xy = run_sinkhorn(ctx, *oracle_xy, problem.cost_scale, problem.epsilon,
+                        is_self_problem(problem) ? self : shared,
                         potentials ? potentials : &local, t0);
   oracle_xy.reset();
   Problem<T> pxx = problem;
@@ -264,12 +292,12 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
   {
     Potentials<T> p;
     auto o = make_oracle(ctx, pxx, precision);
-    out.xx = run_sinkhorn(ctx, *o, problem.cost_scale, problem.epsilon, shared, &p, Clock::now());
+    out.xx = run_sinkhorn(ctx, *o, problem.cost_scale, problem.epsilon, self, &p, Clock::now());
   }
   {
     Potentials<T> p;
     auto o = make_oracle(ctx, pyy, precision);
-    out.yy = run_sinkhorn(ctx, *o, problem.cost_scale, problem.epsilon, shared, &p, Clock::now());
+    out.yy = run_sinkhorn(ctx, *o, problem.cost_scale, problem.epsilon, self, &p, Clock::now());
   }
   out.divergence = out.xy.dual_cost - 0.5 * out.xx.dual_cost - 0.5 * out.yy.dual_cost;
   return out;

@@ -280,4 +280,29 @@ inline DenseSolution dense_solve(const DenseProblem& p, double eps,
   return s;
 }
 
+/// Self-problem OT(a, a) (x = y, a = b): the symmetric fixed point h = T(h), by the averaged
+/// iteration h <- (h + T(h)) / 2 (alternating updates converge very slowly on self-problems).
+/// Returns f = g = h.
+inline DenseSolution dense_solve_self(const DenseProblem& p, double eps,
+                                      std::int64_t max_iterations = 200000, double tol = 1e-14) {
+  if (p.n != p.m || p.x != p.y || p.a != p.b)
+    throw std::invalid_argument("dense_solve_self needs x = y and a = b");
+  DenseSolution s;
+  std::vector<double> h(std::size_t(p.n), 0.0);
+  double e = std::max(eps, p.max_cost());
+  for (s.iterations = 0; s.iterations < max_iterations; ++s.iterations) {
+    const std::vector<double> t = dense_update_f(p, e, h);
+    for (std::size_t i = 0; i < h.size(); ++i) h[i] = 0.5 * (h[i] + t[i]);
+    if (e > eps) {
+      e = std::max(0.5 * e, eps);
+      continue;
+    }
+    if (s.iterations % 10 == 0 && dense_marginal_error(p, eps, h, h) <= tol) break;
+  }
+  s.f = h;
+  s.g = h;
+  s.marginal_error = dense_marginal_error(p, eps, h, h);
+  return s;
+}
+
 }  // namespace kantor::testing
