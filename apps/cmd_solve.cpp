@@ -35,6 +35,7 @@ using Clock = std::chrono::steady_clock;
 constexpr double kDemoEpsilon = 0.05;
 constexpr std::int64_t kDemoN = 2000, kDemoM = 3000, kDemoD = 3;
 constexpr double kDefaultScaling = 0.5;
+constexpr int kMaxThreads = 1024;
 
 std::string fmt(double v) {
   std::ostringstream os;
@@ -505,9 +506,10 @@ int cmd_solve(const std::vector<std::string>& args) {
     throw InvalidArgument("--max-iterations must be >= 1, got " + std::to_string(max_iterations));
   if (check_every < 1)
     throw InvalidArgument("--check-every must be >= 1, got " + std::to_string(check_every));
-  if (threads < 0)
-    throw InvalidArgument("--threads must be >= 0 (0: all hardware threads), got " +
-                          std::to_string(threads));
+  // The upper bound guards against a typo starting thousands of OS threads.
+  if (threads < 0 || threads > kMaxThreads)
+    throw InvalidArgument("--threads must be in [0, " + std::to_string(kMaxThreads) +
+                          "] (0: all hardware threads), got " + std::to_string(threads));
   st.options.schedule = parse_schedule(schedule, "--schedule");
   const Backend backend_choice = parse_backend(backend, "--backend");
   std::optional<Precision> precision;
