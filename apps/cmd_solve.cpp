@@ -470,6 +470,10 @@ int cmd_solve(const std::vector<std::string>& args) {
   po::notify(vm);
 
   // Combinations and ranges, all before any file is read.
+  for (const char* opt :
+       {"source", "target", "source-weights", "target-weights", "output-map", "output-potentials"})
+    if (vm.count(opt) && vm[opt].as<std::string>().empty())
+      throw InvalidArgument(std::string("--") + opt + ": empty file name");
   if (demo) {
     for (const char* opt : {"source", "target", "source-weights", "target-weights"})
       if (vm.count(opt))
@@ -527,8 +531,6 @@ int cmd_solve(const std::vector<std::string>& args) {
   st.potentials_prefix = potentials_prefix;
   st.map_path = map_path;
   if (vm.count("output-potentials")) {
-    if (potentials_prefix.empty())
-      throw InvalidArgument("--output-potentials: empty PREFIX (expected a path prefix)");
     const PotentialPaths paths = potential_paths(potentials_prefix);
     io::check_writable_array_path(paths.f, "--output-potentials");
     io::check_writable_array_path(paths.g, "--output-potentials");

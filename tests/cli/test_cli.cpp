@@ -648,6 +648,7 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {xy, {"missing --epsilon"}},
       {" --source " + x + " --epsilon 0.1", {"missing --target"}},
       {" --epsilon 0.1", {"missing --source"}},
+      {xy + " --epsilon 0.1 --source-weights ''", {"--source-weights: empty file name"}},
       {xy + " --epsilon 0.1 --cost-scale 0", {"--cost-scale must be finite and > 0"}},
       {xy + " --epsilon 0.1 --bogus", {"unrecognised option '--bogus'"}},
       {xy + " --epsilon 0.1 --eps 3", {"'--eps'"}},
