@@ -1,0 +1,653 @@
+// Per-matrix Birkhoff algorithms shared by the CPU engine (F = double) and the CUDA kernels
+// (F = float): every function works on one matrix held in a local array of NMAX * NMAX entries
+// (row-major with row stride NMAX, first n x n used). With NMAX = n = 4 and everything inlined,
+// nvcc keeps the arrays in registers; with NMAX = 16 and a runtime n they live in local memory
+// (the general path). Math: numerics.md section 5 and docs/birkhoff.md.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#if defined(__CUDACC__)
+#define KANTOR_BK_HD __host__ __device__ __forceinline__
+// Full unrolling only for small compile-time sizes (n = 4 kernels keep arrays in registers); the
+// NMAX = 16 general path stays rolled (unrolling it cost minutes of ptxas and huge spills).
+#define KANTOR_BK_UNROLL _Pragma("unroll (::kantor::birkhoff::unroll_factor<NMAX>)")
+#else
+#define KANTOR_BK_HD inline
+#define KANTOR_BK_UNROLL
+#endif
+
+namespace kantor::birkhoff {
+
+constexpr int kMaxN = 16;
+template <int NMAX>
+constexpr int unroll_factor = NMAX <= 4 ? 64 : 1;
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+/// DeepSeek's additive constant in every denominator (and after the softmax).
+constexpr double kDeepSeekEps = 1e-6;
+
+/// Status of one forward matrix.
+enum MatrixStatus : int { kOk = 0, kNoProjection = 1, kInvalidInput = 2 };
+
+template <class F>
+struct Num;
+template <>
+struct Num<float> {
+  static constexpr float tiny() { return 1e-30f; }      // pivots/denominators floor
+  static constexpr float min_normal() { return 1.17549435e-38f; }
+  static constexpr float eps() { return 1.1920929e-7f; }
+};
+template <>
+struct Num<double> {
+  static constexpr double tiny() { return 1e-280; }
+  static constexpr double min_normal() { return 2.2250738585072014e-308; }
+  static constexpr double eps() { return 2.220446049250313e-16; }
+};
+
+KANTOR_BK_HD float bk_exp2(float x) { return exp2f(x); }
+KANTOR_BK_HD double bk_exp2(double x) { return exp2(x); }
+KANTOR_BK_HD float bk_log2(float x) { return log2f(x); }
+KANTOR_BK_HD double bk_log2(double x) { return log2(x); }
+KANTOR_BK_HD float bk_exp(float x) { return expf(x); }
+KANTOR_BK_HD double bk_exp(double x) { return exp(x); }
+KANTOR_BK_HD float bk_abs(float x) { return fabsf(x); }
+KANTOR_BK_HD double bk_abs(double x) { return fabs(x); }
+KANTOR_BK_HD float bk_sqrt(float x) { return sqrtf(x); }
+KANTOR_BK_HD double bk_sqrt(double x) { return sqrt(x); }
+template <class F>
+KANTOR_BK_HD F bk_max(F a, F b) {
+  return a > b ? a : b;
+}
+template <class F>
+KANTOR_BK_HD F bk_min(F a, F b) {
+  return a < b ? a : b;
+}
+template <class F>
+KANTOR_BK_HD F neg_inf() {
+  return -std::numeric_limits<F>::infinity();
+}
+template <class F>
+KANTOR_BK_HD bool is_nan_or_pos_inf(F x) {
+  return !(x < std::numeric_limits<F>::infinity());  // true for NaN and +inf
+}
+
+/// Checks the logits and shifts them into the log2 domain: L = (R - max R) * log2(e).
+/// Returns kInvalidInput (NaN or +inf present), kNoProjection (all -inf) or kOk.
+template <int NMAX, class F>
+KANTOR_BK_HD int prepare_log2(F* L, int n) {
+  F mx = neg_inf<F>();
+  bool bad = false;
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      const F v = L[i * NMAX + j];
+      bad |= is_nan_or_pos_inf(v);
+      mx = bk_max(mx, v);
+    }
+  }
+  if (bad) return kInvalidInput;
+  // Hazard: (-inf) - (-inf) = NaN when every entry is -inf; such a matrix has no projection.
+  if (!(mx > neg_inf<F>())) return kNoProjection;
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      L[i * NMAX + j] = (L[i * NMAX + j] - mx) * F(kLog2e);
+    }
+  }
+  return kOk;
+}
+
+/// Row-softmax evaluation at column potentials b (log2 units):
+///   m_i = max_j (L_ij + b_j), s_i = sum_j 2^(L_ij + b_j - m_i), T_ij = 2^(L_ij + b_j - m_i) / s_i,
+///   c_j = sum_i T_ij, psi = sum_i (m_i + log2 s_i) - sum_j b_j (the reduced dual, log2 units),
+///   H = diag(c) - T^T T (first n-1 coordinates, packed upper triangle) when kHessian.
+/// Rows of all -inf carry no mass: their T row is 0 and they add nothing to psi.
+/// psi_scale bounds |terms| of psi for the line search's rounding slack.
+template <int NMAX, bool kHessian, bool kWriteT, class F>
+KANTOR_BK_HD void softmax_eval(const F* L, const F* b, int n, F* c, F* H, F& psi, F& psi_scale,
+                               F* T) {
+  constexpr int kH = (NMAX - 1) * NMAX / 2;
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j) c[j] = F(0);
+  if (kHessian) {
+KANTOR_BK_UNROLL
+    for (int k = 0; k < kH; ++k) H[k] = F(0);
+  }
+  psi = F(0);
+  psi_scale = F(0);
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j) {
+    if (j >= n) break;
+    psi -= b[j];
+    psi_scale += bk_abs(b[j]);
+  }
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    F e[NMAX];
+    F m = neg_inf<F>();
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      e[j] = L[i * NMAX + j] + b[j];
+      m = bk_max(m, e[j]);
+    }
+    // Hazard: a row of all -inf would give exp2(-inf - (-inf)) = NaN; it has no mass.
+    if (!(m > neg_inf<F>())) {
+      if (kWriteT) {
+KANTOR_BK_UNROLL
+        for (int j = 0; j < NMAX; ++j)
+          if (j < n) T[i * NMAX + j] = F(0);
+      }
+      continue;
+    }
+    F s = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      e[j] = bk_exp2(e[j] - m);
+      s += e[j];
+    }
+    // s >= 1 (the maximal entry contributes 2^0), so 1/s and log2(s) are safe.
+    const F inv = F(1) / s;
+    const F lse = m + bk_log2(s);
+    psi += lse;
+    psi_scale += bk_abs(lse);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      e[j] *= inv;
+      c[j] += e[j];
+      if (kWriteT) T[i * NMAX + j] = e[j];
+    }
+    if (kHessian) {
+      // Row i adds diag(t) - t t^T. Its diagonal t_j (1 - t_j) is formed as t_j * sum_{k != j} t_k:
+      // 1 - t_j cancels catastrophically when t_j ~ 1 (near-permutation P at large logit
+      // scales), which made the fp32 Hessian singular and Newton stall at Err ~ 1e-4.
+      int k = 0;
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX - 1; ++j) {
+        F others = F(0);
+KANTOR_BK_UNROLL
+        for (int l = 0; l < NMAX; ++l)
+          if (l < n && l != j) others += e[l];
+KANTOR_BK_UNROLL
+        for (int l = j; l < NMAX - 1; ++l) {
+          if (j < n - 1 && l < n - 1) H[k] += l == j ? e[j] * others : -e[j] * e[l];
+          ++k;
+        }
+      }
+    }
+  }
+}
+
+/// Packed upper-triangle index of (j, l), j <= l, in an (NMAX-1)-dimensional symmetric matrix.
+template <int NMAX>
+KANTOR_BK_HD constexpr int packed(int j, int l) {
+  return j * (NMAX - 1) - j * (j - 1) / 2 + (l - j);
+}
+
+/// Solves A x = rhs for the SPD (m x m, m = n-1) matrix A given as packed upper triangle (it is
+/// overwritten by its Cholesky factor), in place in rhs. Pivots are floored at
+/// tiny * (1 + max diagonal): a zero column (a column of -inf logits) or a pattern without a
+/// positive diagonal makes A singular, and the floor keeps the result finite (the caller clamps
+/// the step) instead of dividing by zero.
+template <int NMAX, class F>
+KANTOR_BK_HD void cholesky_solve(F* A, F* rhs, int m) {
+  F dmax = F(0);
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX - 1; ++j)
+    if (j < m) dmax = bk_max(dmax, A[packed<NMAX>(j, j)]);
+  const F floor = Num<F>::tiny() * (F(1) + dmax) + F(64) * Num<F>::eps() * dmax;
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX - 1; ++j) {
+    if (j >= m) break;
+    F d = A[packed<NMAX>(j, j)];
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX - 1; ++k) {
+      if (k >= j) break;
+      d -= A[packed<NMAX>(k, j)] * A[packed<NMAX>(k, j)];
+    }
+    d = bk_max(d, floor);  // guard: rank deficiency / rounding must not give sqrt(<=0)
+    const F ljj = bk_sqrt(d);
+    const F inv = F(1) / ljj;
+    A[packed<NMAX>(j, j)] = ljj;
+KANTOR_BK_UNROLL
+    for (int l = 0; l < NMAX - 1; ++l) {
+      if (l <= j || l >= m) continue;
+      F v = A[packed<NMAX>(j, l)];
+KANTOR_BK_UNROLL
+      for (int k = 0; k < NMAX - 1; ++k) {
+        if (k >= j) break;
+        v -= A[packed<NMAX>(k, j)] * A[packed<NMAX>(k, l)];
+      }
+      A[packed<NMAX>(j, l)] = v * inv;  // stores R with A = R^T R, R upper
+    }
+  }
+  // R^T y = rhs (forward), then R x = y (backward).
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX - 1; ++j) {
+    if (j >= m) break;
+    F v = rhs[j];
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX - 1; ++k) {
+      if (k >= j) break;
+      v -= A[packed<NMAX>(k, j)] * rhs[k];
+    }
+    rhs[j] = v / A[packed<NMAX>(j, j)];
+  }
+KANTOR_BK_UNROLL
+  for (int jj = NMAX - 2; jj >= 0; --jj) {
+    if (jj >= m) continue;
+    F v = rhs[jj];
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX - 1; ++k) {
+      if (k <= jj || k >= m) continue;
+      v -= A[packed<NMAX>(jj, k)] * rhs[k];
+    }
+    rhs[jj] = v / A[packed<NMAX>(jj, jj)];
+  }
+}
+
+struct NewtonResult {
+  int status;
+  int iterations;
+};
+
+/// Converged projection by Newton on the reduced dual psi(b) (b_{n-1} = 0), in place: on entry
+/// L holds the raw logits, on exit the row-softmax T of the final b (rows sum to 1 to rounding,
+/// columns to the Newton tolerance). tol_stop: stop when |c - 1|_1 <= tol_stop; tol_accept: also
+/// stop when |c - 1|_1 <= tol_accept and the last step did not halve it (fp32 noise floor).
+template <int NMAX, class F>
+KANTOR_BK_HD NewtonResult newton_project(F* L, int n, F tol_stop, F tol_accept, int max_iter) {
+  NewtonResult res{prepare_log2<NMAX>(L, n), 0};
+  if (res.status != kOk) return res;
+  constexpr int kH = (NMAX - 1) * NMAX / 2;
+  F b[NMAX];
+  // Start: one log-domain Sinkhorn sweep from b = 0, a_i = -LSE_j L_ij, b_j = -LSE_i (L_ij + a_i),
+  // then the shift b <- b - b_{n-1} (the dual is invariant to it; Newton fixes b_{n-1} = 0).
+  {
+    F a[NMAX];
+KANTOR_BK_UNROLL
+    for (int i = 0; i < NMAX; ++i) {
+      if (i >= n) break;
+      F m = neg_inf<F>();
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j)
+        if (j < n) m = bk_max(m, L[i * NMAX + j]);
+      F s = F(0);
+      if (m > neg_inf<F>()) {
+KANTOR_BK_UNROLL
+        for (int j = 0; j < NMAX; ++j)
+          if (j < n) s += bk_exp2(L[i * NMAX + j] - m);
+      }
+      // Guard: an all -inf row has no mass; a_i = 0 avoids -inf + inf = NaN below.
+      a[i] = m > neg_inf<F>() ? -(m + bk_log2(s)) : F(0);
+    }
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      F m = neg_inf<F>();
+KANTOR_BK_UNROLL
+      for (int i = 0; i < NMAX; ++i)
+        if (i < n) m = bk_max(m, L[i * NMAX + j] + a[i]);
+      F s = F(0);
+      if (m > neg_inf<F>()) {
+KANTOR_BK_UNROLL
+        for (int i = 0; i < NMAX; ++i)
+          if (i < n) s += bk_exp2(L[i * NMAX + j] + a[i] - m);
+      }
+      // Guard: an all -inf column (no projection) keeps b_j = 0 rather than +inf.
+      b[j] = m > neg_inf<F>() ? -(m + bk_log2(s)) : F(0);
+    }
+    const F shift = b[n - 1];
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j)
+      if (j < n) b[j] -= shift;
+  }
+  F c[NMAX], H[kH], psi, psi_scale;
+  F T[NMAX * NMAX];  // row softmax at the current b: the output once Newton stops
+  softmax_eval<NMAX, true, true>(L, b, n, c, H, psi, psi_scale, T);
+  auto col_err = [&](const F* cc) {
+    F e = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j)
+      if (j < n) e += bk_abs(cc[j] - F(1));
+    return e;
+  };
+  F err = col_err(c);
+  // Max step per iteration in log2 units: a trust bound that keeps b finite when the problem
+  // has no solution (the dual is then unbounded below and Newton would step to infinity).
+  const F kMaxStep = F(32);
+  for (int it = 0; it < max_iter; ++it) {
+    if (!(err > tol_stop)) break;
+    // Newton direction: ln2 (diag(c) - T^T T) d = -(c - 1), on the first n-1 coordinates
+    // (H holds diag(c) - T^T T, accumulated row by row without cancellation).
+    F d[NMAX];
+    F g_dot_d = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX - 1; ++j)
+      if (j < n - 1) d[j] = (F(1) - c[j]) * F(1.0 / kLn2);
+    cholesky_solve<NMAX>(H, d, n - 1);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX - 1; ++j) {
+      if (j >= n - 1) break;
+      // Clamp (NaN-safe: max/min return the non-NaN operand) to the trust bound.
+      d[j] = bk_min(bk_max(d[j], -kMaxStep), kMaxStep);
+      g_dot_d += (c[j] - F(1)) * d[j];
+    }
+    d[n - 1] = F(0);
+    // Backtracking (Armijo) line search on psi; the slack absorbs psi's rounding near the optimum,
+    // where the predicted decrease is below float resolution and full steps are right.
+    F t = F(1);
+    bool accepted = false;
+    F bn[NMAX], cn[NMAX], Hn[kH], psin, scalen, Tn[NMAX * NMAX];
+    for (int ls = 0; ls < 12; ++ls) {
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j)
+        if (j < n) bn[j] = b[j] + t * d[j];
+      softmax_eval<NMAX, true, true>(L, bn, n, cn, Hn, psin, scalen, Tn);
+      const F slack = F(8) * Num<F>::eps() * (psi_scale + scalen);
+      if (psin <= psi + F(1e-4) * t * g_dot_d + slack) {
+        accepted = true;
+        break;
+      }
+      t *= F(0.5);
+    }
+    ++res.iterations;
+    if (!accepted) break;  // no decrease possible at this precision: keep the current point
+    const F errn = col_err(cn);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      b[j] = bn[j];
+      c[j] = cn[j];
+    }
+KANTOR_BK_UNROLL
+    for (int k = 0; k < kH; ++k) H[k] = Hn[k];
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX * NMAX; ++k) T[k] = Tn[k];
+    psi = psin;
+    psi_scale = scalen;
+    const bool stalled = errn > F(0.5) * err;
+    err = errn;
+    if (stalled && !(err > tol_accept)) break;
+  }
+  // Output: the row softmax at the final b. Rows sum to 1 up to rounding; columns to err.
+KANTOR_BK_UNROLL
+  for (int k = 0; k < NMAX * NMAX; ++k) L[k] = T[k];
+  return res;
+}
+
+/// One normalization step Y = diag(1/d) X (rows) or X diag(1/d) (columns), d = sums + add.
+/// With add = 0 (exact Sinkhorn) the denominator is floored at the smallest normal number: a
+/// row/column with no mass would otherwise give 0/0 = NaN; it stays 0.
+template <int NMAX, class F>
+KANTOR_BK_HD void normalize_step(F* X, int n, bool rows, F add, F* dens) {
+KANTOR_BK_UNROLL
+  for (int a = 0; a < NMAX; ++a) {
+    if (a >= n) break;
+    F s = F(0);
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX; ++k)
+      if (k < n) s += rows ? X[a * NMAX + k] : X[k * NMAX + a];
+    const F d = bk_max(s + add, Num<F>::min_normal());
+    if (dens) dens[a] = d;
+    const F inv = F(1) / d;
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX; ++k) {
+      if (k >= n) continue;
+      if (rows)
+        X[a * NMAX + k] *= inv;
+      else
+        X[k * NMAX + a] *= inv;
+    }
+  }
+}
+
+/// Description of a truncated (fixed-iteration) map as a sequence of normalization steps.
+struct TruncatedMap {
+  bool deepseek;      // init = row softmax + 1e-6, denominators + 1e-6
+  bool row_first;     // order of each sweep (DeepSeek: column step right after the softmax)
+  int iterations;     // sweeps (DeepSeek: repeat)
+  // Number of normalization steps after the initialization.
+  KANTOR_BK_HD int steps() const { return deepseek ? 2 * iterations - 1 : 2 * iterations; }
+  // Whether step s (0-based) normalizes rows.
+  KANTOR_BK_HD bool step_is_rows(int s) const {
+    if (deepseek) return (s % 2) == 1;  // col, row, col, row, ..., col
+    return row_first ? (s % 2) == 0 : (s % 2) == 1;
+  }
+  template <class F>
+  KANTOR_BK_HD F add() const {
+    return deepseek ? F(kDeepSeekEps) : F(0);
+  }
+};
+
+/// Initialization X0 of a truncated map from raw logits (in place).
+///   Sinkhorn: X0 = exp(R - max R) (per-matrix max: cancels in every normalization, keeps
+///   column-first correct). DeepSeek: X0 = row softmax(R) + 1e-6.
+/// Returns a MatrixStatus (kInvalidInput for NaN / +inf logits).
+template <int NMAX, class F>
+KANTOR_BK_HD int truncated_init(F* X, int n, const TruncatedMap& map) {
+  F mx = neg_inf<F>();
+  bool bad = false;
+KANTOR_BK_UNROLL
+  for (int k = 0; k < NMAX * NMAX; ++k) {
+    if ((k / NMAX) >= n || (k % NMAX) >= n) continue;
+    bad |= is_nan_or_pos_inf(X[k]);
+    mx = bk_max(mx, X[k]);
+  }
+  if (bad) return kInvalidInput;
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    F m = mx;
+    if (map.deepseek) {
+      m = neg_inf<F>();
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j)
+        if (j < n) m = bk_max(m, X[i * NMAX + j]);
+    }
+    // Guard: all -inf (matrix or row): exp(-inf - (-inf)) = NaN; the row has no mass.
+    const bool empty = !(m > neg_inf<F>());
+    F s = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      const F e = empty ? F(0) : bk_exp(X[i * NMAX + j] - m);
+      X[i * NMAX + j] = e;
+      s += e;
+    }
+    if (map.deepseek) {
+      // s >= 1 unless the row is empty (then the softmax row is taken as 0).
+      const F inv = empty ? F(0) : F(1) / s;
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j)
+        if (j < n) X[i * NMAX + j] = X[i * NMAX + j] * inv + F(kDeepSeekEps);
+    }
+  }
+  return mx > neg_inf<F>() ? kOk : kNoProjection;
+}
+
+/// Forward of a truncated map, in place (X: logits in, P out).
+template <int NMAX, class F>
+KANTOR_BK_HD int truncated_forward(F* X, int n, const TruncatedMap& map) {
+  const int st = truncated_init<NMAX>(X, n, map);
+  if (st == kInvalidInput) return st;
+  const int steps = map.steps();
+  for (int s = 0; s < steps; ++s)
+    normalize_step<NMAX>(X, n, map.step_is_rows(s), map.template add<F>(), static_cast<F*>(nullptr));
+  return st;
+}
+
+/// Exact reverse-mode gradient of a truncated map: R (logits) and G = dL/dP in, dL/dR out (in G).
+/// No per-step storage: the input of step s is recomputed from X0 for every s (O(steps^2)
+/// normalization steps, all on chip). Step backward, Y = X / d (d = sums + add):
+///   dX = (dY - (dY . Y summed along the normalized direction)) / d.
+template <int NMAX, class F>
+KANTOR_BK_HD void truncated_backward(const F* R, F* G, int n, const TruncatedMap& map) {
+  F X0[NMAX * NMAX];
+KANTOR_BK_UNROLL
+  for (int k = 0; k < NMAX * NMAX; ++k) X0[k] = R[k];
+  if (truncated_init<NMAX>(X0, n, map) == kInvalidInput) {
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX * NMAX; ++k) G[k] = F(0);
+    return;
+  }
+  const int steps = map.steps();
+  const F add = map.template add<F>();
+  for (int s = steps - 1; s >= 0; --s) {
+    F X[NMAX * NMAX];
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX * NMAX; ++k) X[k] = X0[k];
+    for (int r = 0; r < s; ++r)
+      normalize_step<NMAX>(X, n, map.step_is_rows(r), add, static_cast<F*>(nullptr));
+    F d[NMAX];
+    const bool rows = map.step_is_rows(s);
+    normalize_step<NMAX>(X, n, rows, add, d);  // X is now Y_s
+KANTOR_BK_UNROLL
+    for (int a = 0; a < NMAX; ++a) {
+      if (a >= n) break;
+      F dot = F(0);
+KANTOR_BK_UNROLL
+      for (int k = 0; k < NMAX; ++k) {
+        if (k >= n) continue;
+        const int idx = rows ? a * NMAX + k : k * NMAX + a;
+        dot += G[idx] * X[idx];
+      }
+      // Guard: a floored denominator (no mass) means the step is locally constant (output 0).
+      const F inv = d[a] > Num<F>::min_normal() ? F(1) / d[a] : F(0);
+KANTOR_BK_UNROLL
+      for (int k = 0; k < NMAX; ++k) {
+        if (k >= n) continue;
+        const int idx = rows ? a * NMAX + k : k * NMAX + a;
+        G[idx] = (G[idx] - dot) * inv;
+      }
+    }
+  }
+  // Through the initialization. Sinkhorn: X0 = exp(R - max), dR = dX0 * X0 (the max cancels).
+  // DeepSeek: X0 = S + eps, S = row softmax: dR_ij = S_ij (dX0_ij - sum_k dX0_ik S_ik).
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    if (!map.deepseek) {
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j)
+        if (j < n) G[i * NMAX + j] *= X0[i * NMAX + j];
+    } else {
+      F dot = F(0);
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j)
+        if (j < n) dot += G[i * NMAX + j] * (X0[i * NMAX + j] - F(kDeepSeekEps));
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j)
+        if (j < n) G[i * NMAX + j] = (X0[i * NMAX + j] - F(kDeepSeekEps)) * (G[i * NMAX + j] - dot);
+    }
+  }
+}
+
+/// Implicit backward at P (rows sums r, column sums c, not necessarily 1), in place in G:
+///   Gam = G o P, mu_r = Gam 1, mu_c = Gam^T 1,
+///   (diag(c) - P^T diag(1/r) P) y = mu_c - P^T diag(1/r) mu_r  (y_{n-1} = 0),
+///   x = diag(1/r) (mu_r - P y),  dL/dR = P o (G - x 1^T - 1 y^T).
+template <int NMAX, class F>
+KANTOR_BK_HD void implicit_backward(const F* P, F* G, int n) {
+  constexpr int kH = (NMAX - 1) * NMAX / 2;
+  F rinv[NMAX], mur[NMAX], c[NMAX], y[NMAX], A[kH];
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j) {
+    c[j] = F(0);
+    y[j] = F(0);
+  }
+KANTOR_BK_UNROLL
+  for (int k = 0; k < kH; ++k) A[k] = F(0);
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    F r = F(0), mu = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      const F p = P[i * NMAX + j];
+      const F gam = G[i * NMAX + j] * p;
+      r += p;
+      mu += gam;
+      c[j] += p;
+      y[j] += gam;  // mu_c accumulates here, rhs built below
+    }
+    // Guard: an all-zero row of P (no mass) has no multiplier; 1/0 would poison the system.
+    rinv[i] = r > Num<F>::min_normal() ? F(1) / r : F(0);
+    mur[i] = mu;
+  }
+  // A = diag(c) - P^T diag(1/r) P, rhs = mu_c - P^T diag(1/r) mu_r on the first n-1 columns.
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    const F w = rinv[i];
+    const F wm = w * mur[i];
+    int k = 0;
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX - 1; ++j) {
+      const F pij = j < n ? P[i * NMAX + j] : F(0);
+      if (j < n - 1) y[j] -= pij * wm;
+KANTOR_BK_UNROLL
+      for (int l = j; l < NMAX - 1; ++l) {
+        if (j < n - 1 && l < n - 1) A[k] -= w * pij * P[i * NMAX + l];
+        ++k;
+      }
+    }
+  }
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX - 1; ++j)
+    if (j < n - 1) A[packed<NMAX>(j, j)] += c[j];
+  cholesky_solve<NMAX>(A, y, n - 1);
+  y[n - 1] = F(0);
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    F py = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j)
+      if (j < n) py += P[i * NMAX + j] * y[j];
+    const F x = rinv[i] * (mur[i] - py);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j)
+      if (j < n) G[i * NMAX + j] = P[i * NMAX + j] * (G[i * NMAX + j] - x - y[j]);
+  }
+}
+
+/// Err = |P 1 - 1|_1 + |P^T 1 - 1|_1 of one matrix (in F arithmetic).
+template <int NMAX, class F>
+KANTOR_BK_HD F marginal_error(const F* P, int n) {
+  F c[NMAX];
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j) c[j] = F(0);
+  F err = F(0);
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    F r = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      r += P[i * NMAX + j];
+      c[j] += P[i * NMAX + j];
+    }
+    err += bk_abs(r - F(1));
+  }
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j)
+    if (j < n) err += bk_abs(c[j] - F(1));
+  return err;
+}
+
+}  // namespace kantor::birkhoff

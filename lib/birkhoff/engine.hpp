@@ -1,0 +1,71 @@
+// Internal interface between the Birkhoff front end (lib/birkhoff/birkhoff.cpp, the C API) and
+// the CUDA engine (lib/birkhoff/cuda/). No CUDA types: streams are opaque cudaStream_t pointers.
+#pragma once
+
+#include <cstdint>
+
+#include "kantor/birkhoff.hpp"
+
+namespace kantor::birkhoff {
+
+enum class Storage { kFloat32, kBFloat16 };
+
+/// Everything a forward launch needs (device pointers).
+struct ForwardArgs {
+  const void* logits = nullptr;
+  void* out = nullptr;
+  std::int64_t batch = 0;
+  int n = 0;
+  Storage storage = Storage::kFloat32;
+  BirkhoffMethod method = BirkhoffMethod::kNewton;
+  bool row_first = true;
+  int iterations = 20;
+  float tolerance = 1e-5f;
+  int max_newton_iterations = 30;
+};
+
+/// Everything a backward launch needs (device pointers). implicit: P, grad_P; unrolled: logits,
+/// grad_P (method, row_first, iterations describe the truncated map).
+struct BackwardArgs {
+  const void* P = nullptr;
+  const void* logits = nullptr;
+  const void* grad_P = nullptr;
+  void* grad_logits = nullptr;
+  std::int64_t batch = 0;
+  int n = 0;
+  Storage storage = Storage::kFloat32;
+  bool implicit = true;
+  BirkhoffMethod method = BirkhoffMethod::kSinkhorn;
+  bool row_first = true;
+  int iterations = 20;
+};
+
+/// Error statistics reduced on the device.
+struct DeviceStats {
+  double worst = 0;
+  double median = 0;
+  double median_bin_decades = 0;
+  std::int64_t not_converged = 0;
+  std::int64_t invalid = 0;
+};
+
+/// Histogram of log10(Err) used for the device median: kHistBins bins of kHistWidth decades
+/// from 10^kHistLo; bin 0 also takes smaller errors (and 0), the last bin larger and non-finite.
+constexpr int kHistBins = 64;
+constexpr double kHistLo = -10.0;
+constexpr double kHistWidth = 0.25;
+
+/// Launches the forward on `stream`. With stats != null also reduces the error statistics on the
+/// device, copies them back and synchronizes the stream; otherwise asynchronous.
+void cuda_forward(const ForwardArgs& args, void* stream, DeviceStats* stats);
+/// Launches the backward on `stream` (asynchronous).
+void cuda_backward(const BackwardArgs& args, void* stream);
+/// Fills `count` floats (or bf16 values) at `out` with N(mean, stddev^2) samples on `stream`.
+void cuda_fill_normal(void* out, std::int64_t count, Storage storage, float mean, float stddev,
+                      std::uint64_t seed, void* stream);
+/// The CUDA half of time_birkhoff.
+BirkhoffTiming cuda_time(const BirkhoffBenchConfig& config, void* stream);
+/// Description of the kernel that runs a forward of size n.
+const char* cuda_kernel_name(int n);
+
+}  // namespace kantor::birkhoff
