@@ -126,6 +126,48 @@ TEST_F(IoTest, ReadsHandMadeNpyVersions1To3) {
   }
 }
 
+// Files written by numpy itself (np.save; numpy.lib.format.write_array with version (2, 0)) of
+// [[1.5, -2.25, 3], [4, 5e-300, -6e300]] and float32 [[0.5, -1.25], [3, 1e-3]].
+// f8.npy, 176 bytes, written by numpy 1.24.2
+const std::string kNumpyF8(
+    "\223NUMPY\001\000v\000{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3), }"
+    "                                                          \012\000\000\000\000\000"
+    "\000\370\077\000\000\000\000\000\000\002\300\000\000\000\000\000\000\010@\000\000"
+    "\000\000\000\000\020@/0\267\263\247\311\312\0015X\000f-\353a\376",
+    176);
+// f4.npy, 144 bytes, written by numpy 1.24.2
+const std::string kNumpyF4(
+    "\223NUMPY\001\000v\000{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }"
+    "                                                          \012\000\000\000\077\000"
+    "\000\240\277\000\000@@o\022\203:",
+    144);
+// v2.npy, 176 bytes, written by numpy 1.24.2
+const std::string kNumpyV2(
+    "\223NUMPY\002\000t\000\000\000{'descr': '<f8', 'fortran_order': False, 'shape': ("
+    "2, 3), }                                                        \012\000\000\000\000"
+    "\000\000\370\077\000\000\000\000\000\000\002\300\000\000\000\000\000\000\010@\000"
+    "\000\000\000\000\000\020@/0\267\263\247\311\312\0015X\000f-\353a\376",
+    176);
+
+TEST_F(IoTest, ReadsFilesWrittenByNumpy) {
+  const std::vector<double> want = {1.5, -2.25, 3.0, 4.0, 5e-300, -6e300};
+  for (const std::string* bytes : {&kNumpyF8, &kNumpyV2}) {
+    const io::Array a = io::read_array(write_bytes("numpy.npy", *bytes));
+    EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 3}));
+    EXPECT_EQ(a.dtype, "float64");
+    EXPECT_EQ(a.data, want);
+  }
+  const io::Array a = io::read_array(write_bytes("numpy32.npy", kNumpyF4));
+  EXPECT_EQ(a.shape, (std::vector<std::int64_t>{2, 2}));
+  EXPECT_EQ(a.dtype, "float32");
+  EXPECT_EQ(a.data, (std::vector<double>{0.5, -1.25, 3.0, double(1e-3f)}));
+  // Our writer produces the same bytes as numpy for the same array.
+  io::write_array(path("ours.npy"), {2, 3}, want.data());
+  std::ifstream in(path("ours.npy"), std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+            kNumpyF8);
+}
+
 TEST_F(IoTest, ReadsNpyHeaderVariants) {
   // Double quotes, other key order, no trailing comma, no padding, an 'L' suffix (Python 2).
   const std::vector<float> v = {0.5f, -1.25f, 3.0f};
