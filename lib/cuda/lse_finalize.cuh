@@ -1,0 +1,83 @@
+// Finalize kernels of the LSE passes: merge the split-K partials of each row, form the new
+// potential, the marginal-error term and the relaxed update; deterministic reductions of block
+// partials into the double scalars the Oracle promises. Conventions: lib/cuda/lse_params.hpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lib/cuda/lse_common.cuh"
+#include "lib/cuda/lse_params.hpp"
+
+namespace kantor::cuda {
+
+constexpr int kFinalizeThreads = 256;
+
+/// One thread per row of side 0 then side 1.
+template <class T>
+__global__ void __launch_bounds__(kFinalizeThreads) lse_finalize_kernel(LsePass<T> p) {
+  __shared__ double red[32];
+  const std::int64_t idx = std::int64_t(blockIdx.x) * kFinalizeThreads + threadIdx.x;
+  const std::int64_t rows0 = p.side[0].rows;
+  const std::int64_t rows_total = rows0 + (p.nsides > 1 ? p.side[1].rows : 0);
+  double e = 0;
+  if (idx < rows_total) {
+    const int side = idx < rows0 ? 0 : 1;
+    const LseSide<T>& sd = side ? p.side[1] : p.side[0];
+    const std::int64_t i = idx - (side ? rows0 : 0);
+    const double alpha = double(p.alpha), eps = double(p.eps);
+    // M_i = max_s M_si, S_i = sum_s S_si exp2(alpha (M_si - M_i)), partials from the LSE kernel.
+    double mx = -INFINITY;
+    for (int s = 0; s < p.splits; ++s) mx = fmax(mx, double(sd.part_max[s * sd.rows + i]));
+    double sum = 0;
+    // Guard: splits that saw only masked keys (M_si = -inf) add nothing; if every split did,
+    // mx = -inf and the row gets +inf (as the CPU engine), never NaN from -inf - -inf.
+    if (mx != -INFINITY) {
+      for (int s = 0; s < p.splits; ++s) {
+        const double ms = double(sd.part_max[s * sd.rows + i]);
+        if (ms != -INFINITY) sum += double(sd.part_sum[s * sd.rows + i]) * exp2(alpha * (ms - mx));
+      }
+    }
+    const double qn = sd.query_norm ? double(sd.query_norm[i]) : 0.0;
+    const double fresh = mx == -INFINITY ? INFINITY : qn - eps * kLn2 * (alpha * mx + log2(sum));
+    const double old = double(sd.pot[i]);
+    // |marginal_i - w_i| = w_i |exp((old_i - new_i)/eps) - 1|; zero weights contribute 0 (and
+    // never inf * 0).
+    const double w = double(sd.query_w[i]);
+    if (p.err && w > 0) e = w * fabs(expm1((old - fresh) / eps));
+    const double r = double(p.relax);
+    sd.pot[i] = T(r == 1.0 ? fresh : (1.0 - r) * old + r * fresh);
+  }
+  if (p.err) {
+    const double b = block_sum(e, red);
+    if (threadIdx.x == 0) p.err_partials[blockIdx.x] = b;
+  }
+}
+
+/// out[c] = sum_b partials[ncomp * b + c] for c < ncomp; one block, fixed order.
+static __global__ void __launch_bounds__(256) reduce_partials_kernel(const double* partials, int count,
+                                                              int ncomp, double* out) {
+  __shared__ double red[32];
+  for (int c = 0; c < ncomp; ++c) {
+    double v = 0;
+    for (int b = threadIdx.x; b < count; b += blockDim.x) v += partials[ncomp * b + c];
+    const double r = block_sum(v, red);
+    if (threadIdx.x == 0) out[c] = r;
+  }
+}
+
+/// out[0] = <a, f> + <b, g>; one block of 1024 threads, fixed order.
+template <class T>
+__global__ void __launch_bounds__(1024) dual_value_kernel(const T* a, const T* f, std::int64_t n,
+                                                          const T* b, const T* g, std::int64_t m,
+                                                          double* out) {
+  __shared__ double red[32];
+  double v = 0;
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) v += double(a[i]) * double(f[i]);
+  for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) v += double(b[j]) * double(g[j]);
+  const double r = block_sum(v, red);
+  if (threadIdx.x == 0) out[0] = r;
+}
+
+}  // namespace kantor::cuda

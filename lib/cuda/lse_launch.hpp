@@ -1,0 +1,18 @@
+// Internal launchers of the LSE kernel families (one per .cu file), used by lib/cuda/lse_pass.cu.
+// Plain C++; streams are opaque cudaStream_t pointers.
+#pragma once
+
+#include "lib/cuda/lse_params.hpp"
+
+namespace kantor::cuda {
+
+/// LSE partials by the CUDA-core kernel (grid: row blocks of both sides x splits).
+void launch_lse_simt(const LsePass<float>& p, void* stream);
+void launch_lse_simt(const LsePass<double>& p, void* stream);
+/// LSE partials by the TF32 tensor-core kernel.
+void launch_lse_tf32(const LsePass<float>& p, void* stream);
+/// Rows per block of each kernel.
+int simt_block_rows();
+int tf32_block_rows();
+
+}  // namespace kantor::cuda

@@ -1,0 +1,113 @@
+// Streaming log-sum-exp passes of the CUDA point-cloud engine: parameter structs (PODs passed by
+// value to the kernels) and the non-template launchers. Plain C++: no CUDA types here, streams
+// are opaque cudaStream_t pointers. Kernels: lib/cuda/lse_simt.cuh (CUDA cores, exact
+// differences), lib/cuda/lse_tf32.cuh (mma.sync TF32), lib/cuda/lse_finalize.cuh (merges,
+// potentials, scalar reductions). Design and tile rule: docs/cuda-engine.md.
+//
+// Conventions (docs/numerics.md section 2, in the exp2 domain). Every pass reduces, for each
+// query row i over keys j, scores in "u units" u_ij with exp-argument alpha * u_ij (log2 units):
+//   exact path (fp32, fp64):  u_ij = beta_j - |x_i - y_j|^2,      beta_j = (g_j + eps log b_j) / c,
+//                             alpha = log2(e) c / eps,           query norm term q_i = 0;
+//   tf32 path (shifted form): u_ij = beta_j + <x~_i, y~_j>,      beta_j = (g_j - c|y~_j|^2 +
+//                             eps log b_j) / (2c), alpha = 2 log2(e) c / eps, q_i = c |x~_i|^2,
+// where x~, y~ are the TF32-rounded centred coordinates (norms from the same rounded values).
+// Then T_f(g)_i = q_i - eps ln2 (alpha M_i + log2 S_i), M_i = max_j u_ij,
+// S_i = sum_j exp2(alpha (u_ij - M_i)). The g side swaps the clouds.
+#pragma once
+
+#include <cstdint>
+
+namespace kantor::cuda {
+
+/// One direction of an LSE pass: `rows` queries against `keys` keys.
+template <class T>
+struct LseSide {
+  const T* queries = nullptr;  ///< rows x ld, padded with zero columns (TF32-rounded on tf32)
+  const T* keys = nullptr;     ///< keys x ld
+  const T* key_pot = nullptr;  ///< potential of the keys (g for the f side)
+  const T* key_norm = nullptr; ///< c |y~_j|^2 (tf32 path); null on the exact path
+  const T* key_logw = nullptr; ///< log weights of the keys, -inf for a zero weight (masked)
+  const T* query_norm = nullptr;  ///< q_i (tf32 path); null on the exact path
+  const T* query_w = nullptr;     ///< weights of the rows (marginal error)
+  T* pot = nullptr;               ///< potential of the rows: old value read, new value written
+  T* part_max = nullptr;          ///< splits x rows partial maxima (workspace)
+  T* part_sum = nullptr;          ///< splits x rows partial sums (workspace)
+  std::int64_t rows = 0;
+  std::int64_t nkeys = 0;
+};
+
+/// A potential update of one or two sides (two: the fused symmetric step). Both sides read the
+/// old potentials in the LSE kernel; the finalize kernel writes pot <- (1 - w) pot + w T(pot').
+template <class T>
+struct LsePass {
+  LseSide<T> side[2];
+  int nsides = 1;
+  int ld = 0;          ///< padded dimension (row stride of queries and keys)
+  int splits = 1;      ///< key-range splits (split-K)
+  T eps = 0;
+  T cost_scale = 1;    ///< c
+  T relax = 1;         ///< w of the symmetric step (1 for plain updates)
+  T alpha = 0;         ///< score scale in log2 units; set by run_lse_pass from the kernel kind
+  double* err_partials = nullptr;  ///< one double per finalize block, when err is wanted
+  double* err = nullptr;           ///< out: sum of sides' marginal errors; null = not wanted
+};
+
+/// What a value pass (CUDA cores, exact differences, one key range) produces per query row.
+enum class ValueMode : int {
+  kApply = 0,        ///< out_ik = a_i exp(f_i/eps + ln2 alpha M_i) * sum_j e_ij V_jk
+  kBarycentric = 1,  ///< out_ik = sum_j e_ij V_jk / S_i + center_k
+  kStats = 2,        ///< block partials of (mass, <P,C>, sum P (f_i + g_j)) with V = [g_j]
+};
+
+constexpr int kValueChunk = 8;  ///< value columns per value pass (more columns: more passes)
+
+/// A value pass over the rows of `side` (its pot = the query potential, read only).
+template <class T>
+struct LseValuePass {
+  LseSide<T> side;
+  int ld = 0;
+  ValueMode mode = ValueMode::kApply;
+  const T* query_logw = nullptr;  ///< log weights of the rows (prefactor)
+  const T* values = nullptr;      ///< keys x vcols, row stride vstride (already offset)
+  std::int64_t vstride = 0;
+  int vcols = 0;                  ///< <= kValueChunk
+  T* out = nullptr;               ///< rows x vcols at row stride ostride (already offset)
+  std::int64_t ostride = 0;
+  double center[kValueChunk] = {};  ///< kBarycentric: added to each column
+  double* stat_partials = nullptr;  ///< kStats: 3 doubles per block
+  double* stats = nullptr;          ///< kStats: out[0..2]
+  T eps = 0;
+  T cost_scale = 1;
+};
+
+/// Which kernel runs the LSE of a pass.
+enum class LseKernel : int { kSimt = 0, kTf32 = 1 };
+
+/// Padded dimension the CUDA-core kernels need for dimension d (zero columns are exact).
+int simt_padded_dim(int d);
+/// Padded dimension the TF32 kernels need for dimension d.
+int tf32_padded_dim(int d);
+/// Rows per block of the kernel (the unit of the split-K decision).
+int lse_block_rows(LseKernel kernel);
+/// Key-range splits so that (row blocks x splits) fills `sm_count` SMs a few times over.
+int choose_splits(LseKernel kernel, std::int64_t rows_total, std::int64_t nkeys, int sm_count);
+/// Number of blocks of the finalize kernel for `rows_total` rows (size of err_partials).
+int finalize_blocks(std::int64_t rows_total);
+/// Number of blocks of a value pass over `rows` rows (size of stat_partials / 3).
+int value_pass_blocks(std::int64_t rows);
+/// Multiprocessor count of the current device (cached).
+int current_sm_count();
+
+/// LSE kernel + finalize (+ error reduction when p.err). Asynchronous on `stream`.
+void run_lse_pass(LseKernel kernel, const LsePass<float>& p, void* stream);
+void run_lse_pass(LseKernel kernel, const LsePass<double>& p, void* stream);
+/// One value pass (CUDA cores, exact differences). Asynchronous on `stream`.
+void run_value_pass(const LseValuePass<float>& p, void* stream);
+void run_value_pass(const LseValuePass<double>& p, void* stream);
+/// out[0] = <a, f> + <b, g> in double (one block, deterministic). Asynchronous.
+void run_dual_value(const float* a, const float* f, std::int64_t n, const float* b,
+                    const float* g, std::int64_t m, double* out, void* stream);
+void run_dual_value(const double* a, const double* f, std::int64_t n, const double* b,
+                    const double* g, std::int64_t m, double* out, void* stream);
+
+}  // namespace kantor::cuda

@@ -1,0 +1,221 @@
+// CUDA-core streaming LSE kernels with exact differences (the reference path: fp32 strict and
+// fp64 updates, and every value pass). One query row per thread; key tiles stream through shared
+// memory in d-chunks; online (max, sum) in the exp2 domain. Conventions: lib/cuda/lse_params.hpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "lib/cuda/lse_common.cuh"
+#include "lib/cuda/lse_params.hpp"
+
+namespace kantor::cuda {
+
+/// Tile of the CUDA-core kernels: 128 query rows per block (one per thread), kKeys keys per
+/// shared-memory tile, kDC coordinates per d-chunk (the stored clouds are zero-padded to a
+/// multiple of kDC, so no guard is needed on coordinates).
+template <class T, int kDC>
+struct SimtTile {
+  static constexpr int kThreads = 128;
+  static constexpr int kKeys = std::is_same<T, double>::value ? 16 : 32;
+  static constexpr int kVals = kValueChunk;
+  static constexpr int kSmemBytes =
+      int(sizeof(T)) * (kKeys * kDC + kKeys + kKeys * kVals);
+  static_assert(kDC == 4 || kDC == 16, "d-chunks of 4 (d <= 4) or 16 coordinates");
+  static_assert(kSmemBytes <= 16 * 1024, "keep several blocks resident per SM");
+  // Registers per thread (in T words): kKeys distances + kDC coordinates + kVals accumulators.
+  static_assert((kKeys + kDC + kVals) * sizeof(T) / 4 <= 160, "register budget");
+};
+
+/// Running state of one query row.
+template <class T, int kVals>
+struct ScanState {
+  T m;                          // max_j u_ij so far (u units), -inf before any unmasked key
+  T s;                          // sum_j exp2(alpha (u_ij - m))
+  T acc[kVals > 0 ? kVals : 1]; // sum_j exp2(alpha (u_ij - m)) V_jk
+  T cost;                       // sum_j exp2(alpha (u_ij - m)) |x_i - y_j|^2
+};
+
+/// Scans keys [kbeg, kend) for the calling thread's row `row` (rows past sd.rows compute on
+/// zeros and are discarded by the caller). All threads of the block must call it together.
+template <class T, int kDC, int kVals, bool kCost>
+__device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, T eps, T inv_c, T alpha,
+                                          std::int64_t row, std::int64_t kbeg, std::int64_t kend,
+                                          const T* __restrict__ values, std::int64_t vstride,
+                                          int vcols, ScanState<T, kVals>& st) {
+  using Tile = SimtTile<T, kDC>;
+  constexpr int kKeys = Tile::kKeys;
+  __shared__ T ks[kKeys][kDC];
+  __shared__ T bias_s[kKeys];
+  __shared__ T vals_s[kVals > 0 ? kKeys : 1][kVals > 0 ? kVals : 1];
+  const int tid = threadIdx.x;
+  const bool row_ok = row < sd.rows;
+  const T* __restrict__ xq = sd.queries + (row_ok ? row : 0) * std::int64_t(ld);
+  const int nchunks = ld / kDC;
+  T xr[kDC];
+  if (nchunks == 1) {
+#pragma unroll
+    for (int k = 0; k < kDC; ++k) xr[k] = row_ok ? xq[k] : T(0);
+  }
+  st.m = neg_inf<T>();
+  st.s = 0;
+  st.cost = 0;
+#pragma unroll
+  for (int k = 0; k < (kVals > 0 ? kVals : 1); ++k) st.acc[k] = 0;
+
+  for (std::int64_t t0 = kbeg; t0 < kend; t0 += kKeys) {
+    __syncthreads();  // the previous tile's shared memory is no longer read
+    // beta_j = (g_j + eps log b_j) / c from the key potential and log weight (global, once per
+    // block and key). Guard: keys past kend and zero-weight keys get -inf (masked).
+    for (int jj = tid; jj < kKeys; jj += Tile::kThreads) {
+      const std::int64_t j = t0 + jj;
+      bias_s[jj] = j < kend ? (sd.key_pot[j] + eps * sd.key_logw[j]) * inv_c : neg_inf<T>();
+    }
+    if constexpr (kVals > 0) {
+      // V_jk from the value matrix (global, row stride vstride); zero past vcols or kend.
+      for (int idx = tid; idx < kKeys * kVals; idx += Tile::kThreads) {
+        const int jj = idx / kVals, k = idx % kVals;
+        const std::int64_t j = t0 + jj;
+        vals_s[jj][k] = (j < kend && k < vcols) ? values[j * vstride + k] : T(0);
+      }
+    }
+    T dist[kKeys];
+#pragma unroll
+    for (int jj = 0; jj < kKeys; ++jj) dist[jj] = 0;
+    for (int c = 0; c < nchunks; ++c) {
+      if (c > 0) __syncthreads();  // the previous chunk is no longer read
+      // y chunk: ks[jj][k] = y_{t0+jj, c kDC + k} (global, coalesced along k), 0 past kend.
+      for (int idx = tid; idx < kKeys * kDC; idx += Tile::kThreads) {
+        const int jj = idx / kDC, k = idx % kDC;
+        const std::int64_t j = t0 + jj;
+        ks[jj][k] = j < kend ? sd.keys[j * ld + c * kDC + k] : T(0);
+      }
+      if (nchunks > 1) {
+#pragma unroll
+        for (int k = 0; k < kDC; ++k) xr[k] = row_ok ? xq[c * kDC + k] : T(0);
+      }
+      __syncthreads();
+      // |x_i - y_j|^2 += sum_k (x_ik - y_jk)^2: x from registers, y broadcast from shared.
+#pragma unroll
+      for (int jj = 0; jj < kKeys; ++jj) {
+#pragma unroll
+        for (int k = 0; k < kDC; ++k) {
+          const T diff = xr[k] - ks[jj][k];
+          dist[jj] = fma(diff, diff, dist[jj]);
+        }
+      }
+    }
+    // u_ij = beta_j - |x_i - y_j|^2; tile max, then rescale the running state only when the
+    // max grows. Guard: tmax = -inf (all masked) never passes the comparison.
+    T u[kKeys];
+    T tmax = neg_inf<T>();
+#pragma unroll
+    for (int jj = 0; jj < kKeys; ++jj) {
+      u[jj] = bias_s[jj] - dist[jj];
+      tmax = u[jj] > tmax ? u[jj] : tmax;
+    }
+    if (tmax > st.m) {
+      // st.m = -inf gives exp2(-inf) = 0 and the state is still 0: no NaN.
+      const T scale = fast_exp2(alpha * (st.m - tmax));
+      st.s *= scale;
+      st.cost *= scale;
+#pragma unroll
+      for (int k = 0; k < (kVals > 0 ? kVals : 1); ++k) st.acc[k] *= scale;
+      st.m = tmax;
+    }
+    // Guard: a row that has only seen masked keys keeps m = -inf; exp2(-inf - -inf) would be
+    // NaN, so it adds nothing.
+    if (st.m != neg_inf<T>()) {
+      const T nam = -alpha * st.m;
+      T ts = 0;  // tile sum first, then one add: shorter fp32 accumulation chains
+#pragma unroll
+      for (int jj = 0; jj < kKeys; ++jj) {
+        const T e = fast_exp2(fma(alpha, u[jj], nam));  // masked u = -inf -> 0
+        ts += e;
+        if (kCost) st.cost = fma(e, dist[jj], st.cost);
+        if constexpr (kVals > 0) {
+#pragma unroll
+          for (int k = 0; k < (kVals > 0 ? kVals : 1); ++k)
+            st.acc[k] = fma(e, vals_s[jj][k], st.acc[k]);
+        }
+      }
+      st.s += ts;
+    }
+  }
+}
+
+/// Key range [kbeg, kend) of split `split` out of `splits` over nkeys keys (multiples of tile).
+__device__ __forceinline__ void split_range(std::int64_t nkeys, int splits, int split, int tile,
+                                           std::int64_t* kbeg, std::int64_t* kend) {
+  std::int64_t per = (nkeys + splits - 1) / splits;
+  per = (per + tile - 1) / tile * tile;
+  *kbeg = per * split;
+  *kend = min(nkeys, *kbeg + per);
+  if (*kbeg > nkeys) *kbeg = nkeys;
+}
+
+/// LSE partials of one or two sides: grid (row blocks of side 0 + side 1, splits).
+template <class T, int kDC>
+__global__ void __launch_bounds__(128) lse_simt_kernel(LsePass<T> p, int blocks_side0) {
+  using Tile = SimtTile<T, kDC>;
+  const int side = int(blockIdx.x) < blocks_side0 ? 0 : 1;
+  const LseSide<T>& sd = side ? p.side[1] : p.side[0];
+  const std::int64_t rb = std::int64_t(blockIdx.x) - (side ? blocks_side0 : 0);
+  const std::int64_t row = rb * Tile::kThreads + threadIdx.x;
+  std::int64_t kbeg, kend;
+  split_range(sd.nkeys, p.splits, blockIdx.y, Tile::kKeys, &kbeg, &kend);
+  ScanState<T, 0> st;
+  simt_scan<T, kDC, 0, false>(sd, p.ld, p.eps, T(1) / p.cost_scale, p.alpha, row, kbeg, kend,
+                              nullptr, 0, 0, st);
+  if (row < sd.rows) {
+    sd.part_max[std::int64_t(blockIdx.y) * sd.rows + row] = st.m;
+    sd.part_sum[std::int64_t(blockIdx.y) * sd.rows + row] = st.s;
+  }
+}
+
+/// One value pass over all keys: outputs per ValueMode (see lse_params.hpp).
+template <class T, int kDC>
+__global__ void __launch_bounds__(128) value_simt_kernel(LseValuePass<T> p) {
+  using Tile = SimtTile<T, kDC>;
+  __shared__ double red[32];
+  const LseSide<T>& sd = p.side;
+  const std::int64_t row = std::int64_t(blockIdx.x) * Tile::kThreads + threadIdx.x;
+  const T alpha = T(kLog2e) * p.cost_scale / p.eps;
+  ScanState<T, Tile::kVals> st;
+  simt_scan<T, kDC, Tile::kVals, true>(sd, p.ld, p.eps, T(1) / p.cost_scale, alpha, row, 0,
+                                        sd.nkeys, p.values, p.vstride, p.vcols, st);
+  double mass = 0, cost = 0, fg = 0;
+  if (row < sd.rows) {
+    // P_ij = w_i exp(f_i/eps) exp2(alpha u_ij) = pref_i * exp2(alpha (u_ij - M_i)), in double.
+    // Guard: zero-weight rows and rows without unmasked keys have P_i. = 0 (no exp(-inf + inf)).
+    const double lw = double(p.query_logw[row]);
+    const double pref =
+        (lw == -INFINITY || st.m == neg_inf<T>())
+            ? 0.0
+            : exp(lw + double(sd.pot[row]) / double(p.eps) + kLn2 * double(alpha) * double(st.m));
+    if (p.mode == ValueMode::kApply) {
+      for (int k = 0; k < p.vcols; ++k) p.out[row * p.ostride + k] = T(pref * double(st.acc[k]));
+    } else if (p.mode == ValueMode::kBarycentric) {
+      for (int k = 0; k < p.vcols; ++k)
+        p.out[row * p.ostride + k] = T(double(st.acc[k]) / double(st.s) + p.center[k]);
+    } else {
+      mass = pref * double(st.s);
+      cost = pref * double(p.cost_scale) * double(st.cost);
+      fg = double(sd.pot[row]) * mass + pref * double(st.acc[0]);
+    }
+  }
+  if (p.mode == ValueMode::kStats) {
+    const double r0 = block_sum(mass, red);
+    const double r1 = block_sum(cost, red);
+    const double r2 = block_sum(fg, red);
+    if (threadIdx.x == 0) {
+      p.stat_partials[3 * blockIdx.x + 0] = r0;
+      p.stat_partials[3 * blockIdx.x + 1] = r1;
+      p.stat_partials[3 * blockIdx.x + 2] = r2;
+    }
+  }
+}
+
+}  // namespace kantor::cuda

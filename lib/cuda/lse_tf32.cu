@@ -1,0 +1,34 @@
+// Explicit instantiations and launcher of the TF32 tensor-core LSE kernel
+// (lib/cuda/lse_tf32.cuh). Padded widths: 8, 16, 32, 64 with resident query fragments, and
+// 32-wide d-chunks with the query chunk restaged in shared memory for d > 64 (5 kernels).
+#include "lib/cuda/check.hpp"
+#include "lib/cuda/lse_launch.hpp"
+#include "lib/cuda/lse_tf32.cuh"
+
+namespace kantor::cuda {
+
+int tf32_padded_dim(int d) {
+  if (d <= 8) return 8;
+  if (d <= 16) return 16;
+  if (d <= 32) return 32;
+  if (d <= 64) return 64;
+  return (d + 31) / 32 * 32;
+}
+int tf32_block_rows() { return 128; }
+
+void launch_lse_tf32(const LsePass<float>& p, void* stream) {
+  const int b0 = int((p.side[0].rows + 127) / 128);
+  const int b1 = p.nsides > 1 ? int((p.side[1].rows + 127) / 128) : 0;
+  const dim3 grid(unsigned(b0 + b1), unsigned(p.splits));
+  auto st = static_cast<cudaStream_t>(stream);
+  switch (p.ld) {
+    case 8: lse_tf32_kernel<8, true><<<grid, 128, 0, st>>>(p, b0); break;
+    case 16: lse_tf32_kernel<16, true><<<grid, 128, 0, st>>>(p, b0); break;
+    case 32: lse_tf32_kernel<32, true><<<grid, 128, 0, st>>>(p, b0); break;
+    case 64: lse_tf32_kernel<64, true><<<grid, 128, 0, st>>>(p, b0); break;
+    default: lse_tf32_kernel<32, false><<<grid, 128, 0, st>>>(p, b0); break;
+  }
+  KANTOR_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kantor::cuda

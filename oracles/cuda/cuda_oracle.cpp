@@ -1,0 +1,339 @@
+// CUDA point-cloud oracle. Setup (once): prepare_problem_data on the host (validation, centring,
+// normalized weights), then device copies of the centred clouds zero-padded for the kernels, log
+// weights, TF32-rounded copies and their norms (tf32), and a workspace sized for the largest
+// split-K pass. Passes: lib/cuda/lse_params.hpp (conventions), docs/cuda-engine.md (design).
+// Nothing here synchronizes; scalars are written as double into device memory.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <type_traits>
+#include <vector>
+
+#include "kantor/buffer.hpp"
+#include "kantor/error.hpp"
+#include "lib/core/context_impl.hpp"
+#include "lib/core/problem_data.hpp"
+#include "lib/cuda/lse_params.hpp"
+#include "oracles/cuda/cuda_oracle.hpp"
+
+namespace kantor {
+namespace {
+
+using cuda::LseKernel;
+using cuda::LsePass;
+using cuda::LseSide;
+using cuda::LseValuePass;
+using cuda::ValueMode;
+
+/// float -> TF32 with round-to-nearest, ties away from zero (the rounding of cvt.rna.tf32.f32):
+/// keep 10 mantissa bits. Inf/NaN pass through.
+float round_tf32(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) != 0x7f800000u) {
+    u += 0x1000u;
+    u &= 0xffffe000u;
+  }
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+template <class T>
+class CudaOracle final : public Oracle<T> {
+ public:
+  CudaOracle(const Context& ctx, const Problem<T>& p, Precision precision)
+      : ctx_(ctx), stream_(ctx.impl().stream), precision_(precision), c_(p.cost_scale) {
+    if (precision == Precision::kBf16)
+      throw InvalidArgument(
+          "precision bf16 is not implemented by the CUDA engine yet; use tf32 (tensor cores, "
+          "fp32 accumulation), fp32 or fp64");
+    kernel_ = precision == Precision::kTf32 ? LseKernel::kTf32 : LseKernel::kSimt;
+    const PreparedProblem<T> prep = prepare_problem_data(p);
+    n_ = prep.n;
+    m_ = prep.m;
+    d_ = prep.d;
+    center_ = prep.center;
+    diameter_ = prep.diameter;
+
+    // Exact-difference copies (every value pass; the updates on fp32/fp64).
+    ld_simt_ = cuda::simt_padded_dim(int(d_));
+    xs_ = upload(padded(prep.x, n_, ld_simt_, false));
+    ys_ = upload(padded(prep.y, m_, ld_simt_, false));
+    a_ = upload(prep.a);
+    b_ = upload(prep.b);
+    la_ = upload(log_weights(prep.a));
+    lb_ = upload(log_weights(prep.b));
+    if (kernel_ == LseKernel::kTf32) {
+      // TF32-rounded copies and c|x~|^2 from the same rounded values (docs/numerics.md 2).
+      ld_upd_ = cuda::tf32_padded_dim(int(d_));
+      const std::vector<T> xt = padded(prep.x, n_, ld_upd_, true);
+      const std::vector<T> yt = padded(prep.y, m_, ld_upd_, true);
+      xt_ = upload(xt);
+      yt_ = upload(yt);
+      xn_ = upload(norms(xt, n_, ld_upd_));
+      yn_ = upload(norms(yt, m_, ld_upd_));
+    } else {
+      ld_upd_ = ld_simt_;
+    }
+
+    // Split-K choices and the workspace of the largest pass.
+    const int sms = cuda::current_sm_count();
+    splits_f_ = cuda::choose_splits(kernel_, n_, m_, sms);
+    splits_g_ = cuda::choose_splits(kernel_, m_, n_, sms);
+    splits_sym_ = cuda::choose_splits(kernel_, n_ + m_, std::min(n_, m_), sms);
+    const int smax = std::max({splits_f_, splits_g_, splits_sym_});
+    pm_f_ = Buffer<T>(ctx_, smax * n_);
+    ps_f_ = Buffer<T>(ctx_, smax * n_);
+    pm_g_ = Buffer<T>(ctx_, smax * m_);
+    ps_g_ = Buffer<T>(ctx_, smax * m_);
+    err_partials_ = Buffer<double>(ctx_, cuda::finalize_blocks(n_ + m_));
+    stat_partials_ = Buffer<double>(ctx_, 3 * cuda::value_pass_blocks(std::max(n_, m_)));
+    f_tmp_ = Buffer<T>(ctx_, n_);
+    g_tmp_ = Buffer<T>(ctx_, m_);
+  }
+
+  std::int64_t n() const override { return n_; }
+  std::int64_t m() const override { return m_; }
+  std::int64_t dim() const override { return d_; }
+  Precision precision() const override { return precision_; }
+  MemorySpace memory_space() const override { return MemorySpace::kDevice; }
+  std::string description() const override {
+    std::ostringstream os;
+    if (kernel_ == LseKernel::kTf32)
+      os << "cuda lse tf32 mma.sync m16n8k8 128x64, d padded to " << ld_upd_;
+    else
+      os << "cuda lse cuda-core exact " << to_string(precision_) << " 128x"
+         << (std::is_same<T, double>::value ? 16 : 32) << ", d padded to " << ld_upd_;
+    os << ", split-K f/g/sym " << splits_f_ << "/" << splits_g_ << "/" << splits_sym_
+       << "; value passes cuda-core exact";
+    return os.str();
+  }
+  double diameter() const override { return diameter_; }
+  const T* a() const override { return a_.data(); }
+  const T* b() const override { return b_.data(); }
+
+  void update_f(T eps, const T* g, T* f, double* row_err) override {
+    LsePass<T> p = pass(eps, T(1), row_err, splits_f_);
+    p.side[0] = side_f(g, f);
+    cuda::run_lse_pass(kernel_, p, stream_);
+  }
+  void update_g(T eps, const T* f, T* g, double* col_err) override {
+    LsePass<T> p = pass(eps, T(1), col_err, splits_g_);
+    p.side[0] = side_g(f, g);
+    cuda::run_lse_pass(kernel_, p, stream_);
+  }
+  void symmetric_step(T eps, T w, T* f, T* g, double* err) override {
+    // One LSE launch for both sides (both read the old f, g), one finalize writing both.
+    LsePass<T> p = pass(eps, w, err, splits_sym_);
+    p.nsides = 2;
+    p.side[0] = side_f(g, f);
+    p.side[1] = side_g(f, g);
+    cuda::run_lse_pass(kernel_, p, stream_);
+  }
+
+  void apply(T eps, const T* f, const T* g, const T* v, T* out) override {
+    LseValuePass<T> p = value_pass(eps, /*f_side=*/true, f, g, ValueMode::kApply);
+    p.values = v;
+    p.vstride = 1;
+    p.vcols = 1;
+    p.out = out;
+    p.ostride = 1;
+    cuda::run_value_pass(p, stream_);
+  }
+  void apply_t(T eps, const T* f, const T* g, const T* u, T* out) override {
+    LseValuePass<T> p = value_pass(eps, /*f_side=*/false, f, g, ValueMode::kApply);
+    p.values = u;
+    p.vstride = 1;
+    p.vcols = 1;
+    p.out = out;
+    p.ostride = 1;
+    cuda::run_value_pass(p, stream_);
+  }
+  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V,
+                 MatrixView<T> out) override {
+    if (V.rows != m_ || out.rows != n_ || out.cols != V.cols)
+      throw InvalidArgument("apply_mat: V must be m x k and out n x k");
+    if (V.space != MemorySpace::kDevice || out.space != MemorySpace::kDevice)
+      throw InvalidArgument("apply_mat: V and out must be device memory on the CUDA engine");
+    // Columns in chunks of kValueChunk, one streaming pass each.
+    for (std::int64_t c0 = 0; c0 < V.cols; c0 += cuda::kValueChunk) {
+      LseValuePass<T> p = value_pass(eps, true, f, g, ValueMode::kApply);
+      p.values = V.data + c0;
+      p.vstride = V.stride;
+      p.vcols = int(std::min<std::int64_t>(cuda::kValueChunk, V.cols - c0));
+      p.out = out.data + c0;
+      p.ostride = out.stride;
+      cuda::run_value_pass(p, stream_);
+    }
+  }
+  void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) override {
+    if (out.rows != n_ || out.cols != d_ || out.space != MemorySpace::kDevice)
+      throw InvalidArgument("barycentric_map: out must be a device n x d matrix");
+    // T(x_i) = sum_j P_ij y_j / sum_j P_ij: the row factor cancels; values = centred y.
+    for (std::int64_t c0 = 0; c0 < d_; c0 += cuda::kValueChunk) {
+      LseValuePass<T> p = value_pass(eps, true, f, g, ValueMode::kBarycentric);
+      p.values = ys_.data() + c0;
+      p.vstride = ld_simt_;
+      p.vcols = int(std::min<std::int64_t>(cuda::kValueChunk, d_ - c0));
+      p.out = out.data + c0;
+      p.ostride = out.stride;
+      for (int k = 0; k < p.vcols; ++k) p.center[k] = center_[std::size_t(c0 + k)];
+      cuda::run_value_pass(p, stream_);
+    }
+  }
+
+  void dual_value(const T* f, const T* g, double* out) override {
+    cuda::run_dual_value(a_.data(), f, n_, b_.data(), g, m_, out, stream_);
+  }
+  void plan_statistics(T eps, const T* f, const T* g, double* out) override {
+    LseValuePass<T> p = value_pass(eps, true, f, g, ValueMode::kStats);
+    p.values = g;  // V = [g_j]: sum_j P_ij g_j
+    p.vstride = 1;
+    p.vcols = 1;
+    p.stat_partials = stat_partials_.data();
+    p.stats = out;
+    cuda::run_value_pass(p, stream_);
+  }
+  void marginal_error(T eps, const T* f, const T* g, double* out) override {
+    // |P1 - a|_1 + |P^T 1 - b|_1 = the error of a symmetric step from (f, g), run on copies.
+    detail::copy_bytes(ctx_, f_tmp_.data(), MemorySpace::kDevice, f, MemorySpace::kDevice,
+                       sizeof(T) * std::size_t(n_));
+    detail::copy_bytes(ctx_, g_tmp_.data(), MemorySpace::kDevice, g, MemorySpace::kDevice,
+                       sizeof(T) * std::size_t(m_));
+    symmetric_step(eps, T(1), f_tmp_.data(), g_tmp_.data(), out);
+  }
+
+ private:
+  Buffer<T> upload(const std::vector<T>& h) {
+    Buffer<T> buf(ctx_, std::int64_t(h.size()));
+    detail::copy_bytes(ctx_, buf.data(), MemorySpace::kDevice, h.data(), MemorySpace::kHost,
+                       sizeof(T) * h.size());
+    return buf;
+  }
+  static std::vector<T> padded(const std::vector<T>& src, std::int64_t rows, int ld,
+                               bool tf32) {
+    const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
+    std::vector<T> out(std::size_t(rows * ld), T(0));
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t k = 0; k < d; ++k) {
+        const T v = src[std::size_t(i * d + k)];
+        out[std::size_t(i * ld + k)] = tf32 ? T(round_tf32(float(v))) : v;
+      }
+    return out;
+  }
+  std::vector<T> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
+    std::vector<T> out(static_cast<std::size_t>(rows));
+    for (std::int64_t i = 0; i < rows; ++i) {
+      double s = 0;
+      for (int k = 0; k < ld; ++k) s += double(xt[std::size_t(i * ld + k)]) * xt[std::size_t(i * ld + k)];
+      out[std::size_t(i)] = T(c_ * s);
+    }
+    return out;
+  }
+  static std::vector<T> log_weights(const std::vector<T>& w) {
+    std::vector<T> l(w.size());
+    // Guard: a zero weight masks its point (log 0 = -inf; the kernels treat -inf as masked).
+    for (std::size_t i = 0; i < w.size(); ++i)
+      l[i] = w[i] > 0 ? std::log(w[i]) : -std::numeric_limits<T>::infinity();
+    return l;
+  }
+
+  const T* upd_x() const { return kernel_ == LseKernel::kTf32 ? xt_.data() : xs_.data(); }
+  const T* upd_y() const { return kernel_ == LseKernel::kTf32 ? yt_.data() : ys_.data(); }
+
+  LsePass<T> pass(T eps, T relax, double* err, int splits) {
+    LsePass<T> p;
+    p.ld = ld_upd_;
+    p.splits = splits;
+    p.eps = eps;
+    p.cost_scale = T(c_);
+    p.relax = relax;
+    p.err = err;
+    p.err_partials = err ? err_partials_.data() : nullptr;
+    return p;
+  }
+  // f side: queries x, keys y with potential g; writes f.
+  LseSide<T> side_f(const T* g, T* f) {
+    LseSide<T> s;
+    s.queries = upd_x();
+    s.keys = upd_y();
+    s.key_pot = g;
+    s.key_norm = kernel_ == LseKernel::kTf32 ? yn_.data() : nullptr;
+    s.key_logw = lb_.data();
+    s.query_norm = kernel_ == LseKernel::kTf32 ? xn_.data() : nullptr;
+    s.query_w = a_.data();
+    s.pot = f;
+    s.part_max = pm_f_.data();
+    s.part_sum = ps_f_.data();
+    s.rows = n_;
+    s.nkeys = m_;
+    return s;
+  }
+  LseSide<T> side_g(const T* f, T* g) {
+    LseSide<T> s;
+    s.queries = upd_y();
+    s.keys = upd_x();
+    s.key_pot = f;
+    s.key_norm = kernel_ == LseKernel::kTf32 ? xn_.data() : nullptr;
+    s.key_logw = la_.data();
+    s.query_norm = kernel_ == LseKernel::kTf32 ? yn_.data() : nullptr;
+    s.query_w = b_.data();
+    s.pot = g;
+    s.part_max = pm_g_.data();
+    s.part_sum = ps_g_.data();
+    s.rows = m_;
+    s.nkeys = n_;
+    return s;
+  }
+  LseValuePass<T> value_pass(T eps, bool f_side, const T* f, const T* g, ValueMode mode) {
+    LseValuePass<T> p;
+    LseSide<T>& s = p.side;
+    s.queries = f_side ? xs_.data() : ys_.data();
+    s.keys = f_side ? ys_.data() : xs_.data();
+    s.key_pot = f_side ? g : f;
+    s.key_logw = f_side ? lb_.data() : la_.data();
+    s.pot = const_cast<T*>(f_side ? f : g);  // read only in value passes
+    s.rows = f_side ? n_ : m_;
+    s.nkeys = f_side ? m_ : n_;
+    p.query_logw = f_side ? la_.data() : lb_.data();
+    p.ld = ld_simt_;
+    p.mode = mode;
+    p.eps = eps;
+    p.cost_scale = T(c_);
+    return p;
+  }
+
+  const Context& ctx_;
+  void* stream_;
+  Precision precision_;
+  double c_;
+  LseKernel kernel_ = LseKernel::kSimt;
+  std::int64_t n_ = 0, m_ = 0, d_ = 0;
+  std::vector<double> center_;
+  double diameter_ = 0;
+  int ld_simt_ = 0, ld_upd_ = 0;
+  int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
+  Buffer<T> xs_, ys_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
+  Buffer<T> pm_f_, ps_f_, pm_g_, ps_g_, f_tmp_, g_tmp_;
+  Buffer<double> err_partials_, stat_partials_;
+};
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>& problem,
+                                            Precision precision) {
+  if (precision == Precision::kTf32 && !std::is_same<T, float>::value)
+    throw InvalidArgument("precision tf32 needs float data");
+  return std::make_unique<CudaOracle<T>>(ctx, problem, precision);
+}
+
+template std::unique_ptr<Oracle<float>> make_cuda_oracle(const Context&, const Problem<float>&,
+                                                         Precision);
+template std::unique_ptr<Oracle<double>> make_cuda_oracle(const Context&, const Problem<double>&,
+                                                          Precision);
+
+}  // namespace kantor

@@ -1,0 +1,447 @@
+// The CUDA engine against independent references: every Oracle pass and full solves against the
+// CPU engine in float64 on the same inputs (same fixed iteration counts), and one update at
+// n = m = 100,000 against a float64 recomputation of sampled rows on the host. Tolerances per
+// precision (relative, norm-wise): fp64 1e-12, fp32 1e-5, tf32 3e-4. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kantor/buffer.hpp"
+#include "kantor/config.hpp"
+#include "kantor/context.hpp"
+#include "kantor/error.hpp"
+#include "kantor/info.hpp"
+#include "kantor/oracle.hpp"
+#include "kantor/sinkhorn.hpp"
+
+namespace kantor {
+namespace {
+
+bool have_gpu() {
+#if KANTOR_CUDA_ENABLED
+  return !cuda_devices().empty();
+#else
+  return false;
+#endif
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (or a CPU-only build)"
+
+double tol_potentials(Precision p) {
+  switch (p) {
+    case Precision::kFp64: return 1e-12;
+    case Precision::kFp32: return 1e-5;
+    case Precision::kTf32: return 3e-4;
+    default: return 0;
+  }
+}
+// Marginal errors are differences of nearly equal potentials divided by eps: compared with a
+// looser relative bound (their reference values are O(0.01 - 1) in these tests).
+double tol_marginal(Precision p) {
+  switch (p) {
+    case Precision::kFp64: return 1e-9;
+    case Precision::kFp32: return 1e-3;
+    case Precision::kTf32: return 3e-2;
+    default: return 0;
+  }
+}
+
+struct Case {
+  std::int64_t n, m, d;
+  double eps;
+  double shift = 0;         // added to every coordinate (centring must absorb it)
+  bool zero_weights = false;
+  double cost_scale = 1;
+};
+
+std::string name(const Case& c, Precision p) {
+  return "n=" + std::to_string(c.n) + " m=" + std::to_string(c.m) + " d=" + std::to_string(c.d) +
+         " eps=" + std::to_string(c.eps) + " " + to_string(p) +
+         (c.zero_weights ? " zero-weights" : "");
+}
+
+struct HostData {
+  std::int64_t n, m, d;
+  std::vector<double> x, y, a, b;
+};
+
+HostData make_data(const Case& c, unsigned seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::uniform_real_distribution<double> ud(0.1, 1.1);
+  HostData h{c.n, c.m, c.d, {}, {}, {}, {}};
+  h.x.resize(std::size_t(c.n * c.d));
+  h.y.resize(std::size_t(c.m * c.d));
+  for (auto& v : h.x) v = nd(rng) + c.shift;
+  for (auto& v : h.y) v = 0.8 * nd(rng) + 0.3 + c.shift;
+  h.a.resize(std::size_t(c.n));
+  h.b.resize(std::size_t(c.m));
+  for (auto& v : h.a) v = ud(rng);
+  for (auto& v : h.b) v = ud(rng);
+  if (c.zero_weights) {
+    for (std::int64_t i = 1; i < c.n; i += 3) h.a[std::size_t(i)] = 0;
+    for (std::int64_t j = 0; j < c.m; j += 4) h.b[std::size_t(j)] = 0;
+    if (c.m == 1) h.b[0] = 1;
+  }
+  return h;
+}
+
+template <class T>
+struct Cast {
+  std::vector<T> x, y, a, b;
+  Problem<T> problem;
+};
+
+template <class T>
+Cast<T> cast(const HostData& h, const Case& c) {
+  Cast<T> out;
+  out.x.assign(h.x.begin(), h.x.end());
+  out.y.assign(h.y.begin(), h.y.end());
+  out.a.assign(h.a.begin(), h.a.end());
+  out.b.assign(h.b.begin(), h.b.end());
+  out.problem.x = host_matrix<const T>(out.x.data(), h.n, h.d);
+  out.problem.y = host_matrix<const T>(out.y.data(), h.m, h.d);
+  out.problem.a = host_vector<const T>(out.a.data(), h.n);
+  out.problem.b = host_vector<const T>(out.b.data(), h.m);
+  out.problem.epsilon = c.eps;
+  out.problem.cost_scale = c.cost_scale;
+  return out;
+}
+
+double rel_err(const std::vector<double>& v, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(v[i])) return std::numeric_limits<double>::infinity();  // NaN never passes
+    num += (v[i] - ref[i]) * (v[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
+}
+
+double rel_scalar(double v, double ref) {
+  if (!std::isfinite(v)) return std::numeric_limits<double>::infinity();
+  return std::abs(v - ref) / std::max(std::abs(ref), 1e-2);
+}
+
+template <class T>
+std::vector<double> to_double(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// Device buffer holding `host` (cast to T) on `ctx`.
+template <class T>
+Buffer<T> device_copy(const Context& ctx, const std::vector<double>& host) {
+  std::vector<T> t(host.begin(), host.end());
+  Buffer<T> b(ctx, std::int64_t(t.size()));
+  copy(ctx, VectorView<const T>{t.data(), std::int64_t(t.size()), MemorySpace::kHost}, b.view());
+  return b;
+}
+template <class T>
+std::vector<double> host_copy(const Context& ctx, const Buffer<T>& b) {
+  return to_double(to_host(ctx, b.cview()));
+}
+double host_scalar(const Context& ctx, const Buffer<double>& b, int k = 0) {
+  return to_host(ctx, b.cview())[std::size_t(k)];
+}
+
+// Every pass of the CUDA oracle (precision p, data type T) against the CPU fp64 oracle.
+template <class T>
+void check_passes(const Case& c, Precision p, unsigned seed) {
+  SCOPED_TRACE(name(c, p));
+  const HostData h = make_data(c, seed);
+  Context cpu({Backend::kCpu});
+  Context gpu({Backend::kCuda});
+  Cast<double> hd = cast<double>(h, c);
+  Cast<T> ht = cast<T>(h, c);
+  auto ref = make_oracle(cpu, hd.problem, Precision::kFp64);
+  auto dev = make_oracle(gpu, ht.problem, p);
+  ASSERT_EQ(dev->memory_space(), MemorySpace::kDevice);
+  const T eps = T(c.eps);
+  const double tol = tol_potentials(p), tolm = tol_marginal(p);
+
+  // Realistic potentials: three alternating iterations of the reference from zero.
+  std::vector<double> f(static_cast<std::size_t>(c.n), 0.0), g(static_cast<std::size_t>(c.m), 0.0);
+  for (int it = 0; it < 3; ++it) {
+    ref->update_f(c.eps, g.data(), f.data(), nullptr);
+    ref->update_g(c.eps, f.data(), g.data(), nullptr);
+  }
+  // Rounded to T first, so both engines see the same inputs.
+  for (auto& v : f) v = double(T(v));
+  for (auto& v : g) v = double(T(v));
+
+  Buffer<double> sc(gpu, 4);
+  {  // update_f with the row error of the plan (f, g)
+    std::vector<double> fr = f;
+    double er = 0;
+    ref->update_f(c.eps, g.data(), fr.data(), &er);
+    Buffer<T> fd = device_copy<T>(gpu, f), gd = device_copy<T>(gpu, g);
+    dev->update_f(eps, gd.data(), fd.data(), sc.data());
+    EXPECT_LE(rel_err(host_copy(gpu, fd), fr), tol) << "update_f";
+    EXPECT_LE(std::abs(host_scalar(gpu, sc) - er), tolm * (1 + er)) << "update_f row_err " << er;
+  }
+  {  // update_g
+    std::vector<double> gr = g;
+    double er = 0;
+    ref->update_g(c.eps, f.data(), gr.data(), &er);
+    Buffer<T> fd = device_copy<T>(gpu, f), gd = device_copy<T>(gpu, g);
+    dev->update_g(eps, fd.data(), gd.data(), sc.data());
+    EXPECT_LE(rel_err(host_copy(gpu, gd), gr), tol) << "update_g";
+    EXPECT_LE(std::abs(host_scalar(gpu, sc) - er), tolm * (1 + er)) << "update_g col_err " << er;
+  }
+  {  // symmetric step, w = 0.5
+    std::vector<double> fr = f, gr = g;
+    double er = 0;
+    ref->symmetric_step(c.eps, 0.5, fr.data(), gr.data(), &er);
+    Buffer<T> fd = device_copy<T>(gpu, f), gd = device_copy<T>(gpu, g);
+    dev->symmetric_step(eps, T(0.5), fd.data(), gd.data(), sc.data());
+    EXPECT_LE(rel_err(host_copy(gpu, fd), fr), tol) << "symmetric f";
+    EXPECT_LE(rel_err(host_copy(gpu, gd), gr), tol) << "symmetric g";
+    EXPECT_LE(std::abs(host_scalar(gpu, sc) - er), tolm * (1 + er)) << "symmetric err " << er;
+  }
+  Buffer<T> fd = device_copy<T>(gpu, f), gd = device_copy<T>(gpu, g);
+  std::mt19937_64 rng(seed + 7);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  // Value passes run the exact CUDA-core kernel in T for every precision.
+  const double tolv = p == Precision::kFp64 ? 1e-12 : 1e-5;
+  {  // apply, apply_t
+    std::vector<double> v(std::size_t(c.m)), u(std::size_t(c.n));
+    for (auto& e : v) e = double(T(nd(rng)));
+    for (auto& e : u) e = double(T(nd(rng)));
+    std::vector<double> pv(std::size_t(c.n)), ptu(std::size_t(c.m));
+    ref->apply(c.eps, f.data(), g.data(), v.data(), pv.data());
+    ref->apply_t(c.eps, f.data(), g.data(), u.data(), ptu.data());
+    Buffer<T> vd = device_copy<T>(gpu, v), ud = device_copy<T>(gpu, u);
+    Buffer<T> o1(gpu, c.n), o2(gpu, c.m);
+    dev->apply(eps, fd.data(), gd.data(), vd.data(), o1.data());
+    dev->apply_t(eps, fd.data(), gd.data(), ud.data(), o2.data());
+    EXPECT_LE(rel_err(host_copy(gpu, o1), pv), tolv) << "apply";
+    EXPECT_LE(rel_err(host_copy(gpu, o2), ptu), tolv) << "apply_t";
+  }
+  {  // apply_mat with k = 11 columns (two value chunks), strided input
+    const std::int64_t k = 11, vs = 13;
+    std::vector<double> V(std::size_t(c.m * vs), 0.0);
+    for (auto& e : V) e = double(T(nd(rng)));
+    std::vector<double> out(std::size_t(c.n * k));
+    ref->apply_mat(c.eps, f.data(), g.data(),
+                   MatrixView<const double>{V.data(), c.m, k, vs, MemorySpace::kHost},
+                   MatrixView<double>{out.data(), c.n, k, k, MemorySpace::kHost});
+    Buffer<T> Vd = device_copy<T>(gpu, V);
+    Buffer<T> od(gpu, c.n * k);
+    dev->apply_mat(eps, fd.data(), gd.data(),
+                   MatrixView<const T>{Vd.data(), c.m, k, vs, MemorySpace::kDevice},
+                   MatrixView<T>{od.data(), c.n, k, k, MemorySpace::kDevice});
+    EXPECT_LE(rel_err(host_copy(gpu, od), out), tolv) << "apply_mat";
+  }
+  {  // barycentric map
+    std::vector<double> out(std::size_t(c.n * c.d));
+    ref->barycentric_map(c.eps, f.data(), g.data(),
+                         MatrixView<double>{out.data(), c.n, c.d, c.d, MemorySpace::kHost});
+    Buffer<T> od(gpu, c.n * c.d);
+    dev->barycentric_map(eps, fd.data(), gd.data(),
+                         MatrixView<T>{od.data(), c.n, c.d, c.d, MemorySpace::kDevice});
+    EXPECT_LE(rel_err(host_copy(gpu, od), out), tolv) << "barycentric_map";
+  }
+  {  // dual value, plan statistics, marginal error
+    double dv = 0, st[3] = {0, 0, 0}, me = 0;
+    ref->dual_value(f.data(), g.data(), &dv);
+    ref->plan_statistics(c.eps, f.data(), g.data(), st);
+    ref->marginal_error(c.eps, f.data(), g.data(), &me);
+    Buffer<double> s1(gpu, 1), s3(gpu, 3), s4(gpu, 1);
+    dev->dual_value(fd.data(), gd.data(), s1.data());
+    dev->plan_statistics(eps, fd.data(), gd.data(), s3.data());
+    dev->marginal_error(eps, fd.data(), gd.data(), s4.data());
+    const std::vector<double> r3 = to_host(gpu, s3.cview());
+    EXPECT_LE(rel_scalar(host_scalar(gpu, s1), dv), tolv) << "dual_value " << dv;
+    EXPECT_LE(rel_scalar(r3[0], st[0]), tolv) << "plan mass " << st[0];
+    EXPECT_LE(rel_scalar(r3[1], st[1]), tolv) << "plan cost " << st[1];
+    EXPECT_LE(rel_scalar(r3[2], st[2]), tolv) << "plan f+g " << st[2];
+    EXPECT_LE(std::abs(host_scalar(gpu, s4) - me), tolm * (1 + me)) << "marginal_error " << me;
+    // The inputs were not modified by marginal_error.
+    EXPECT_EQ(rel_err(host_copy(gpu, fd), f), 0.0);
+  }
+}
+
+const std::vector<Case>& pass_cases() {
+  static const std::vector<Case> cases = {
+      {97, 131, 3, 0.1, 5.0},  {1, 77, 2, 0.05},        {64, 1, 7, 0.2},
+      {200, 150, 1, 0.01},     {129, 255, 16, 0.5, -3}, {150, 97, 64, 1.0},
+      {61, 90, 100, 2.0},      {45, 70, 512, 10.0},     {300, 211, 3, 0.02, 0, true},
+      {123, 77, 7, 0.3, 2.0, true, 0.5},
+  };
+  return cases;
+}
+
+TEST(CudaOracle, PassesFp64) {
+  SKIP_WITHOUT_GPU();
+  unsigned seed = 1;
+  for (const Case& c : pass_cases()) check_passes<double>(c, Precision::kFp64, seed++);
+}
+
+TEST(CudaOracle, PassesFp32) {
+  SKIP_WITHOUT_GPU();
+  unsigned seed = 100;
+  for (const Case& c : pass_cases()) check_passes<float>(c, Precision::kFp32, seed++);
+}
+
+TEST(CudaOracle, PassesTf32) {
+  SKIP_WITHOUT_GPU();
+  unsigned seed = 200;
+  for (const Case& c : pass_cases()) check_passes<float>(c, Precision::kTf32, seed++);
+}
+
+TEST(CudaOracle, Bf16IsRefusedClearly) {
+  SKIP_WITHOUT_GPU();
+  Case c{10, 10, 3, 0.1};
+  const HostData h = make_data(c, 3);
+  Cast<float> ht = cast<float>(h, c);
+  Context gpu({Backend::kCuda});
+  EXPECT_THROW(make_oracle(gpu, ht.problem, Precision::kBf16), InvalidArgument);
+}
+
+// Full solves, fixed iteration count (tolerance unreachable), annealing on: CUDA vs CPU fp64.
+template <class T>
+void check_solve(const Case& c, Precision p, Schedule schedule, std::int64_t iterations,
+                 unsigned seed) {
+  SCOPED_TRACE(name(c, p) + " " + to_string(schedule));
+  const HostData h = make_data(c, seed);
+  Context cpu({Backend::kCpu});
+  Context gpu({Backend::kCuda});
+  Cast<double> hd = cast<double>(h, c);
+  Cast<T> ht = cast<T>(h, c);
+  SinkhornOptions o;
+  o.schedule = schedule;
+  o.max_iterations = iterations;
+  o.tolerance = 1e-300;  // never met: both run exactly `iterations` iterations
+  o.scaling = 0.5;
+  o.precision = Precision::kFp64;
+  Potentials<double> pr;
+  const SinkhornSummary sr = solve_sinkhorn(cpu, hd.problem, o, &pr);
+  o.precision = p;
+  Potentials<T> pd;
+  const SinkhornSummary sd = solve_sinkhorn(gpu, ht.problem, o, &pd);
+  ASSERT_EQ(sr.iterations, iterations);
+  ASSERT_EQ(sd.iterations, iterations);
+  const std::vector<double> fr = to_double(to_host(cpu, pr.f.cview()));
+  const std::vector<double> gr = to_double(to_host(cpu, pr.g.cview()));
+  std::vector<double> fd = host_copy(gpu, pd.f), gd = host_copy(gpu, pd.g);
+  // Remove the gauge (f + t, g - t): t minimizes |fd - t - fr|^2 + |gd + t - gr|^2.
+  double t = 0;
+  for (std::size_t i = 0; i < fd.size(); ++i) t += fd[i] - fr[i];
+  for (std::size_t j = 0; j < gd.size(); ++j) t -= gd[j] - gr[j];
+  t /= double(fd.size() + gd.size());
+  std::vector<double> both_d, both_r;
+  for (std::size_t i = 0; i < fd.size(); ++i) both_d.push_back(fd[i] - t), both_r.push_back(fr[i]);
+  for (std::size_t j = 0; j < gd.size(); ++j) both_d.push_back(gd[j] + t), both_r.push_back(gr[j]);
+  const double tol = tol_potentials(p);
+  EXPECT_LE(rel_err(both_d, both_r), tol) << "potentials";
+  EXPECT_LE(rel_scalar(sd.dual_cost, sr.dual_cost), tol) << "dual " << sr.dual_cost;
+  EXPECT_LE(rel_scalar(sd.primal_cost, sr.primal_cost), tol) << "primal " << sr.primal_cost;
+  EXPECT_LE(std::abs(sd.marginal_error - sr.marginal_error), tol_marginal(p) * (1 + sr.marginal_error))
+      << "marginal error " << sr.marginal_error;
+}
+
+const std::vector<Case>& solve_cases() {
+  static const std::vector<Case> cases = {
+      {211, 173, 3, 0.01, 4.0}, {1, 50, 2, 0.05},    {90, 120, 16, 0.1, 0, true},
+      {80, 64, 64, 0.5},        {40, 33, 512, 5.0},  {300, 300, 2, 1e-3},  // tiny eps, annealed
+  };
+  return cases;
+}
+
+TEST(CudaSinkhorn, SolvesMatchCpuFp64) {
+  SKIP_WITHOUT_GPU();
+  unsigned seed = 300;
+  for (const Case& c : solve_cases()) {
+    check_solve<double>(c, Precision::kFp64, Schedule::kAlternating, 40, seed++);
+    check_solve<double>(c, Precision::kFp64, Schedule::kSymmetric, 40, seed++);
+  }
+}
+
+TEST(CudaSinkhorn, SolvesMatchCpuFp32) {
+  SKIP_WITHOUT_GPU();
+  unsigned seed = 400;
+  for (const Case& c : solve_cases()) {
+    check_solve<float>(c, Precision::kFp32, Schedule::kAlternating, 40, seed++);
+    check_solve<float>(c, Precision::kFp32, Schedule::kSymmetric, 40, seed++);
+  }
+}
+
+TEST(CudaSinkhorn, SolvesMatchCpuTf32) {
+  SKIP_WITHOUT_GPU();
+  unsigned seed = 500;
+  for (const Case& c : solve_cases()) {
+    check_solve<float>(c, Precision::kTf32, Schedule::kAlternating, 40, seed++);
+    check_solve<float>(c, Precision::kTf32, Schedule::kSymmetric, 40, seed++);
+  }
+}
+
+// n = m = 100,000: one f-update on the GPU against a float64 recomputation of sampled rows from
+// the original (uncentred) float inputs: f_i = -eps LSE_j [log b_j + (g_j - |x_i - y_j|^2)/eps].
+void check_large(std::int64_t d, Precision p) {
+  SCOPED_TRACE("d=" + std::to_string(d) + " " + to_string(p));
+  const std::int64_t n = 100000, m = 100000;
+  const double eps = 0.1 * double(d);  // keeps many keys active per row at every d
+  std::mt19937_64 rng(42 + unsigned(d));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_real_distribution<float> ud(0.1f, 1.1f);
+  std::vector<float> x(static_cast<std::size_t>(n * d)), y(static_cast<std::size_t>(m * d)),
+      a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(m)),
+      g(static_cast<std::size_t>(m));
+  for (auto& v : x) v = nd(rng) + 1.f;
+  for (auto& v : y) v = nd(rng);
+  for (auto& v : a) v = ud(rng);
+  for (auto& v : b) v = ud(rng);
+  for (auto& v : g) v = float(d) * 0.5f * nd(rng);
+  Problem<float> pr;
+  pr.x = host_matrix<const float>(x.data(), n, d);
+  pr.y = host_matrix<const float>(y.data(), m, d);
+  pr.a = host_vector<const float>(a.data(), n);
+  pr.b = host_vector<const float>(b.data(), m);
+  pr.epsilon = eps;
+  Context gpu({Backend::kCuda});
+  auto dev = make_oracle(gpu, pr, p);
+  Buffer<float> gd(gpu, m), fd(gpu, n);
+  copy(gpu, VectorView<const float>{g.data(), m, MemorySpace::kHost}, gd.view());
+  dev->update_f(float(eps), gd.data(), fd.data(), nullptr);
+  const std::vector<float> f = to_host(gpu, fd.cview());
+  double bsum = 0;
+  for (float v : b) bsum += v;
+  double worst = 0;
+  for (int s = 0; s < 48; ++s) {
+    const std::int64_t i = (s * 2083) % n;
+    double mx = -1e300;
+    std::vector<double> sc(static_cast<std::size_t>(m));
+    for (std::int64_t j = 0; j < m; ++j) {
+      double c2 = 0;
+      for (std::int64_t k = 0; k < d; ++k) {
+        const double df = double(x[std::size_t(i * d + k)]) - double(y[std::size_t(j * d + k)]);
+        c2 += df * df;
+      }
+      sc[std::size_t(j)] = std::log(double(b[std::size_t(j)]) / bsum) + (double(g[std::size_t(j)]) - c2) / eps;
+      mx = std::max(mx, sc[std::size_t(j)]);
+    }
+    double sum = 0;
+    for (double v : sc) sum += std::exp(v - mx);
+    const double ref = -eps * (mx + std::log(sum));
+    ASSERT_TRUE(std::isfinite(f[std::size_t(i)])) << "row " << i;
+    worst = std::max(worst, std::abs(double(f[std::size_t(i)]) - ref) / std::max(std::abs(ref), 1.0));
+  }
+  EXPECT_LE(worst, tol_potentials(p)) << "max relative row error over 48 sampled rows";
+}
+
+TEST(CudaLarge, UpdateRowsMatchHostFloat64) {
+  SKIP_WITHOUT_GPU();
+  for (std::int64_t d : {3, 64}) {
+    check_large(d, Precision::kFp32);
+    check_large(d, Precision::kTf32);
+  }
+}
+
+}  // namespace
+}  // namespace kantor
