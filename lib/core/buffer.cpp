@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "kantor/error.hpp"
@@ -12,7 +13,10 @@ namespace kantor::detail {
 void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes) {
   (void)ctx;
   if (space == MemorySpace::kDevice) return cuda::device_malloc(bytes);
-  // 64-byte alignment for vectorized CPU passes.
+  // 64-byte alignment for vectorized CPU passes. Guard: rounding a size near SIZE_MAX up to a
+  // multiple of 64 wraps around to a tiny allocation that would "succeed".
+  if (bytes > std::numeric_limits<std::size_t>::max() - 63)
+    throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
   const std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
   if (!p)

@@ -38,6 +38,9 @@ double check_weights(const VectorView<const T>& w, std::int64_t expected, const 
   if (w.size != expected)
     throw InvalidArgument(std::string("problem.") + name + ": " + std::to_string(w.size) +
                           " weights for " + std::to_string(expected) + " points");
+  if (w.data == nullptr)
+    throw InvalidArgument(std::string("problem.") + name + ": null data for " +
+                          std::to_string(w.size) + " weights (leave the view empty for uniform)");
   if (w.space != MemorySpace::kHost) return std::nan("");
   double total = 0;
   for (std::int64_t i = 0; i < w.size; ++i) {

@@ -1,0 +1,128 @@
+// Problem validation at the API boundary: every InvalidArgument case, with the field named in
+// the message; the same errors from make_oracle and solve_sinkhorn.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "kantor/context.hpp"
+#include "kantor/error.hpp"
+#include "kantor/oracle.hpp"
+#include "kantor/problem.hpp"
+#include "kantor/sinkhorn.hpp"
+
+namespace kantor {
+namespace {
+
+struct Arrays {
+  std::vector<double> x = {0, 0, 1, 0, 0, 1};     // 3 points in d = 2
+  std::vector<double> y = {0, 0, 2, 2};           // 2 points
+  std::vector<double> a = {1, 2, 3};              // mass 6
+  std::vector<double> b = {4, 2};                 // mass 6
+  Problem<double> problem() const {
+    Problem<double> p;
+    p.x = host_matrix<const double>(x.data(), 3, 2);
+    p.y = host_matrix<const double>(y.data(), 2, 2);
+    p.a = host_vector<const double>(a.data(), 3);
+    p.b = host_vector<const double>(b.data(), 2);
+    p.epsilon = 0.5;
+    return p;
+  }
+};
+
+struct BadCase {
+  std::string name;
+  std::string expect_in_message;
+  std::function<void(Arrays*, Problem<double>*)> mutate;
+};
+
+constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+std::vector<BadCase> bad_cases() {
+  return {
+      {"empty_x", "problem.x: empty", [](Arrays*, Problem<double>* p) { p->x.rows = 0; }},
+      {"empty_y", "problem.y: empty", [](Arrays*, Problem<double>* p) { p->y.rows = 0; }},
+      {"zero_dim", "dimension 0", [](Arrays*, Problem<double>* p) {
+         p->x.cols = 0;
+         p->y.cols = 0;
+       }},
+      {"dim_mismatch", "dimension mismatch", [](Arrays*, Problem<double>* p) { p->y.cols = 1; }},
+      {"stride_lt_cols", "stride", [](Arrays*, Problem<double>* p) { p->x.stride = 1; }},
+      {"null_x", "problem.x: null", [](Arrays*, Problem<double>* p) { p->x.data = nullptr; }},
+      {"nan_x", "problem.x: non-finite", [](Arrays* a, Problem<double>*) { a->x[3] = nan; }},
+      {"inf_y", "problem.y: non-finite", [](Arrays* a, Problem<double>*) { a->y[0] = -inf; }},
+      {"a_size", "problem.a: 2 weights for 3 points",
+       [](Arrays*, Problem<double>* p) { p->a.size = 2; }},
+      {"a_null_data", "problem.a", [](Arrays*, Problem<double>* p) { p->a.data = nullptr; }},
+      {"negative_a", "problem.a: weight 1", [](Arrays* a, Problem<double>*) { a->a[1] = -2; }},
+      {"nan_b", "problem.b: weight 0", [](Arrays* a, Problem<double>*) { a->b[0] = nan; }},
+      {"inf_b", "problem.b: weight 1", [](Arrays* a, Problem<double>*) { a->b[1] = inf; }},
+      {"zero_mass", "total mass is 0", [](Arrays* a, Problem<double>*) {
+         a->b = {0, 0};
+       }},
+      {"unequal_mass", "different total mass", [](Arrays* a, Problem<double>*) { a->b[0] = 4.1; }},
+      {"uniform_vs_unequal", "different total mass",
+       [](Arrays*, Problem<double>* p) { p->b = {}; }},  // uniform b has mass 1, a has 6
+      {"cost_scale_zero", "cost_scale", [](Arrays*, Problem<double>* p) { p->cost_scale = 0; }},
+      {"cost_scale_nan", "cost_scale", [](Arrays*, Problem<double>* p) { p->cost_scale = nan; }},
+      {"eps_zero", "epsilon", [](Arrays*, Problem<double>* p) { p->epsilon = 0; }},
+      {"eps_negative", "epsilon", [](Arrays*, Problem<double>* p) { p->epsilon = -0.1; }},
+      {"eps_inf", "epsilon", [](Arrays*, Problem<double>* p) { p->epsilon = inf; }},
+      {"eps_nan", "epsilon", [](Arrays*, Problem<double>* p) { p->epsilon = nan; }},
+  };
+}
+
+class ProblemValidation : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ProblemValidation, ThrowsInvalidArgumentNamingTheField) {
+  const BadCase& c = GetParam();
+  Arrays arrays;
+  Problem<double> p = arrays.problem();
+  c.mutate(&arrays, &p);
+  try {
+    validate(p);
+    FAIL() << "no exception for " << c.name;
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(c.expect_in_message), std::string::npos)
+        << "message: " << e.what();
+  }
+  Context ctx(ContextOptions{Backend::kCpu, 1});
+  EXPECT_THROW(make_oracle(ctx, p, Precision::kFp64), InvalidArgument);
+  EXPECT_THROW(solve_sinkhorn(ctx, p), InvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ProblemValidation, ::testing::ValuesIn(bad_cases()),
+                         [](const ::testing::TestParamInfo<BadCase>& info) {
+                           return info.param.name;
+                         });
+
+TEST(ProblemValidation, AcceptsValidProblems) {
+  Arrays arrays;
+  Problem<double> p = arrays.problem();
+  EXPECT_NO_THROW(validate(p));
+  // Masses equal to 1e-6 relative are balanced; zero weights are allowed.
+  arrays.b = {4 + 6e-7, 2};
+  arrays.a = {0, 3, 3};
+  EXPECT_NO_THROW(validate(p));
+  // Uniform weights on both sides; a strided x (every other row of a 6 x 2 array).
+  std::vector<double> wide = {0, 0, 9, 9, 1, 0, 9, 9, 0, 1, 9, 9};
+  Problem<double> q = p;
+  q.x = MatrixView<const double>{wide.data(), 3, 2, 4, MemorySpace::kHost};
+  q.a = {};
+  q.b = {};
+  EXPECT_NO_THROW(validate(q));
+  Problem<float> pf;
+  std::vector<float> xf = {0.f, 1.f};
+  pf.x = host_matrix<const float>(xf.data(), 2, 1);
+  pf.y = host_matrix<const float>(xf.data(), 2, 1);
+  EXPECT_NO_THROW(validate(pf));
+  xf[1] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THROW(validate(pf), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kantor
