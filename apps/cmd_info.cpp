@@ -16,7 +16,7 @@ namespace kantor::cli {
 int cmd_info(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   bool json = false;
-  po::options_description desc("options");
+  po::options_description desc("options", 100, 50);
   desc.add_options()("help,h", "print this help and exit")("json", po::bool_switch(&json),
                                                            "print one JSON object instead of text");
   po::variables_map vm = parse_command_line(args, desc);

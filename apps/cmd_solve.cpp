@@ -414,13 +414,13 @@ constexpr const char* kUsage =
 
 int cmd_solve(const std::vector<std::string>& args) {
   std::string source, target, source_weights, target_weights, schedule = "alternating";
-  std::string backend = "cpu", precision_name, potentials_prefix, map_path;
+  std::string backend = "auto", precision_name, potentials_prefix, map_path;
   double epsilon = 0, cost_scale = 1.0, scaling = kDefaultScaling, tolerance = 0;
   std::int64_t max_iterations = 10000, check_every = 10;
   int threads = 0;
   bool fixed_eps = false, debias = false, json = false, quiet = false, demo = false;
 
-  po::options_description desc("options");
+  po::options_description desc("options", 100, 50);
   // clang-format off
   desc.add_options()
     ("help,h", "print this help and exit")
@@ -434,7 +434,7 @@ int cmd_solve(const std::vector<std::string>& args) {
      "entropic regularization in cost units, > 0 (required unless --demo; demo: 0.05)")
     ("cost-scale", po::value(&cost_scale)->value_name("C")->default_value(1.0),
      "c in the cost c |x - y|^2, > 0")
-    ("schedule", po::value(&schedule)->default_value("alternating"),
+    ("schedule", po::value(&schedule)->value_name("NAME")->default_value("alternating"),
      "alternating | symmetric")
     ("scaling", po::value(&scaling)->value_name("S"),
      "eps-annealing factor per iteration, in (0, 1) (default 0.5)")
@@ -447,7 +447,8 @@ int cmd_solve(const std::vector<std::string>& args) {
      "check the marginal error every K iterations")
     ("debias", po::bool_switch(&debias),
      "also compute the debiased Sinkhorn divergence OT(a,b) - OT(a,a)/2 - OT(b,b)/2")
-    ("backend", po::value(&backend)->default_value("cpu"), "cpu | cuda | auto")
+    ("backend", po::value(&backend)->value_name("B")->default_value("auto"),
+     "cpu | cuda | auto (auto: cuda when compiled in and a GPU is visible, else cpu)")
     ("threads", po::value(&threads)->value_name("N")->default_value(0),
      "CPU threads (0: all hardware threads)")
     ("precision", po::value(&precision_name)->value_name("P"),

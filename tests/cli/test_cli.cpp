@@ -346,6 +346,10 @@ class CliTest : public ::testing::Test {
 
 double rel(double got, double want) { return std::abs(got - want) / std::abs(want); }
 
+// Results are compared with float64 references: pin the engine (the default, auto, picks CUDA
+// and fp32 where a GPU is visible).
+const std::string kSolveCpu = "solve --backend cpu";
+
 const char* const kRequiredKeys[] = {"dual_cost",   "primal_cost",
                                      "divergence",  "regularized_cost",
                                      "dual_gap",    "marginal_error",
@@ -359,7 +363,7 @@ const char* const kRequiredKeys[] = {"dual_cost",   "primal_cost",
 // ---- results --------------------------------------------------------------------------------
 
 TEST_F(CliTest, DemoJsonConverges) {
-  const Json j = run_json("solve --demo --precision fp32 --quiet");
+  const Json j = run_json(kSolveCpu + " --demo --precision fp32 --quiet");
   for (const char* k : kRequiredKeys) EXPECT_TRUE(j.has(k)) << k;
   EXPECT_TRUE(j["converged"].b);
   EXPECT_EQ(j["termination"].str, "converged");
@@ -377,13 +381,13 @@ TEST_F(CliTest, DemoJsonConverges) {
 }
 
 TEST_F(CliTest, DemoIsDeterministicAndTextReportNamesIt) {
-  const Json a = run_json("solve --demo --max-iterations 15");
-  const Json b = run_json("solve --demo --max-iterations 15");
+  const Json a = run_json(kSolveCpu + " --demo --max-iterations 15");
+  const Json b = run_json(kSolveCpu + " --demo --max-iterations 15");
   EXPECT_FALSE(a["converged"].b);
   EXPECT_EQ(a["termination"].str, "max iterations");
   EXPECT_EQ(a["dual_cost"].num, b["dual_cost"].num);
   EXPECT_EQ(a["marginal_error"].num, b["marginal_error"].num);
-  const Result r = run("solve --demo --max-iterations 15 --epsilon 0.2");
+  const Result r = run(kSolveCpu + " --demo --max-iterations 15 --epsilon 0.2");
   EXPECT_EQ(r.code, 0) << "a solve that ran exits 0, converged or not";
   EXPECT_NE(r.out.find("demo problem"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("epsilon = 0.2"), std::string::npos) << r.out;
@@ -420,7 +424,7 @@ TEST_F(CliTest, NpyAndCsvSolvesMatchDenseReference) {
   const std::string files = " --source " + save("x.npy", p.x) + " --target " + save("y.npy", p.y) +
                             " --source-weights " + save("a.npy", p.a) + " --target-weights " +
                             save("b.npy", p.b);
-  const Json j = run_json("solve" + files + " --epsilon 0.05");
+  const Json j = run_json(kSolveCpu + files + " --epsilon 0.05");
   for (const char* k : kRequiredKeys) EXPECT_TRUE(j.has(k)) << k;
   EXPECT_TRUE(j["converged"].b);
   EXPECT_EQ(j["n"].num, 30);
@@ -436,22 +440,22 @@ TEST_F(CliTest, NpyAndCsvSolvesMatchDenseReference) {
   const std::string csv_files = " --source " + save("x.csv", p.x) + " --target " +
                                 save("y.csv", p.y) + " --source-weights " + save("a.csv", p.a) +
                                 " --target-weights " + save("b.csv", p.b);
-  const Json c = run_json("solve" + csv_files + " --epsilon 0.05");
+  const Json c = run_json(kSolveCpu + csv_files + " --epsilon 0.05");
   EXPECT_EQ(c["primal_cost"].num, j["primal_cost"].num);
   EXPECT_EQ(c["dual_cost"].num, j["dual_cost"].num);
 
   // Symmetric schedule, fixed eps, other scaling: same optimum.
   for (const char* extra : {" --schedule symmetric", " --fixed-epsilon", " --scaling 0.8",
                             " --check-every 1 --tolerance 1e-11"}) {
-    const Json k = run_json("solve" + files + " --epsilon 0.05" + extra);
+    const Json k = run_json(kSolveCpu + files + " --epsilon 0.05" + extra);
     EXPECT_TRUE(k["converged"].b) << extra;
     EXPECT_LT(rel(k["primal_cost"].num, ref.primal), 1e-6) << extra;
   }
-  const Json s = run_json("solve" + files + " --epsilon 0.05 --schedule symmetric");
+  const Json s = run_json(kSolveCpu + files + " --epsilon 0.05 --schedule symmetric");
   EXPECT_EQ(s["schedule"].str, "symmetric");
 
   // float32 data and arithmetic: looser agreement.
-  const Json f = run_json("solve" + files + " --epsilon 0.05 --precision fp32");
+  const Json f = run_json(kSolveCpu + files + " --epsilon 0.05 --precision fp32");
   EXPECT_EQ(f["precision"].str, "fp32");
   EXPECT_TRUE(f["converged"].b);
   EXPECT_LT(rel(f["primal_cost"].num, ref.primal), 1e-3);
@@ -460,14 +464,14 @@ TEST_F(CliTest, NpyAndCsvSolvesMatchDenseReference) {
 TEST_F(CliTest, CostScaleAndUniformWeights) {
   const Fixture30x40 p = make_problem();
   const Reference ref = reference_sinkhorn(p.x, p.y, {}, {}, 0.1, 0.5);
-  const Json j = run_json("solve --source " + save("x.csv", p.x) + " --target " +
+  const Json j = run_json(kSolveCpu + " --source " + save("x.csv", p.x) + " --target " +
                           save("y.npy", p.y) + " --epsilon 0.1 --cost-scale 0.5");
   EXPECT_TRUE(j["converged"].b);
   EXPECT_LT(rel(j["primal_cost"].num, ref.primal), 1e-6);
   // One weight file: the other side is uniform with the same total mass (here 30, not 1).
   const Reference ref_a = reference_sinkhorn(p.x, p.y, p.a, {}, 0.1, 0.5);
   const Json k =
-      run_json("solve --source " + save("x.csv", p.x) + " --target " + save("y.npy", p.y) +
+      run_json(kSolveCpu + " --source " + save("x.csv", p.x) + " --target " + save("y.npy", p.y) +
                " --source-weights " + save("a.npy", p.a) + " --epsilon 0.1 --cost-scale 0.5");
   EXPECT_TRUE(k["converged"].b);
   EXPECT_LT(rel(k["primal_cost"].num, ref_a.primal), 1e-6);
@@ -480,9 +484,9 @@ TEST_F(CliTest, DebiasedDivergenceMatchesReference) {
                       0.5 * reference_sinkhorn(p.x, p.x, p.a, p.a, eps).dual -
                       0.5 * reference_sinkhorn(p.y, p.y, p.b, p.b, eps).dual;
   const std::string x = save("x.npy", p.x), a = save("a.npy", p.a);
-  const Json j =
-      run_json("solve --source " + x + " --target " + save("y.npy", p.y) + " --source-weights " +
-               a + " --target-weights " + save("b.npy", p.b) + " --epsilon 0.1 --debias");
+  const Json j = run_json(kSolveCpu + " --source " + x + " --target " + save("y.npy", p.y) +
+                          " --source-weights " + a + " --target-weights " + save("b.npy", p.b) +
+                          " --epsilon 0.1 --debias");
   EXPECT_TRUE(j["converged"].b);
   ASSERT_EQ(j["divergence"].kind, Json::kNumber);
   EXPECT_GT(want, 0);
@@ -490,10 +494,10 @@ TEST_F(CliTest, DebiasedDivergenceMatchesReference) {
   EXPECT_TRUE(j["xx"]["converged"].b);
   EXPECT_TRUE(j["yy"]["converged"].b);
   // S(a, a) = 0.
-  const Json z = run_json("solve --source " + x + " --target " + x + " --source-weights " + a +
-                          " --target-weights " + a + " --epsilon 0.1 --debias");
+  const Json z = run_json(kSolveCpu + " --source " + x + " --target " + x + " --source-weights " +
+                          a + " --target-weights " + a + " --epsilon 0.1 --debias");
   EXPECT_LT(std::abs(z["divergence"].num), 1e-9);
-  const Result r = run("solve --source " + x + " --target " + x + " --epsilon 0.1 --debias");
+  const Result r = run(kSolveCpu + " --source " + x + " --target " + x + " --epsilon 0.1 --debias");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("debiased Sinkhorn divergence"), std::string::npos) << r.out;
 }
@@ -505,7 +509,7 @@ TEST_F(CliTest, PotentialsAndBarycentricMapOutputs) {
   const std::string files = " --source " + save("x.npy", p.x) + " --target " + save("y.npy", p.y) +
                             " --source-weights " + save("a.npy", p.a) + " --target-weights " +
                             save("b.npy", p.b) + " --epsilon 0.05";
-  const Json j = run_json("solve" + files + " --output-potentials " + out_dir_ +
+  const Json j = run_json(kSolveCpu + files + " --output-potentials " + out_dir_ +
                           "/pot --output-map " + out_dir_ + "/map.csv");
   EXPECT_EQ(j["outputs"].items.size(), 3u);
   const io::Array f = io::read_array(out_dir_ + "/pot_f.npy");
@@ -536,10 +540,10 @@ TEST_F(CliTest, PotentialsAndBarycentricMapOutputs) {
   for (std::int64_t j2 = 0; j2 < 40; ++j2) EXPECT_NEAR(g.data[j2] + shift, ref.g[j2], 1e-7);
 
   // A prefix ending in .csv picks .csv; fp32 solves write float32 .npy.
-  run_json("solve" + files + " --output-potentials " + out_dir_ + "/p.csv");
+  run_json(kSolveCpu + files + " --output-potentials " + out_dir_ + "/p.csv");
   EXPECT_EQ(io::read_array(out_dir_ + "/p_f.csv").rows(), 30);
   EXPECT_EQ(io::read_array(out_dir_ + "/p_g.csv").rows(), 40);
-  run_json("solve" + files + " --precision fp32 --output-map " + out_dir_ + "/m32.npy");
+  run_json(kSolveCpu + files + " --precision fp32 --output-map " + out_dir_ + "/m32.npy");
   EXPECT_EQ(io::read_array(out_dir_ + "/m32.npy").dtype, "float32");
   for (const std::string& name : list_dir(out_dir_))
     EXPECT_EQ(name.find(".tmp."), std::string::npos) << "temporary left behind: " << name;
@@ -656,7 +660,8 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {xy + " --epsilon 0.1 --schedule fast", {"--schedule: unknown value 'fast'"}},
       {xy + " --epsilon 0.1 --backend gpu", {"--backend: unknown value 'gpu'"}},
       {xy + " --epsilon 0.1 --precision fp16", {"--precision: unknown value 'fp16'"}},
-      {xy + " --epsilon 0.1 --precision tf32", {"--precision tf32", "--backend cuda"}},
+      {xy + " --epsilon 0.1 --backend cpu --precision tf32",
+       {"--precision tf32", "--backend cuda"}},
       {xy + " --epsilon 0.1 --scaling 0.3 --fixed-epsilon", {"mutually exclusive"}},
       {xy + " --epsilon 0.1 --scaling 1.5", {"--scaling must be in (0, 1), got 1.5"}},
       {xy + " --epsilon 0.1 --tolerance=-1", {"--tolerance"}},
@@ -711,6 +716,15 @@ TEST_F(CliTest, HelpUnknownCommandAndCudaOnCpuBuild) {
     EXPECT_NE(r.err.find("cuda"), std::string::npos) << r.err;
     EXPECT_EQ(r.out, "");
   }
+}
+
+TEST_F(CliTest, DefaultBackendIsAutoAndSaysWhatItPicked) {
+  const Json info = run_json("info");
+  const bool gpu = info["cuda_compiled"].b && !info["cuda_devices"].items.empty();
+  const Json j = run_json("solve --demo --max-iterations 5");
+  EXPECT_EQ(j["backend"].str, gpu ? "cuda" : "cpu");
+  EXPECT_EQ(j["precision"].str, gpu ? "fp32" : "fp64");
+  EXPECT_EQ(j["backend_note"].str.rfind("auto", 0), 0u) << j["backend_note"].str;
 }
 
 TEST_F(CliTest, InfoJsonAndText) {
