@@ -12,10 +12,13 @@
 namespace kantor::cli {
 
 /// Exit codes: 0 the command ran (a solve that did not converge still exits 0), 1 a runtime
-/// failure that is not the caller's fault (CUDA error, out of memory), 2 bad input or usage.
+/// failure that is not the caller's fault (CUDA error, out of memory, backend not available),
+/// 2 bad input or usage, 130 interrupted.
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
+/// Interrupted by the user (Ctrl-C, SIGINT): 128 + SIGINT, as a shell reports it.
+constexpr int kExitInterrupted = 130;
 
 /// A subcommand: receives its own arguments (argv after the subcommand name), returns the exit
 /// code. Exceptions escaping it are mapped by run_guarded.

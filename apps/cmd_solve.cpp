@@ -3,11 +3,13 @@
 //
 //   kantor solve --source x.npy --target y.npy --epsilon 0.05 --json
 //   kantor solve --demo --schedule symmetric --debias
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
@@ -264,6 +266,39 @@ std::vector<T> convert(const std::vector<double>& v, const std::string& name, co
 
 // ---- progress on a terminal ---------------------------------------------------------------
 
+// Ctrl-C during a solve: the next convergence check aborts it cleanly (no output is written,
+// exit 130); the handler restores the default action, so a second Ctrl-C ends the process.
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_interrupt(int) {
+  g_interrupted = 1;
+  std::signal(SIGINT, SIG_DFL);
+}
+
+/// Installs on_interrupt for its lifetime, unless SIGINT is ignored (a background job of a
+/// non-interactive shell, nohup): then it stays ignored.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    g_interrupted = 0;
+    struct sigaction current {};
+    installed_ = ::sigaction(SIGINT, nullptr, &current) == 0 && current.sa_handler != SIG_IGN;
+    if (!installed_) return;
+    struct sigaction action {};
+    action.sa_handler = on_interrupt;
+    sigemptyset(&action.sa_mask);
+    installed_ = ::sigaction(SIGINT, &action, &previous_) == 0;
+  }
+  ~InterruptGuard() {
+    if (installed_) ::sigaction(SIGINT, &previous_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  bool installed_ = false;
+  struct sigaction previous_ {};
+};
+
 /// One overwritten stderr line (iteration, eps, marginal error) for solves running longer than a
 /// second, refreshed at most 5 times per second.
 class Progress {
@@ -271,6 +306,7 @@ class Progress {
   explicit Progress(bool enabled) : enabled_(enabled), start_(Clock::now()) {}
   IterationCallback callback() {
     return [this](const IterationRecord& r) {
+      if (g_interrupted) return CallbackResult::kAbort;
       const double t = std::chrono::duration<double>(Clock::now() - start_).count();
       if (enabled_ && t >= 1.0 && t - last_ >= 0.2) {
         std::fprintf(stderr, "\r\033[K  solving: iteration %lld, eps %.4g, marginal error %.3e",
@@ -333,14 +369,22 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   SinkhornSummary s;
   DivergenceSummary div;
   const auto t0 = Clock::now();
-  if (st.debias) {
-    div = sinkhorn_divergence(ctx, p, options, &pot);
-    s = div.xy;
-  } else {
-    s = solve_sinkhorn(ctx, p, options, &pot);
+  {
+    InterruptGuard guard;
+    if (st.debias) {
+      div = sinkhorn_divergence(ctx, p, options, &pot);
+      s = div.xy;
+    } else {
+      s = solve_sinkhorn(ctx, p, options, &pot);
+    }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   progress.finish();
+  if (g_interrupted) {
+    std::fprintf(stderr, "kantor solve: interrupted after %lld iterations; no output written\n",
+                 static_cast<long long>(s.iterations));
+    return kExitInterrupted;
+  }
 
   std::vector<OutputFile> outputs;
   if (!st.potentials_prefix.empty()) {

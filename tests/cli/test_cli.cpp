@@ -2,6 +2,9 @@
 // directory. Results are checked against an independent float64 dense log-domain Sinkhorn written
 // here; every bad input must exit 2 with one line naming the file / option, and leave no output.
 #include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +27,8 @@
 #ifndef KANTOR_CLI
 #error "KANTOR_CLI (path of the built kantor binary) must be defined by the build"
 #endif
+
+extern char** environ;
 
 namespace {
 
@@ -727,6 +732,43 @@ TEST_F(CliTest, DefaultBackendIsAutoAndSaysWhatItPicked) {
   EXPECT_EQ(j["backend_note"].str.rfind("auto", 0), 0u) << j["backend_note"].str;
 }
 
+TEST_F(CliTest, CtrlCAbortsCleanlyWithoutOutput) {
+  // A solve that cannot converge (tolerance 1e-300), interrupted after a second.
+  const std::string out = dir_ + "/stdout.txt", err = dir_ + "/stderr.txt";
+  const std::string map = out_dir_ + "/map.npy";
+  std::vector<std::string> args = {KANTOR_CLI, "solve",        "--demo", "--backend",
+                                   "cpu",      "--tolerance",  "1e-300", "--max-iterations",
+                                   "3000",     "--output-map", map};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawnattr_t attr;  // SIGINT at its default action, whatever this process inherited
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
+  pid_t pid = 0;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &files, &attr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&files);
+  posix_spawnattr_destroy(&attr);
+  ::usleep(1000 * 1000);
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const std::string err_text = read_text(err);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << ": " << err_text;
+  EXPECT_EQ(WEXITSTATUS(status), 130) << err_text;
+  EXPECT_NE(err_text.find("interrupted after"), std::string::npos) << err_text;
+  EXPECT_EQ(read_text(out), "");
+  EXPECT_TRUE(list_dir(out_dir_).empty());
+}
+
 TEST_F(CliTest, InfoJsonAndText) {
   const Json j = run_json("info");
   EXPECT_FALSE(j["version"].str.empty());
@@ -739,7 +781,9 @@ TEST_F(CliTest, InfoJsonAndText) {
     EXPECT_FALSE(d["name"].str.empty());
     EXPECT_GT(d["memory_bytes"].num, 0);
   }
-  if (!j["cuda_compiled"].b) EXPECT_TRUE(j["cuda_devices"].items.empty());
+  if (!j["cuda_compiled"].b) {
+    EXPECT_TRUE(j["cuda_devices"].items.empty());
+  }
   const Result r = run("info");
   EXPECT_EQ(r.code, 0);
   EXPECT_NE(r.out.find("kantor " + j["version"].str), std::string::npos) << r.out;
