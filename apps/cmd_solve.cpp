@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -344,6 +346,39 @@ std::string summary_json(const SinkhornSummary& s) {
   return o.str();
 }
 
+/// The largest cost, c * D^2 (D: diagonal of the joint bounding box), must be finite in the
+/// arithmetic: otherwise every cost and the first eps of the annealing schedule overflow and the
+/// solve can only end in a numerical failure.
+void check_cost_range(const Input& in, double cost_scale, double max_value, Precision precision) {
+  std::vector<double> range(std::size_t(in.d));
+  double widest = 0;
+  for (std::int64_t k = 0; k < in.d; ++k) {
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (std::int64_t i = 0; i < in.n; ++i) {
+      lo = std::min(lo, in.x[std::size_t(i * in.d + k)]);
+      hi = std::max(hi, in.x[std::size_t(i * in.d + k)]);
+    }
+    for (std::int64_t j = 0; j < in.m; ++j) {
+      lo = std::min(lo, in.y[std::size_t(j * in.d + k)]);
+      hi = std::max(hi, in.y[std::size_t(j * in.d + k)]);
+    }
+    range[std::size_t(k)] = hi - lo;  // may be inf for finite lo, hi near +-DBL_MAX
+    widest = std::max(widest, range[std::size_t(k)]);
+  }
+  // D = widest * sqrt(sum (range_k / widest)^2): no overflow before the final product.
+  double sum = 0;
+  for (const double r : range) sum += widest > 0 ? (r / widest) * (r / widest) : 0;
+  const double diagonal = widest * std::sqrt(sum);
+  const double largest = cost_scale * diagonal * diagonal;
+  if (!(largest <= max_value))
+    throw InvalidArgument(in.x_name + " and " + in.y_name +
+                          ": the points span a box of diagonal D = " + fmt(diagonal) +
+                          ", so costs up to c D^2 = " + fmt(largest) + " exceed the " +
+                          (precision == Precision::kFp64 ? "float64" : "float32") +
+                          " range (precision " + to_string(precision) +
+                          "); rescale the coordinates");
+}
+
 template <class T>
 int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision precision) {
   constexpr bool is_float = std::is_same<T, float>::value;
@@ -359,6 +394,7 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   p.epsilon = st.epsilon;
   p.cost_scale = st.cost_scale;
   validate(p);
+  check_cost_range(in, st.cost_scale, std::numeric_limits<T>::max(), precision);
 
   SinkhornOptions options = st.options;
   options.precision = precision;

@@ -592,6 +592,7 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
   const std::string inf_csv = save_text("inf.csv", "1,2\n-inf,4\n");
   const std::string empty_csv = save_text("empty.csv", "x,y\n");
   const std::string big = save_text("big.csv", "1,2\n1e300,4\n");
+  const std::string huge = save_text("huge.csv", "0,0\n1e200,0\n");
   io::write_array(path("zero_rows.npy"), {0, 2}, nullptr);
   io::write_array(path("zero_cols.npy"), {3, 0}, nullptr);
   std::vector<double> neg = p.a, zeros(30, 0.0), half = p.a, short_w(29, 1.0);
@@ -649,6 +650,10 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
        {"--source-weights", "'" + w2d + "' has shape (15, 2)"}},
       {" --source " + big + " --target " + y + " --epsilon 0.1 --precision fp32",
        {"--source '" + big + "'", "overflows float32"}},
+      {" --source " + huge + " --target " + y + " --epsilon 0.1",
+       {"--source '" + huge + "' and --target '" + y + "'", "exceed the float64 range"}},
+      {" --source " + big + " --target " + y + " --epsilon 0.1 --precision fp64",
+       {"--source '" + big + "'", "exceed the float64 range"}},
       // options
       {xy + " --epsilon 0", {"--epsilon must be finite and > 0, got 0"}},
       {xy + " --epsilon=-1", {"--epsilon must be finite and > 0, got -1"}},
