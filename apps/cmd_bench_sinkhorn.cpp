@@ -1,10 +1,242 @@
-// Placeholder until this subcommand is written; it refuses plainly instead of pretending.
+// kantor bench sinkhorn: times K Sinkhorn iterations of the point-cloud oracle at a fixed eps
+// (no annealing), the protocol of docs/performance.md section 2: x, y ~ N(0, I) in R^d, weights
+// rand + 0.1 normalized (seeded), cost |x - y|^2. Each repeat starts from zero potentials and
+// times K iterations (update_f + update_g, or symmetric_step) through the Oracle directly, after
+// a warm-up run: CUDA events on the GPU, std::chrono on the CPU. Prints the median and min/max
+// over repeats, the achieved exp2/s and flop/s and their fractions of the H200 ceilings.
+//
+//   kantor bench sinkhorn --n 50000 --d 64 --precision tf32 --backend cuda --json
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <vector>
+
 #include "apps/cli_common.hpp"
 #include "apps/commands.hpp"
+#include "kantor/buffer.hpp"
+#include "kantor/config.hpp"
+#include "kantor/context.hpp"
 #include "kantor/error.hpp"
+#include "kantor/info.hpp"
+#include "kantor/oracle.hpp"
+#include "kantor/sinkhorn.hpp"
+#if KANTOR_CUDA_ENABLED
+#include "lib/cuda/lse_timer.hpp"
+#endif
 
 namespace kantor::cli {
-int cmd_bench_sinkhorn(const std::vector<std::string>&) {
-  throw kantor::NotCompiled("this subcommand is not implemented yet");
+namespace {
+
+// H200 ceilings measured on 2026-11-29 (docs/performance.md section 1).
+constexpr double kExp2PerSecond = 4.13e12;
+constexpr double kTf32MmaFlops = 320e12;
+constexpr double kFp32Flops = 58.6e12;
+
+struct BenchOptions {
+  std::int64_t n = 10000, m = 0, d = 3;
+  double epsilon = 0.1;
+  std::int64_t iterations = 10;
+  std::string schedule = "alternating", precision, backend = "auto";
+  int repeats = 20;
+  int warmup = 2;
+  unsigned seed = 0;
+  bool json = false;
+};
+
+struct Timing {
+  std::vector<double> ms;
+  std::string engine;
+  double marginal_error = 0;
+};
+
+template <class T>
+Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
+                 Schedule schedule) {
+  const std::int64_t n = o.n, m = o.m, d = o.d;
+  std::mt19937_64 rng(o.seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  std::vector<T> x(static_cast<std::size_t>(n * d)), y(static_cast<std::size_t>(m * d));
+  std::vector<T> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(m));
+  for (auto& v : x) v = T(nd(rng));
+  for (auto& v : y) v = T(nd(rng));
+  double sa = 0, sb = 0;
+  for (auto& v : a) sa += (v = T(ud(rng) + 0.1));
+  for (auto& v : b) sb += (v = T(ud(rng) + 0.1));
+  for (auto& v : a) v = T(v / sa);
+  for (auto& v : b) v = T(v / sb);
+  Problem<T> p;
+  p.x = host_matrix<const T>(x.data(), n, d);
+  p.y = host_matrix<const T>(y.data(), m, d);
+  p.a = host_vector<const T>(a.data(), n);
+  p.b = host_vector<const T>(b.data(), m);
+  p.epsilon = o.epsilon;
+  auto oracle = make_oracle(ctx, p, precision);
+  Buffer<T> f(ctx, n), g(ctx, m);
+  Buffer<double> err(ctx, 1);
+  const T eps = T(o.epsilon);
+  auto reset = [&] {
+    detail::fill_bytes(ctx, f.data(), f.space(), 0, sizeof(T) * std::size_t(n));
+    detail::fill_bytes(ctx, g.data(), g.space(), 0, sizeof(T) * std::size_t(m));
+  };
+  auto iterate = [&] {
+    for (std::int64_t k = 0; k < o.iterations; ++k) {
+      if (schedule == Schedule::kAlternating) {
+        oracle->update_f(eps, g.data(), f.data(), nullptr);
+        oracle->update_g(eps, f.data(), g.data(), nullptr);
+      } else {
+        oracle->symmetric_step(eps, k == 0 ? T(1) : T(0.5), f.data(), g.data(), nullptr);
+      }
+    }
+  };
+  Timing t;
+  t.engine = oracle->description();
+  for (int w = 0; w < o.warmup; ++w) {
+    reset();
+    iterate();
+  }
+  ctx.synchronize();
+  for (int r = 0; r < o.repeats; ++r) {
+    reset();
+    if (ctx.backend() == Backend::kCuda) {
+#if KANTOR_CUDA_ENABLED
+      cuda::LseEventTimer timer;
+      timer.start(ctx.cuda_stream());
+      iterate();
+      timer.stop(ctx.cuda_stream());
+      t.ms.push_back(timer.elapsed_ms());
+#endif
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      iterate();
+      ctx.synchronize();
+      t.ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+              .count());
+    }
+  }
+  // Sanity value of the last repeat's potentials (not timed).
+  oracle->marginal_error(eps, f.data(), g.data(), err.data());
+  t.marginal_error = to_host(ctx, err.cview())[0];
+  return t;
 }
+
+}  // namespace
+
+int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  BenchOptions o;
+  po::options_description desc("options", 100, 50);
+  desc.add_options()("help,h", "print this help and exit")(
+      "n", po::value(&o.n), "source points (default 10000)")(
+      "m", po::value(&o.m), "target points (default n)")("d", po::value(&o.d),
+                                                          "dimension (default 3)")(
+      "epsilon", po::value(&o.epsilon), "entropic regularization, fixed (default 0.1)")(
+      "iterations", po::value(&o.iterations), "timed Sinkhorn iterations per repeat (default 10)")(
+      "schedule", po::value(&o.schedule), "alternating | symmetric (default alternating)")(
+      "precision", po::value(&o.precision),
+      "fp32 | tf32 | bf16 | fp64 (default tf32 on cuda, fp32 on cpu)")(
+      "backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")(
+      "repeats", po::value(&o.repeats), "timed repeats (default 20)")(
+      "warmup", po::value(&o.warmup), "untimed warm-up runs (default 2)")(
+      "seed", po::value(&o.seed), "data seed (default 0)")("json", po::bool_switch(&o.json),
+                                                           "print one JSON object");
+  po::variables_map vm = parse_command_line(args, desc);
+  if (vm.count("help")) {
+    std::cout << "usage: kantor bench sinkhorn --n N --m M --d D --epsilon E --iterations K "
+                 "[--schedule alternating|symmetric] [--precision fp32|tf32|bf16|fp64] "
+                 "[--backend cpu|cuda|auto] [--repeats R] [--json]\n\n"
+              << desc << std::endl;
+    return kExitOk;
+  }
+  po::notify(vm);
+  if (o.m == 0) o.m = o.n;
+  if (o.n < 1) throw InvalidArgument("--n must be >= 1, got " + std::to_string(o.n));
+  if (o.m < 1) throw InvalidArgument("--m must be >= 1, got " + std::to_string(o.m));
+  if (o.d < 1) throw InvalidArgument("--d must be >= 1, got " + std::to_string(o.d));
+  if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
+    throw InvalidArgument("--epsilon must be a finite number > 0");
+  if (o.iterations < 1)
+    throw InvalidArgument("--iterations must be >= 1, got " + std::to_string(o.iterations));
+  if (o.repeats < 1)
+    throw InvalidArgument("--repeats must be >= 1, got " + std::to_string(o.repeats));
+  if (o.warmup < 0) throw InvalidArgument("--warmup must be >= 0");
+  const Schedule schedule = parse_schedule(o.schedule, "--schedule");
+  const Backend backend = parse_backend(o.backend, "--backend");
+  Context ctx({backend});
+  if (o.precision.empty()) o.precision = ctx.backend() == Backend::kCuda ? "tf32" : "fp32";
+  const Precision precision = parse_precision(o.precision, "--precision");
+
+  const Timing t = precision == Precision::kFp64
+                       ? run_bench<double>(ctx, o, precision, schedule)
+                       : run_bench<float>(ctx, o, precision, schedule);
+  std::vector<double> ms = t.ms;
+  std::sort(ms.begin(), ms.end());
+  const std::size_t k = ms.size();
+  const double median = k % 2 ? ms[k / 2] : 0.5 * (ms[k / 2 - 1] + ms[k / 2]);
+  // Work per timed run: 2K LSE passes over n x m pairs (both schedules), one exp2 per pair; flops
+  // of the scores: 2d per pair (dot product, tf32/bf16) or 3d (exact differences, fp32/fp64).
+  const double pairs = 2.0 * double(o.iterations) * double(o.n) * double(o.m);
+  const bool dot = precision == Precision::kTf32 || precision == Precision::kBf16;
+  const double flops = pairs * double(o.d) * (dot ? 2.0 : 3.0);
+  const double sec = median * 1e-3;
+  const double exp_rate = pairs / sec, flop_rate = flops / sec;
+  const bool gpu = ctx.backend() == Backend::kCuda;
+  const double flop_ceiling = !gpu ? NAN
+                              : dot ? kTf32MmaFlops
+                              : precision == Precision::kFp32 ? kFp32Flops
+                                                              : NAN;
+  std::string device = "cpu";
+  if (gpu) {
+    const auto devs = cuda_devices();
+    if (!devs.empty()) device = devs[std::size_t(ctx.device())].name;
+  }
+  if (o.json) {
+    JsonObject j;
+    j.add("benchmark", "sinkhorn")
+        .add("n", o.n)
+        .add("m", o.m)
+        .add("d", o.d)
+        .add("epsilon", o.epsilon)
+        .add("iterations", o.iterations)
+        .add("schedule", to_string(schedule))
+        .add("precision", to_string(precision))
+        .add("backend", to_string(ctx.backend()))
+        .add("device", device)
+        .add("engine", t.engine)
+        .add("repeats", std::int64_t(o.repeats))
+        .add("ms_median", median)
+        .add("ms_min", ms.front())
+        .add("ms_max", ms.back())
+        .add("ms_per_iteration", median / double(o.iterations))
+        .add("exp_per_s", exp_rate)
+        .add("exp_fraction_of_h200", gpu ? exp_rate / kExp2PerSecond : NAN)
+        .add("flop_per_s", flop_rate)
+        .add("flop_ceiling", flop_ceiling)
+        .add("flop_fraction_of_h200", flop_rate / flop_ceiling)
+        .add("marginal_error", t.marginal_error);
+    std::cout << j.str() << std::endl;
+  } else {
+    std::printf(
+        "sinkhorn n=%lld m=%lld d=%lld eps=%g K=%lld %s %s on %s (%s)\n"
+        "  %s\n"
+        "  median %.3f ms (min %.3f, max %.3f, %d repeats), %.4f ms/iteration\n"
+        "  %.3e exp2/s (%.1f%% of the H200 SFU), %.3e flop/s",
+        (long long)o.n, (long long)o.m, (long long)o.d, o.epsilon, (long long)o.iterations,
+        to_string(schedule).c_str(), to_string(precision).c_str(),
+        to_string(ctx.backend()).c_str(), device.c_str(), t.engine.c_str(), median, ms.front(),
+        ms.back(), o.repeats, median / double(o.iterations), exp_rate,
+        gpu ? 100 * exp_rate / kExp2PerSecond : NAN, flop_rate);
+    if (std::isfinite(flop_ceiling))
+      std::printf(" (%.1f%% of %.3g)", 100 * flop_rate / flop_ceiling, flop_ceiling);
+    std::printf("\n  marginal error after the last repeat %.3e\n", t.marginal_error);
+  }
+  return kExitOk;
+}
+
 }  // namespace kantor::cli

@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kFinalizeThreads) lse_finalize_kernel(LsePass<
   double e = 0;
   if (idx < rows_total) {
     const int side = idx < rows0 ? 0 : 1;
-    const LseSide<T>& sd = side ? p.side[1] : p.side[0];
+    const LseSide<T> sd = side ? p.side[1] : p.side[0];
     const std::int64_t i = idx - (side ? rows0 : 0);
     const double alpha = double(p.alpha), eps = double(p.eps);
     // M_i = max_s M_si, S_i = sum_s S_si exp2(alpha (M_si - M_i)), partials from the LSE kernel.

@@ -101,7 +101,7 @@ int current_sm_count();
 /// LSE kernel + finalize (+ error reduction when p.err). Asynchronous on `stream`.
 void run_lse_pass(LseKernel kernel, const LsePass<float>& p, void* stream);
 void run_lse_pass(LseKernel kernel, const LsePass<double>& p, void* stream);
-/// One value pass (CUDA cores, exact differences). Asynchronous on `stream`.
+/// One value pass (CUDA cores, exact differences, double arithmetic). Asynchronous on `stream`.
 void run_value_pass(const LseValuePass<float>& p, void* stream);
 void run_value_pass(const LseValuePass<double>& p, void* stream);
 /// out[0] = <a, f> + <b, g> in double (one block, deterministic). Asynchronous.

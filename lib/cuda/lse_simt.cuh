@@ -40,26 +40,29 @@ struct ScanState {
 
 /// Scans keys [kbeg, kend) for the calling thread's row `row` (rows past sd.rows compute on
 /// zeros and are discarded by the caller). All threads of the block must call it together.
-template <class T, int kDC, int kVals, bool kCost>
-__device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, T eps, T inv_c, T alpha,
+/// T: storage type of the clouds, potentials and values; A: arithmetic type (A = double for the
+/// value passes of float data: their exponents are differences of large terms, (g_j - C_ij)/eps,
+/// whose float rounding would cost ~2^-24 (|g| + C)/eps relative in every P_ij).
+template <class T, class A, int kDC, int kVals, bool kCost>
+__device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, A eps, A inv_c, A alpha,
                                           std::int64_t row, std::int64_t kbeg, std::int64_t kend,
                                           const T* __restrict__ values, std::int64_t vstride,
-                                          int vcols, ScanState<T, kVals>& st) {
-  using Tile = SimtTile<T, kDC>;
+                                          int vcols, ScanState<A, kVals>& st) {
+  using Tile = SimtTile<A, kDC>;
   constexpr int kKeys = Tile::kKeys;
-  __shared__ T ks[kKeys][kDC];
-  __shared__ T bias_s[kKeys];
-  __shared__ T vals_s[kVals > 0 ? kKeys : 1][kVals > 0 ? kVals : 1];
+  __shared__ A ks[kKeys][kDC];
+  __shared__ A bias_s[kKeys];
+  __shared__ A vals_s[kVals > 0 ? kKeys : 1][kVals > 0 ? kVals : 1];
   const int tid = threadIdx.x;
   const bool row_ok = row < sd.rows;
   const T* __restrict__ xq = sd.queries + (row_ok ? row : 0) * std::int64_t(ld);
   const int nchunks = ld / kDC;
-  T xr[kDC];
+  A xr[kDC];
   if (nchunks == 1) {
 #pragma unroll
-    for (int k = 0; k < kDC; ++k) xr[k] = row_ok ? xq[k] : T(0);
+    for (int k = 0; k < kDC; ++k) xr[k] = row_ok ? A(xq[k]) : A(0);
   }
-  st.m = neg_inf<T>();
+  st.m = neg_inf<A>();
   st.s = 0;
   st.cost = 0;
 #pragma unroll
@@ -71,17 +74,18 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, T eps, T
     // block and key). Guard: keys past kend and zero-weight keys get -inf (masked).
     for (int jj = tid; jj < kKeys; jj += Tile::kThreads) {
       const std::int64_t j = t0 + jj;
-      bias_s[jj] = j < kend ? (sd.key_pot[j] + eps * sd.key_logw[j]) * inv_c : neg_inf<T>();
+      bias_s[jj] =
+          j < kend ? (A(sd.key_pot[j]) + eps * A(sd.key_logw[j])) * inv_c : neg_inf<A>();
     }
     if constexpr (kVals > 0) {
       // V_jk from the value matrix (global, row stride vstride); zero past vcols or kend.
       for (int idx = tid; idx < kKeys * kVals; idx += Tile::kThreads) {
         const int jj = idx / kVals, k = idx % kVals;
         const std::int64_t j = t0 + jj;
-        vals_s[jj][k] = (j < kend && k < vcols) ? values[j * vstride + k] : T(0);
+        vals_s[jj][k] = (j < kend && k < vcols) ? A(values[j * vstride + k]) : A(0);
       }
     }
-    T dist[kKeys];
+    A dist[kKeys];
 #pragma unroll
     for (int jj = 0; jj < kKeys; ++jj) dist[jj] = 0;
     for (int c = 0; c < nchunks; ++c) {
@@ -90,11 +94,11 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, T eps, T
       for (int idx = tid; idx < kKeys * kDC; idx += Tile::kThreads) {
         const int jj = idx / kDC, k = idx % kDC;
         const std::int64_t j = t0 + jj;
-        ks[jj][k] = j < kend ? sd.keys[j * ld + c * kDC + k] : T(0);
+        ks[jj][k] = j < kend ? A(sd.keys[j * ld + c * kDC + k]) : A(0);
       }
       if (nchunks > 1) {
 #pragma unroll
-        for (int k = 0; k < kDC; ++k) xr[k] = row_ok ? xq[c * kDC + k] : T(0);
+        for (int k = 0; k < kDC; ++k) xr[k] = row_ok ? A(xq[c * kDC + k]) : A(0);
       }
       __syncthreads();
       // |x_i - y_j|^2 += sum_k (x_ik - y_jk)^2: x from registers, y broadcast from shared.
@@ -102,15 +106,15 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, T eps, T
       for (int jj = 0; jj < kKeys; ++jj) {
 #pragma unroll
         for (int k = 0; k < kDC; ++k) {
-          const T diff = xr[k] - ks[jj][k];
+          const A diff = xr[k] - ks[jj][k];
           dist[jj] = fma(diff, diff, dist[jj]);
         }
       }
     }
     // u_ij = beta_j - |x_i - y_j|^2; tile max, then rescale the running state only when the
     // max grows. Guard: tmax = -inf (all masked) never passes the comparison.
-    T u[kKeys];
-    T tmax = neg_inf<T>();
+    A u[kKeys];
+    A tmax = neg_inf<A>();
 #pragma unroll
     for (int jj = 0; jj < kKeys; ++jj) {
       u[jj] = bias_s[jj] - dist[jj];
@@ -118,7 +122,7 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, T eps, T
     }
     if (tmax > st.m) {
       // st.m = -inf gives exp2(-inf) = 0 and the state is still 0: no NaN.
-      const T scale = fast_exp2(alpha * (st.m - tmax));
+      const A scale = fast_exp2(alpha * (st.m - tmax));
       st.s *= scale;
       st.cost *= scale;
 #pragma unroll
@@ -127,12 +131,12 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, T eps, T
     }
     // Guard: a row that has only seen masked keys keeps m = -inf; exp2(-inf - -inf) would be
     // NaN, so it adds nothing.
-    if (st.m != neg_inf<T>()) {
-      const T nam = -alpha * st.m;
-      T ts = 0;  // tile sum first, then one add: shorter fp32 accumulation chains
+    if (st.m != neg_inf<A>()) {
+      const A nam = -alpha * st.m;
+      A ts = 0;  // tile sum first, then one add: shorter fp32 accumulation chains
 #pragma unroll
       for (int jj = 0; jj < kKeys; ++jj) {
-        const T e = fast_exp2(fma(alpha, u[jj], nam));  // masked u = -inf -> 0
+        const A e = fast_exp2(fma(alpha, u[jj], nam));  // masked u = -inf -> 0
         ts += e;
         if (kCost) st.cost = fma(e, dist[jj], st.cost);
         if constexpr (kVals > 0) {
@@ -161,13 +165,13 @@ template <class T, int kDC>
 __global__ void __launch_bounds__(128) lse_simt_kernel(LsePass<T> p, int blocks_side0) {
   using Tile = SimtTile<T, kDC>;
   const int side = int(blockIdx.x) < blocks_side0 ? 0 : 1;
-  const LseSide<T>& sd = side ? p.side[1] : p.side[0];
+  const LseSide<T> sd = side ? p.side[1] : p.side[0];
   const std::int64_t rb = std::int64_t(blockIdx.x) - (side ? blocks_side0 : 0);
   const std::int64_t row = rb * Tile::kThreads + threadIdx.x;
   std::int64_t kbeg, kend;
   split_range(sd.nkeys, p.splits, blockIdx.y, Tile::kKeys, &kbeg, &kend);
   ScanState<T, 0> st;
-  simt_scan<T, kDC, 0, false>(sd, p.ld, p.eps, T(1) / p.cost_scale, p.alpha, row, kbeg, kend,
+  simt_scan<T, T, kDC, 0, false>(sd, p.ld, p.eps, T(1) / p.cost_scale, p.alpha, row, kbeg, kend,
                               nullptr, 0, 0, st);
   if (row < sd.rows) {
     sd.part_max[std::int64_t(blockIdx.y) * sd.rows + row] = st.m;
@@ -175,35 +179,36 @@ __global__ void __launch_bounds__(128) lse_simt_kernel(LsePass<T> p, int blocks_
   }
 }
 
-/// One value pass over all keys: outputs per ValueMode (see lse_params.hpp).
+/// One value pass over all keys, arithmetic in double for every storage type (these passes run
+/// once per solve): outputs per ValueMode (see lse_params.hpp).
 template <class T, int kDC>
 __global__ void __launch_bounds__(128) value_simt_kernel(LseValuePass<T> p) {
-  using Tile = SimtTile<T, kDC>;
+  using Tile = SimtTile<double, kDC>;
   __shared__ double red[32];
   const LseSide<T>& sd = p.side;
   const std::int64_t row = std::int64_t(blockIdx.x) * Tile::kThreads + threadIdx.x;
-  const T alpha = T(kLog2e) * p.cost_scale / p.eps;
-  ScanState<T, Tile::kVals> st;
-  simt_scan<T, kDC, Tile::kVals, true>(sd, p.ld, p.eps, T(1) / p.cost_scale, alpha, row, 0,
-                                        sd.nkeys, p.values, p.vstride, p.vcols, st);
+  const double eps = double(p.eps), c = double(p.cost_scale);
+  const double alpha = kLog2e * c / eps;
+  ScanState<double, Tile::kVals> st;
+  simt_scan<T, double, kDC, Tile::kVals, true>(sd, p.ld, eps, 1.0 / c, alpha, row, 0, sd.nkeys,
+                                               p.values, p.vstride, p.vcols, st);
   double mass = 0, cost = 0, fg = 0;
   if (row < sd.rows) {
     // P_ij = w_i exp(f_i/eps) exp2(alpha u_ij) = pref_i * exp2(alpha (u_ij - M_i)), in double.
     // Guard: zero-weight rows and rows without unmasked keys have P_i. = 0 (no exp(-inf + inf)).
     const double lw = double(p.query_logw[row]);
-    const double pref =
-        (lw == -INFINITY || st.m == neg_inf<T>())
-            ? 0.0
-            : exp(lw + double(sd.pot[row]) / double(p.eps) + kLn2 * double(alpha) * double(st.m));
+    const double pref = (lw == -INFINITY || st.m == -INFINITY)
+                             ? 0.0
+                             : exp(lw + double(sd.pot[row]) / eps + kLn2 * alpha * st.m);
     if (p.mode == ValueMode::kApply) {
-      for (int k = 0; k < p.vcols; ++k) p.out[row * p.ostride + k] = T(pref * double(st.acc[k]));
+      for (int k = 0; k < p.vcols; ++k) p.out[row * p.ostride + k] = T(pref * st.acc[k]);
     } else if (p.mode == ValueMode::kBarycentric) {
       for (int k = 0; k < p.vcols; ++k)
-        p.out[row * p.ostride + k] = T(double(st.acc[k]) / double(st.s) + p.center[k]);
+        p.out[row * p.ostride + k] = T(st.acc[k] / st.s + p.center[k]);
     } else {
-      mass = pref * double(st.s);
-      cost = pref * double(p.cost_scale) * double(st.cost);
-      fg = double(sd.pot[row]) * mass + pref * double(st.acc[0]);
+      mass = pref * st.s;
+      cost = pref * c * st.cost;
+      fg = double(sd.pot[row]) * mass + pref * st.acc[0];
     }
   }
   if (p.mode == ValueMode::kStats) {

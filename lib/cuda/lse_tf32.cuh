@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(128) lse_tf32_kernel(LsePass<float> p, int blo
   __shared__ __align__(16) float qs[kResident ? 4 : Tile::kRows * kS];
 
   const int side = int(blockIdx.x) < blocks_side0 ? 0 : 1;
-  const LseSide<float>& sd = side ? p.side[1] : p.side[0];
+  const LseSide<float> sd = side ? p.side[1] : p.side[0];
   const std::int64_t rb = std::int64_t(blockIdx.x) - (side ? blocks_side0 : 0);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const std::int64_t row0 = rb * Tile::kRows;

@@ -108,7 +108,7 @@ class CudaOracle final : public Oracle<T> {
       os << "cuda lse cuda-core exact " << to_string(precision_) << " 128x"
          << (std::is_same<T, double>::value ? 16 : 32) << ", d padded to " << ld_upd_;
     os << ", split-K f/g/sym " << splits_f_ << "/" << splits_g_ << "/" << splits_sym_
-       << "; value passes cuda-core exact";
+       << "; value passes cuda-core exact, double arithmetic";
     return os.str();
   }
   double diameter() const override { return diameter_; }
