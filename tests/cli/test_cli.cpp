@@ -737,41 +737,95 @@ TEST_F(CliTest, DefaultBackendIsAutoAndSaysWhatItPicked) {
   EXPECT_EQ(j["backend_note"].str.rfind("auto", 0), 0u) << j["backend_note"].str;
 }
 
-TEST_F(CliTest, CtrlCAbortsCleanlyWithoutOutput) {
-  // A solve that cannot converge (tolerance 1e-300), interrupted after a second.
-  const std::string out = dir_ + "/stdout.txt", err = dir_ + "/stderr.txt";
-  const std::string map = out_dir_ + "/map.npy";
-  std::vector<std::string> args = {KANTOR_CLI, "solve",        "--demo", "--backend",
-                                   "cpu",      "--tolerance",  "1e-300", "--max-iterations",
-                                   "3000",     "--output-map", map};
+// Starts `kantor args...` with stdout to `out` and stderr to `err_path` (a file or a terminal),
+// SIGINT at its default action whatever this process inherited. Returns the pid.
+pid_t spawn_cli(std::vector<std::string> args, const std::string& out,
+                const std::string& err_path) {
+  args.insert(args.begin(), KANTOR_CLI);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t files;
   posix_spawn_file_actions_init(&files);
   posix_spawn_file_actions_addopen(&files, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&files, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawnattr_t attr;  // SIGINT at its default action, whatever this process inherited
+  posix_spawn_file_actions_addopen(&files, 2, err_path.c_str(), O_RDWR | O_NOCTTY | O_CREAT, 0644);
+  posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t defaults;
   sigemptyset(&defaults);
   sigaddset(&defaults, SIGINT);
   posix_spawnattr_setsigdefault(&attr, &defaults);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &files, &attr, argv.data(), environ), 0);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, argv[0], &files, &attr, argv.data(), environ) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&files);
   posix_spawnattr_destroy(&attr);
-  ::usleep(1000 * 1000);
-  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  return pid;
+}
+
+struct Interrupted {
   int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  const std::string err_text = read_text(err);
-  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status) << ": " << err_text;
-  EXPECT_EQ(WEXITSTATUS(status), 130) << err_text;
-  EXPECT_NE(err_text.find("interrupted after"), std::string::npos) << err_text;
-  EXPECT_EQ(read_text(out), "");
-  EXPECT_TRUE(list_dir(out_dir_).empty());
+  std::string err;  // what the process wrote on stderr
+};
+
+// Runs a solve that cannot converge (tolerance 1e-300) for 1.5 s, stderr on a pseudo-terminal or
+// a file, then sends SIGINT and collects the exit status and stderr.
+Interrupted interrupt_solve(const std::string& dir, bool terminal, bool quiet,
+                            const std::string& output) {
+  Interrupted r;
+  int master = -1, keep_open = -1;
+  std::string err_path = dir + "/stderr.txt";
+  if (terminal) {
+    master = ::posix_openpt(O_RDWR | O_NOCTTY);
+    if (master < 0 || ::grantpt(master) != 0 || ::unlockpt(master) != 0) {
+      ADD_FAILURE() << "no pseudo-terminal: " << std::strerror(errno);
+      return r;
+    }
+    err_path = ::ptsname(master);
+    keep_open = ::open(err_path.c_str(), O_RDWR | O_NOCTTY);  // its output outlives the child
+  }
+  std::vector<std::string> args = {"solve",        "--demo", "--backend",        "cpu",
+                                   "--tolerance",  "1e-300", "--max-iterations", "100000",
+                                   "--output-map", output};
+  if (quiet) args.push_back("--quiet");
+  const pid_t pid = spawn_cli(args, dir + "/stdout.txt", err_path);
+  if (pid <= 0) {
+    ADD_FAILURE() << "cannot start " << KANTOR_CLI;
+    return r;
+  }
+  ::usleep(1500 * 1000);
+  EXPECT_EQ(::kill(pid, SIGINT), 0);
+  EXPECT_EQ(::waitpid(pid, &r.status, 0), pid);
+  if (terminal) {
+    ::fcntl(master, F_SETFL, O_NONBLOCK);
+    char buf[4096];
+    for (ssize_t got; (got = ::read(master, buf, sizeof buf)) > 0;) r.err.append(buf, got);
+    ::close(keep_open);
+    ::close(master);
+  } else {
+    r.err = read_text(err_path);
+  }
+  EXPECT_EQ(read_text(dir + "/stdout.txt"), "");
+  return r;
+}
+
+TEST_F(CliTest, CtrlCAbortsCleanlyAndProgressShowsOnlyOnATerminal) {
+  for (const bool terminal : {true, false}) {
+    for (const bool quiet : {false, true}) {
+      if (!terminal && quiet) continue;
+      SCOPED_TRACE(std::string(terminal ? "terminal" : "file") + (quiet ? ", --quiet" : ""));
+      const Interrupted r = interrupt_solve(dir_, terminal, quiet, out_dir_ + "/map.npy");
+      ASSERT_TRUE(WIFEXITED(r.status)) << "killed by signal " << WTERMSIG(r.status) << r.err;
+      EXPECT_EQ(WEXITSTATUS(r.status), 130) << r.err;
+      EXPECT_NE(r.err.find("interrupted after"), std::string::npos) << r.err;
+      const bool progress = terminal && !quiet;
+      EXPECT_EQ(r.err.find("solving: iteration") != std::string::npos, progress) << r.err;
+      if (progress) {
+        EXPECT_NE(r.err.find("marginal error"), std::string::npos) << r.err;
+      }
+      EXPECT_TRUE(list_dir(out_dir_).empty()) << "an interrupted solve writes nothing";
+    }
+  }
 }
 
 TEST_F(CliTest, InfoJsonAndText) {
