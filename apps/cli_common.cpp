@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <iomanip>
 #include <new>
@@ -34,6 +35,19 @@ int run_guarded(const std::string& name, Command cmd, const std::vector<std::str
   }
 }
 
+namespace {
+
+// The value given to `option` ("--name") in args: "--name=value" or "--name value".
+std::string option_value(const std::vector<std::string>& args, const std::string& option) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind(option + "=", 0) == 0) return args[i].substr(option.size() + 1);
+    if (args[i] == option && i + 1 < args.size()) return args[i + 1];
+  }
+  return "";
+}
+
+}  // namespace
+
 boost::program_options::variables_map parse_command_line(
     const std::vector<std::string>& args, const boost::program_options::options_description& desc) {
   namespace po = boost::program_options;
@@ -44,12 +58,23 @@ boost::program_options::variables_map parse_command_line(
   po::positional_options_description positional;
   positional.add("kantor-stray-argument", -1);
   po::variables_map vm;
-  po::store(po::command_line_parser(args)
-                .options(all)
-                .positional(positional)
-                .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
-                .run(),
-            vm);
+  try {
+    po::store(
+        po::command_line_parser(args)
+            .options(all)
+            .positional(positional)
+            .style(po::command_line_style::unix_style ^ po::command_line_style::allow_guessing)
+            .run(),
+        vm);
+  } catch (const po::invalid_option_value& e) {
+    // Only numeric options can hold an invalid value: say which kind of number was expected.
+    const std::string value = option_value(args, e.get_option_name());
+    char* end = nullptr;
+    std::strtod(value.c_str(), &end);
+    const bool is_number = !value.empty() && end == value.c_str() + value.size();
+    throw InvalidArgument(e.get_option_name() + ": invalid value '" + value + "' (expected " +
+                          (is_number ? "an integer" : "a number") + ")");
+  }
   if (vm.count("kantor-stray-argument")) {
     const auto& words = vm["kantor-stray-argument"].as<std::vector<std::string>>();
     throw InvalidArgument("unexpected argument '" + words.front() +
