@@ -135,7 +135,7 @@ int cmd_bench_birkhoff(const std::vector<std::string>& args) {
         project_birkhoff(ctx, batch_view<const float>(R, n), batch_view<float>(P, n),
                          cfg.options);
     const std::vector<float> h = to_host(ctx, P.cview());
-    std::vector<double> err(std::size_t(accuracy));
+    std::vector<double> err(static_cast<std::size_t>(accuracy));
     std::int64_t nonfinite = 0;
     for (std::int64_t b = 0; b < accuracy; ++b) {
       const float* p = h.data() + b * n * n;
