@@ -47,16 +47,55 @@ struct Num<double> {
   static constexpr double eps() { return 2.220446049250313e-16; }
 };
 
-KANTOR_BK_HD float bk_exp2(float x) { return exp2f(x); }
+// float on the device: the special-function unit's approximations (ex2/lg2/rcp/rsqrt .approx,
+// ~1-2 ulp; flush-to-zero is harmless here: every value that could be denormal is a weight
+// below 2^-126 of a row that also holds 1). Accuracy is checked against float64 in the tests.
+KANTOR_BK_HD float bk_exp2(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return exp2f(x);
+#endif
+}
 KANTOR_BK_HD double bk_exp2(double x) { return exp2(x); }
-KANTOR_BK_HD float bk_log2(float x) { return log2f(x); }
+KANTOR_BK_HD float bk_log2(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return log2f(x);
+#endif
+}
 KANTOR_BK_HD double bk_log2(double x) { return log2(x); }
+/// 1 / x.
+KANTOR_BK_HD float bk_rcp(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return 1.0f / x;
+#endif
+}
+KANTOR_BK_HD double bk_rcp(double x) { return 1.0 / x; }
+/// 1 / sqrt(x).
+KANTOR_BK_HD float bk_rsqrt(float x) {
+#if defined(__CUDA_ARCH__)
+  float y;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return 1.0f / sqrtf(x);
+#endif
+}
+KANTOR_BK_HD double bk_rsqrt(double x) { return 1.0 / sqrt(x); }
 KANTOR_BK_HD float bk_exp(float x) { return expf(x); }
 KANTOR_BK_HD double bk_exp(double x) { return exp(x); }
 KANTOR_BK_HD float bk_abs(float x) { return fabsf(x); }
 KANTOR_BK_HD double bk_abs(double x) { return fabs(x); }
-KANTOR_BK_HD float bk_sqrt(float x) { return sqrtf(x); }
-KANTOR_BK_HD double bk_sqrt(double x) { return sqrt(x); }
 template <class F>
 KANTOR_BK_HD F bk_max(F a, F b) {
   return a > b ? a : b;
@@ -158,7 +197,7 @@ KANTOR_BK_UNROLL
       s += e[j];
     }
     // s >= 1 (the maximal entry contributes 2^0), so 1/s and log2(s) are safe.
-    const F inv = F(1) / s;
+    const F inv = bk_rcp(s);
     const F lse = m + bk_log2(s);
     psi += lse;
     psi_scale += bk_abs(lse);
@@ -218,9 +257,8 @@ KANTOR_BK_UNROLL
       d -= A[packed<NMAX>(k, j)] * A[packed<NMAX>(k, j)];
     }
     d = bk_max(d, floor);  // guard: rank deficiency / rounding must not give sqrt(<=0)
-    const F ljj = bk_sqrt(d);
-    const F inv = F(1) / ljj;
-    A[packed<NMAX>(j, j)] = ljj;
+    const F inv = bk_rsqrt(d);
+    A[packed<NMAX>(j, j)] = inv;  // the diagonal of R is kept inverted: solves multiply
 KANTOR_BK_UNROLL
     for (int l = 0; l < NMAX - 1; ++l) {
       if (l <= j || l >= m) continue;
@@ -243,7 +281,7 @@ KANTOR_BK_UNROLL
       if (k >= j) break;
       v -= A[packed<NMAX>(k, j)] * rhs[k];
     }
-    rhs[j] = v / A[packed<NMAX>(j, j)];
+    rhs[j] = v * A[packed<NMAX>(j, j)];
   }
 KANTOR_BK_UNROLL
   for (int jj = NMAX - 2; jj >= 0; --jj) {
@@ -254,7 +292,7 @@ KANTOR_BK_UNROLL
       if (k <= jj || k >= m) continue;
       v -= A[packed<NMAX>(jj, k)] * rhs[k];
     }
-    rhs[jj] = v / A[packed<NMAX>(jj, jj)];
+    rhs[jj] = v * A[packed<NMAX>(jj, jj)];
   }
 }
 
@@ -273,8 +311,8 @@ KANTOR_BK_HD NewtonResult newton_project(F* L, int n, F tol_stop, F tol_accept, 
   if (res.status != kOk) return res;
   constexpr int kH = (NMAX - 1) * NMAX / 2;
   F b[NMAX];
-  // Start: one log-domain Sinkhorn sweep from b = 0, a_i = -LSE_j L_ij, b_j = -LSE_i (L_ij + a_i),
-  // then the shift b <- b - b_{n-1} (the dual is invariant to it; Newton fixes b_{n-1} = 0).
+  // Start: a_i = -max_j L_ij, then a log-domain column step b_j = -LSE_i (L_ij + a_i), then the
+  // shift b <- b - b_{n-1} (the dual is invariant to it; Newton fixes b_{n-1} = 0).
   {
     F a[NMAX];
 KANTOR_BK_UNROLL
@@ -284,14 +322,9 @@ KANTOR_BK_UNROLL
 KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) m = bk_max(m, L[i * NMAX + j]);
-      F s = F(0);
-      if (m > neg_inf<F>()) {
-KANTOR_BK_UNROLL
-        for (int j = 0; j < NMAX; ++j)
-          if (j < n) s += bk_exp2(L[i * NMAX + j] - m);
-      }
-      // Guard: an all -inf row has no mass; a_i = 0 avoids -inf + inf = NaN below.
-      a[i] = m > neg_inf<F>() ? -(m + bk_log2(s)) : F(0);
+      // a_i = -max_j L_ij (row maximum at 0): as good a start as a full row LSE here (measured
+      // 3.06 vs 3.00 Newton steps per warp on N(0,1)) and it saves 16 exp2 + 4 log2.
+      a[i] = m > neg_inf<F>() ? -m : F(0);  // guard: an all -inf row keeps a_i = 0, not +inf
     }
 KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
@@ -402,7 +435,7 @@ KANTOR_BK_UNROLL
       if (k < n) s += rows ? X[a * NMAX + k] : X[k * NMAX + a];
     const F d = bk_max(s + add, Num<F>::min_normal());
     if (dens) dens[a] = d;
-    const F inv = F(1) / d;
+    const F inv = bk_rcp(d);
 KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX; ++k) {
       if (k >= n) continue;
@@ -469,7 +502,7 @@ KANTOR_BK_UNROLL
     }
     if (map.deepseek) {
       // s >= 1 unless the row is empty (then the softmax row is taken as 0).
-      const F inv = empty ? F(0) : F(1) / s;
+      const F inv = empty ? F(0) : bk_rcp(s);
 KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) X[i * NMAX + j] = X[i * NMAX + j] * inv + F(kDeepSeekEps);
@@ -525,7 +558,7 @@ KANTOR_BK_UNROLL
         dot += G[idx] * X[idx];
       }
       // Guard: a floored denominator (no mass) means the step is locally constant (output 0).
-      const F inv = d[a] > Num<F>::min_normal() ? F(1) / d[a] : F(0);
+      const F inv = d[a] > Num<F>::min_normal() ? bk_rcp(d[a]) : F(0);
 KANTOR_BK_UNROLL
       for (int k = 0; k < NMAX; ++k) {
         if (k >= n) continue;
@@ -585,7 +618,7 @@ KANTOR_BK_UNROLL
       y[j] += gam;  // mu_c accumulates here, rhs built below
     }
     // Guard: an all-zero row of P (no mass) has no multiplier; 1/0 would poison the system.
-    rinv[i] = r > Num<F>::min_normal() ? F(1) / r : F(0);
+    rinv[i] = r > Num<F>::min_normal() ? bk_rcp(r) : F(0);
     mur[i] = mu;
   }
   // A = diag(c) - P^T diag(1/r) P, rhs = mu_c - P^T diag(1/r) mu_r on the first n-1 columns.
