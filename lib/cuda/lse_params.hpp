@@ -89,8 +89,11 @@ int simt_padded_dim(int d);
 int tf32_padded_dim(int d);
 /// Rows per block of the kernel (the unit of the split-K decision).
 int lse_block_rows(LseKernel kernel);
-/// Key-range splits so that (row blocks x splits) fills `sm_count` SMs a few times over.
-int choose_splits(LseKernel kernel, std::int64_t rows_total, std::int64_t nkeys, int sm_count);
+/// Key-range splits (split-K) for a pass of `rows_total` rows over `nkeys` keys with the kernel
+/// serving padded width ld: the fewest splits whose grid fills whole waves of the current
+/// device (rule and evidence in lse_pass.cu).
+int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_total,
+                  std::int64_t nkeys);
 /// Number of blocks of the finalize kernel for `rows_total` rows (size of err_partials).
 int finalize_blocks(std::int64_t rows_total);
 /// Number of blocks of a value pass over `rows` rows (size of stat_partials / 3).

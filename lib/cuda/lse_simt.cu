@@ -9,6 +9,26 @@ namespace kantor::cuda {
 
 int simt_padded_dim(int d) { return d <= 4 ? 4 : (d + 15) / 16 * 16; }
 int simt_block_rows() { return 128; }
+
+int simt_blocks_per_sm(int ld, bool is_double) {
+  int nb = 0;
+  if (is_double) {
+    if (ld == 4)
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_simt_kernel<double, 4>, 128, 0));
+    else
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_simt_kernel<double, 16>, 128, 0));
+  } else {
+    if (ld == 4)
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_simt_kernel<float, 4>, 128, 0));
+    else
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_simt_kernel<float, 16>, 128, 0));
+  }
+  return nb;
+}
 int value_pass_blocks(std::int64_t rows) { return int((rows + 127) / 128); }
 
 namespace {

@@ -1,6 +1,8 @@
 // Explicit instantiations and launcher of the TF32 tensor-core LSE kernel
 // (lib/cuda/lse_tf32.cuh). Padded widths: 8, 16, 32, 64 with resident query fragments, and
 // 32-wide d-chunks with the query chunk restaged in shared memory for d > 64 (5 kernels).
+#include <cstdlib>
+
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_launch.hpp"
 #include "lib/cuda/lse_tf32.cuh"
@@ -16,11 +18,81 @@ int tf32_padded_dim(int d) {
 }
 int tf32_block_rows() { return 128; }
 
+namespace {
+/// Key tiles double-buffered by cp.async (lse_tf32_pipe_kernel) for the resident widths; the
+/// environment variable KANTOR_CUDA_TF32_PIPELINE=0 selects the single-buffered kernel (tuning
+/// runs and tests of both). Evidence: docs/cuda-engine.md.
+bool use_pipeline() {
+  static const bool on = [] {
+    const char* e = std::getenv("KANTOR_CUDA_TF32_PIPELINE");
+    return !(e && e[0] == '0');
+  }();
+  return on;
+}
+}  // namespace
+
+int tf32_blocks_per_sm(int ld) {
+  int nb = 0;
+  if (use_pipeline() && ld <= 64) {
+    switch (ld) {
+      case 8:
+        KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &nb, lse_tf32_pipe_kernel<8>, 128, 0));
+        return nb;
+      case 16:
+        KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &nb, lse_tf32_pipe_kernel<16>, 128, 0));
+        return nb;
+      case 32:
+        KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &nb, lse_tf32_pipe_kernel<32>, 128, 0));
+        return nb;
+      default:
+        KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &nb, lse_tf32_pipe_kernel<64>, 128, 0));
+        return nb;
+    }
+  }
+  switch (ld) {
+    case 8:
+      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &nb, lse_tf32_kernel<8, true>, 128, 0));
+      break;
+    case 16:
+      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &nb, lse_tf32_kernel<16, true>, 128, 0));
+      break;
+    case 32:
+      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &nb, lse_tf32_kernel<32, true>, 128, 0));
+      break;
+    case 64:
+      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &nb, lse_tf32_kernel<64, true>, 128, 0));
+      break;
+    default:
+      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &nb, lse_tf32_kernel<32, false>, 128, 0));
+      break;
+  }
+  return nb;
+}
+
 void launch_lse_tf32(const LsePass<float>& p, void* stream) {
   const int b0 = int((p.side[0].rows + 127) / 128);
   const int b1 = p.nsides > 1 ? int((p.side[1].rows + 127) / 128) : 0;
   const dim3 grid(unsigned(b0 + b1), unsigned(p.splits));
   auto st = static_cast<cudaStream_t>(stream);
+  if (use_pipeline() && p.ld <= 64) {
+    switch (p.ld) {
+      case 8: lse_tf32_pipe_kernel<8><<<grid, 128, 0, st>>>(p, b0); break;
+      case 16: lse_tf32_pipe_kernel<16><<<grid, 128, 0, st>>>(p, b0); break;
+      case 32: lse_tf32_pipe_kernel<32><<<grid, 128, 0, st>>>(p, b0); break;
+      default: lse_tf32_pipe_kernel<64><<<grid, 128, 0, st>>>(p, b0); break;
+    }
+    KANTOR_CUDA_CHECK_LAUNCH();
+    return;
+  }
   switch (p.ld) {
     case 8: lse_tf32_kernel<8, true><<<grid, 128, 0, st>>>(p, b0); break;
     case 16: lse_tf32_kernel<16, true><<<grid, 128, 0, st>>>(p, b0); break;

@@ -215,4 +215,190 @@ __global__ void __launch_bounds__(128) lse_tf32_kernel(LsePass<float> p, int blo
   }
 }
 
+/// 16-byte (4-byte) asynchronous copy global -> shared (sm_80+); src_size 0 writes zeros.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, bool valid) {
+  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(valid ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/// Shared memory of the pipelined kernel: two key-tile stages (coordinates and the raw bias
+/// inputs g_j, c|y~_j|^2, log b_j), and the bias of each stage.
+template <int kDK>
+struct Tf32PipeSmem {
+  using Tile = Tf32Tile<kDK, true>;
+  float keys[2][Tile::kKeys * Tile::kStride];
+  float raw[2][3][Tile::kKeys];
+  float bias[2][Tile::kKeys];
+  static constexpr int kBytes = 4 * (2 * Tile::kKeys * Tile::kStride + 8 * Tile::kKeys);
+  static_assert(kBytes <= 48 * 1024, "static shared memory limit");
+};
+
+/// The resident-query TF32 kernel with the key tiles double-buffered by cp.async: tile t+1 is
+/// copied while tile t is reduced, so the L2 latency of the key stream is hidden inside each
+/// block (the plain kernel above relies on other resident blocks for that).
+template <int kDK>
+__global__ void __launch_bounds__(128) lse_tf32_pipe_kernel(LsePass<float> p, int blocks_side0) {
+  using Tile = Tf32Tile<kDK, true>;
+  constexpr int kS = Tile::kStride;
+  __shared__ __align__(16) Tf32PipeSmem<kDK> sm;
+
+  const int side = int(blockIdx.x) < blocks_side0 ? 0 : 1;
+  const LseSide<float> sd = side ? p.side[1] : p.side[0];
+  const std::int64_t rb = std::int64_t(blockIdx.x) - (side ? blocks_side0 : 0);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const std::int64_t row0 = rb * Tile::kRows;
+  const int wrow = warp * Tile::kMTiles * 16;
+  const int ld = p.ld;  // == kDK
+  const float* __restrict__ X = sd.queries;
+  const float* __restrict__ Y = sd.keys;
+  const float inv_2c = 0.5f / p.cost_scale, eps = p.eps, alpha = p.alpha;
+
+  // A fragments (m16n8k8 row-major), resident: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4).
+  std::uint32_t a[Tile::kMTiles][Tile::kKSteps][4];
+#pragma unroll
+  for (int mt = 0; mt < Tile::kMTiles; ++mt) {
+    const std::int64_t r_lo = row0 + wrow + mt * 16 + g, r_hi = r_lo + 8;
+#pragma unroll
+    for (int kk = 0; kk < Tile::kKSteps; ++kk) {
+      const int k = kk * 8 + t;
+      a[mt][kk][0] = __float_as_uint(r_lo < sd.rows ? X[r_lo * ld + k] : 0.f);
+      a[mt][kk][1] = __float_as_uint(r_hi < sd.rows ? X[r_hi * ld + k] : 0.f);
+      a[mt][kk][2] = __float_as_uint(r_lo < sd.rows ? X[r_lo * ld + k + 4] : 0.f);
+      a[mt][kk][3] = __float_as_uint(r_hi < sd.rows ? X[r_hi * ld + k + 4] : 0.f);
+    }
+  }
+  float m[Tile::kMTiles][2], s[Tile::kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < Tile::kMTiles; ++mt) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    s[mt][0] = s[mt][1] = 0.f;
+  }
+  std::int64_t kbeg, kend;
+  split_range(sd.nkeys, p.splits, blockIdx.y, Tile::kKeys, &kbeg, &kend);
+
+  // Stage tile [t0, t0 + kKeys) into buffer b: y~ rows as 16-byte copies, the raw bias inputs as
+  // 4-byte copies (global); zeros past kend.
+  auto issue = [&](std::int64_t t0, int b) {
+    for (int idx = tid; idx < Tile::kKeys * (kDK / 4); idx += Tile::kThreads) {
+      const int jj = idx / (kDK / 4), k4 = idx % (kDK / 4);
+      const std::int64_t j = t0 + jj;
+      const bool ok = j < kend;
+      cp_async16(&sm.keys[b][jj * kS + 4 * k4], Y + (ok ? j : 0) * ld + 4 * k4, ok);
+    }
+    for (int idx = tid; idx < 3 * Tile::kKeys; idx += Tile::kThreads) {
+      const int q = idx / Tile::kKeys, jj = idx % Tile::kKeys;
+      const std::int64_t j = t0 + jj;
+      const bool ok = j < kend;
+      const float* src = q == 0 ? sd.key_pot : (q == 1 ? sd.key_norm : sd.key_logw);
+      cp_async4(&sm.raw[b][q][jj], src + (ok ? j : 0), ok);
+    }
+    cp_async_commit();
+  };
+  // beta_j = (g_j - c|y~_j|^2 + eps log b_j) / (2c) from the staged raw inputs (shared).
+  // Guard: keys past kend and zero-weight keys get -inf (masked; the MMA adds a finite dot
+  // product to it, which stays -inf).
+  auto make_bias = [&](std::int64_t t0, int b) {
+    if (tid < Tile::kKeys)
+      sm.bias[b][tid] = t0 + tid < kend ? (sm.raw[b][0][tid] - sm.raw[b][1][tid] +
+                                           eps * sm.raw[b][2][tid]) * inv_2c
+                                        : -INFINITY;
+  };
+
+  int buf = 0;
+  if (kbeg < kend) {
+    issue(kbeg, 0);
+    cp_async_wait_all();
+    __syncthreads();
+    make_bias(kbeg, 0);
+    __syncthreads();
+  }
+  for (std::int64_t t0 = kbeg; t0 < kend; t0 += Tile::kKeys) {
+    const bool next = t0 + Tile::kKeys < kend;
+    if (next) issue(t0 + Tile::kKeys, buf ^ 1);
+    const float* ks = sm.keys[buf];
+    const float* bias_s = sm.bias[buf];
+    float acc[Tile::kMTiles][Tile::kNTiles][4];
+    // u = beta + <x~, y~>: B fragments b0 (k = t, n = g), b1 (k = t+4, n = g) from shared;
+    // C = beta of columns 2t, 2t+1 at the first k-step, the running accumulator after.
+#pragma unroll
+    for (int nt = 0; nt < Tile::kNTiles; ++nt) {
+      const float2 bb = *reinterpret_cast<const float2*>(&bias_s[nt * 8 + 2 * t]);
+#pragma unroll
+      for (int kk = 0; kk < Tile::kKSteps; ++kk) {
+        const float* kp = &ks[(nt * 8 + g) * kS + kk * 8 + t];
+        const std::uint32_t b0 = __float_as_uint(kp[0]), b1 = __float_as_uint(kp[4]);
+#pragma unroll
+        for (int mt = 0; mt < Tile::kMTiles; ++mt) {
+          float(&d)[4] = acc[mt][nt];
+          if (kk == 0)
+            mma_tf32(d, a[mt][kk], b0, b1, bb.x, bb.y, bb.x, bb.y);
+          else
+            mma_tf32(d, a[mt][kk], b0, b1, d[0], d[1], d[2], d[3]);
+        }
+      }
+    }
+    // Online (max, sum) per owned row h (0: row g, 1: row g+8), values acc[..][2h], [2h+1].
+#pragma unroll
+    for (int mt = 0; mt < Tile::kMTiles; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < Tile::kNTiles; ++nt)
+          tmax = fmaxf(tmax, fmaxf(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
+        if (tmax > m[mt][h]) {
+          // Guard: m = -inf (first unmasked tile) gives exp2(-inf) = 0 times a zero sum.
+          s[mt][h] *= fast_exp2(alpha * (m[mt][h] - tmax));
+          m[mt][h] = tmax;
+        }
+        // Guard: m = -inf means every key so far was masked: add nothing (no -inf - -inf).
+        if (m[mt][h] != -INFINITY) {
+          const float nam = -alpha * m[mt][h];
+          float ts = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < Tile::kNTiles; ++nt)
+            ts += fast_exp2(fmaf(alpha, acc[mt][nt][2 * h], nam)) +
+                  fast_exp2(fmaf(alpha, acc[mt][nt][2 * h + 1], nam));
+          s[mt][h] += ts;
+        }
+      }
+    }
+    cp_async_wait_all();  // tile t+1 has landed (this thread's copies)
+    __syncthreads();      // everyone's copies visible; nobody reads buffer `buf` any more
+    if (next) {
+      make_bias(t0 + Tile::kKeys, buf ^ 1);
+      __syncthreads();
+    }
+    buf ^= 1;
+  }
+  // Merge the quad's partial states (lanes 4g..4g+3 own the same rows), then write.
+#pragma unroll
+  for (int mt = 0; mt < Tile::kMTiles; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m[mt][h], o);
+        const float s2 = __shfl_xor_sync(0xffffffffu, s[mt][h], o);
+        merge_max_sum(m[mt][h], s[mt][h], m2, s2, alpha);
+      }
+      const std::int64_t i = row0 + wrow + mt * 16 + g + 8 * h;
+      if (t == 0 && i < sd.rows) {
+        sd.part_max[std::int64_t(blockIdx.y) * sd.rows + i] = m[mt][h];
+        sd.part_sum[std::int64_t(blockIdx.y) * sd.rows + i] = s[mt][h];
+      }
+    }
+  }
+}
+
 }  // namespace kantor::cuda

@@ -5,6 +5,7 @@
 // Nothing here synchronizes; scalars are written as double into device memory.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "kantor/error.hpp"
 #include "lib/core/context_impl.hpp"
 #include "lib/core/problem_data.hpp"
+#include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_params.hpp"
 #include "oracles/cuda/cuda_oracle.hpp"
 
@@ -58,10 +60,16 @@ class CudaOracle final : public Oracle<T> {
     center_ = prep.center;
     diameter_ = prep.diameter;
 
-    // Exact-difference copies (every value pass; the updates on fp32/fp64).
+    // Exact-difference copies (every value pass; the updates on fp32/fp64). On tf32 they hold
+    // the TF32-rounded coordinates, so that value passes (P v, <P,C>, marginal errors) see the
+    // same cost C~ = c|x~ - y~|^2 as the updates: the potentials are optimal for C~, and pairing
+    // them with the unrounded C would leave a plan whose marginals are off by ~|C~ - C|/eps.
+    const bool tf32 = kernel_ == LseKernel::kTf32;
     ld_simt_ = cuda::simt_padded_dim(int(d_));
-    xs_ = upload(padded(prep.x, n_, ld_simt_, false));
-    ys_ = upload(padded(prep.y, m_, ld_simt_, false));
+    xs_ = upload(padded(prep.x, n_, ld_simt_, tf32));
+    ys_ = upload(padded(prep.y, m_, ld_simt_, tf32));
+    // Unrounded centred y: the values of the barycentric map.
+    if (tf32) ys_values_ = upload(padded(prep.y, m_, ld_simt_, false));
     a_ = upload(prep.a);
     b_ = upload(prep.b);
     la_ = upload(log_weights(prep.a));
@@ -79,11 +87,16 @@ class CudaOracle final : public Oracle<T> {
       ld_upd_ = ld_simt_;
     }
 
-    // Split-K choices and the workspace of the largest pass.
-    const int sms = cuda::current_sm_count();
-    splits_f_ = cuda::choose_splits(kernel_, n_, m_, sms);
-    splits_g_ = cuda::choose_splits(kernel_, m_, n_, sms);
-    splits_sym_ = cuda::choose_splits(kernel_, n_ + m_, std::min(n_, m_), sms);
+    // Large d on tf32: cuBLAS score blocks + row-LSE (lib/cuda/lse_gemm.hpp), no split-K.
+    if (kernel_ == LseKernel::kTf32 && ld_upd_ >= gemm_min_padded_dim()) {
+      if constexpr (std::is_same<T, float>::value) gemm_ = std::make_unique<cuda::LseGemm>(stream_, n_, m_);
+    } else {
+      // Split-K choices and the workspace of the largest pass.
+      constexpr bool kDouble = std::is_same<T, double>::value;
+      splits_f_ = cuda::choose_splits(kernel_, ld_upd_, kDouble, n_, m_);
+      splits_g_ = cuda::choose_splits(kernel_, ld_upd_, kDouble, m_, n_);
+      splits_sym_ = cuda::choose_splits(kernel_, ld_upd_, kDouble, n_ + m_, std::min(n_, m_));
+    }
     const int smax = std::max({splits_f_, splits_g_, splits_sym_});
     pm_f_ = Buffer<T>(ctx_, smax * n_);
     ps_f_ = Buffer<T>(ctx_, smax * n_);
@@ -102,13 +115,18 @@ class CudaOracle final : public Oracle<T> {
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   std::string description() const override {
     std::ostringstream os;
-    if (kernel_ == LseKernel::kTf32)
+    if (gemm_)
+      os << "cuda lse tf32 cuBLAS score blocks of " << gemm_->rows_per_chunk()
+         << " rows + row-LSE, d padded to " << ld_upd_;
+    else if (kernel_ == LseKernel::kTf32)
       os << "cuda lse tf32 mma.sync m16n8k8 128x64, d padded to " << ld_upd_;
     else
       os << "cuda lse cuda-core exact " << to_string(precision_) << " 128x"
          << (std::is_same<T, double>::value ? 16 : 32) << ", d padded to " << ld_upd_;
     os << ", split-K f/g/sym " << splits_f_ << "/" << splits_g_ << "/" << splits_sym_
-       << "; value passes cuda-core exact, double arithmetic";
+       << "; value passes cuda-core exact differences"
+       << (kernel_ == LseKernel::kTf32 ? " of the TF32-rounded clouds" : "")
+       << ", double arithmetic";
     return os.str();
   }
   double diameter() const override { return diameter_; }
@@ -118,12 +136,12 @@ class CudaOracle final : public Oracle<T> {
   void update_f(T eps, const T* g, T* f, double* row_err) override {
     LsePass<T> p = pass(eps, T(1), row_err, splits_f_);
     p.side[0] = side_f(g, f);
-    cuda::run_lse_pass(kernel_, p, stream_);
+    run(p);
   }
   void update_g(T eps, const T* f, T* g, double* col_err) override {
     LsePass<T> p = pass(eps, T(1), col_err, splits_g_);
     p.side[0] = side_g(f, g);
-    cuda::run_lse_pass(kernel_, p, stream_);
+    run(p);
   }
   void symmetric_step(T eps, T w, T* f, T* g, double* err) override {
     // One LSE launch for both sides (both read the old f, g), one finalize writing both.
@@ -131,7 +149,7 @@ class CudaOracle final : public Oracle<T> {
     p.nsides = 2;
     p.side[0] = side_f(g, f);
     p.side[1] = side_g(f, g);
-    cuda::run_lse_pass(kernel_, p, stream_);
+    run(p);
   }
 
   void apply(T eps, const T* f, const T* g, const T* v, T* out) override {
@@ -175,7 +193,7 @@ class CudaOracle final : public Oracle<T> {
     // T(x_i) = sum_j P_ij y_j / sum_j P_ij: the row factor cancels; values = centred y.
     for (std::int64_t c0 = 0; c0 < d_; c0 += cuda::kValueChunk) {
       LseValuePass<T> p = value_pass(eps, true, f, g, ValueMode::kBarycentric);
-      p.values = ys_.data() + c0;
+      p.values = (ys_values_.empty() ? ys_.data() : ys_values_.data()) + c0;
       p.vstride = ld_simt_;
       p.vcols = int(std::min<std::int64_t>(cuda::kValueChunk, d_ - c0));
       p.out = out.data + c0;
@@ -207,6 +225,22 @@ class CudaOracle final : public Oracle<T> {
   }
 
  private:
+  /// Padded dimension from which tf32 passes take the cuBLAS path; the environment variable
+  /// KANTOR_CUDA_GEMM_MIN_DIM overrides it (for tuning runs). Rule and evidence:
+  /// docs/cuda-engine.md.
+  static int gemm_min_padded_dim() {
+    if (const char* e = std::getenv("KANTOR_CUDA_GEMM_MIN_DIM")) return std::atoi(e);
+    return 128;
+  }
+  void run(const LsePass<T>& p) {
+    if constexpr (std::is_same<T, float>::value) {
+      if (gemm_) {
+        gemm_->run(p);
+        return;
+      }
+    }
+    cuda::run_lse_pass(kernel_, p, stream_);
+  }
   Buffer<T> upload(const std::vector<T>& h) {
     Buffer<T> buf(ctx_, std::int64_t(h.size()));
     detail::copy_bytes(ctx_, buf.data(), MemorySpace::kDevice, h.data(), MemorySpace::kHost,
@@ -316,9 +350,10 @@ class CudaOracle final : public Oracle<T> {
   double diameter_ = 0;
   int ld_simt_ = 0, ld_upd_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
-  Buffer<T> xs_, ys_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
+  Buffer<T> xs_, ys_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
   Buffer<T> pm_f_, ps_f_, pm_g_, ps_g_, f_tmp_, g_tmp_;
   Buffer<double> err_partials_, stat_partials_;
+  std::unique_ptr<cuda::LseGemm> gemm_;
 };
 
 }  // namespace
