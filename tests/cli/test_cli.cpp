@@ -650,7 +650,7 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
        {"--source-weights", "'" + w2d + "' has shape (15, 2)"}},
       {" --source " + big + " --target " + y + " --epsilon 0.1 --precision fp32",
        {"--source '" + big + "'", "overflows float32"}},
-      {" --source " + huge + " --target " + y + " --epsilon 0.1",
+      {" --source " + huge + " --target " + y + " --epsilon 0.1 --backend cpu",
        {"--source '" + huge + "' and --target '" + y + "'", "exceed the float64 range"}},
       {" --source " + big + " --target " + y + " --epsilon 0.1 --precision fp64",
        {"--source '" + big + "'", "exceed the float64 range"}},
