@@ -50,8 +50,12 @@ class CpuOracle final : public Oracle<T> {
   MemorySpace memory_space() const override { return MemorySpace::kHost; }
   std::string description() const override {
     std::ostringstream os;
-    os << "cpu lse row-pass " << cpu::RowPassTile::kRowBlock << "x" << cpu::RowPassTile::kColBlock
-       << " " << to_string(precision_) << ", " << pool_.size() << " threads";
+    using Tile = cpu::RowPassTile;
+    const bool direct = dim() <= Tile::kMaxDirectDim;
+    os << "cpu lse row-pass " << (direct ? "direct-fma " : "gemm ")
+       << (direct ? Tile::kDirectRowBlock : Tile::kGemmRowBlock) << "x"
+       << (direct ? Tile::kDirectColBlock : Tile::kGemmColBlock) << " exp2 "
+       << to_string(precision_) << ", " << pool_.size() << " threads";
     return os.str();
   }
   double diameter() const override { return diameter_; }
@@ -101,7 +105,9 @@ class CpuOracle final : public Oracle<T> {
     values.col(0).setOnes();
     values.rightCols(d) = y_;
     RowPassResult r;
-    cpu::row_pass(pool_, x_, y_, f_side_bias(eps, g), T(2 * c_) / eps, values, &r);
+    const Vec<T> bias = f_side_bias(eps, g);
+    cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps,
+                  cpu::ref(values), &r);
     for (std::int64_t i = 0; i < n(); ++i)
       for (std::int64_t k = 0; k < d; ++k)
         out(i, k) = T(r.acc(i, 1 + k) / r.acc(i, 0) + center_[k]);
@@ -123,7 +129,9 @@ class CpuOracle final : public Oracle<T> {
     values.col(2) = yn_;
     values.rightCols(d) = y_;
     RowPassResult r;
-    cpu::row_pass(pool_, x_, y_, f_side_bias(eps, g), T(2 * c_) / eps, values, &r);
+    const Vec<T> bias = f_side_bias(eps, g);
+    cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps,
+                  cpu::ref(values), &r);
     double mass = 0, cost = 0, fg = 0;
     for (std::int64_t i = 0; i < n(); ++i) {
       const double pref = row_prefactor(eps, i, f[i], r.max[i]);
@@ -168,7 +176,8 @@ class CpuOracle final : public Oracle<T> {
     const RowMatrix<T>& k = f_side ? y_ : x_;
     const Vec<T>& qn = f_side ? xn_ : yn_;
     const Vec<T> bias = f_side ? f_side_bias(eps, other) : g_side_bias(eps, other);
-    cpu::row_pass(pool_, q, k, bias, T(2 * c_) / eps, empty_, &res_);
+    cpu::row_pass(pool_, cpu::ref(q), cpu::ref(k), bias.data(), T(2 * c_) / eps,
+                  cpu::ref(empty_), &res_);
     for (std::int64_t i = 0; i < q.rows(); ++i)
       out[i] = T(double(qn[i]) - double(eps) * (res_.max[i] + std::log(res_.sum[i])));
   }
@@ -201,13 +210,17 @@ class CpuOracle final : public Oracle<T> {
                   std::int64_t K) {
     RowPassResult r;
     if (f_side) {
-      cpu::row_pass(pool_, x_, y_, f_side_bias(eps, g), T(2 * c_) / eps, values, &r);
+      const Vec<T> bias = f_side_bias(eps, g);
+      cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps,
+                    cpu::ref(values), &r);
       for (std::int64_t i = 0; i < n(); ++i) {
         const double pref = row_prefactor(eps, i, f[i], r.max[i]);
         for (std::int64_t k = 0; k < K; ++k) out[i * K + k] = T(pref * r.acc(i, k));
       }
     } else {
-      cpu::row_pass(pool_, y_, x_, g_side_bias(eps, f), T(2 * c_) / eps, values, &r);
+      const Vec<T> bias = g_side_bias(eps, f);
+      cpu::row_pass(pool_, cpu::ref(y_), cpu::ref(x_), bias.data(), T(2 * c_) / eps,
+                    cpu::ref(values), &r);
       for (std::int64_t j = 0; j < m(); ++j) {
         const double pref = col_prefactor(eps, j, g[j], r.max[j]);
         for (std::int64_t k = 0; k < K; ++k) out[j * K + k] = T(pref * r.acc(j, k));
