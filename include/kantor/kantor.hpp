@@ -6,6 +6,7 @@
 #include "kantor/context.hpp"
 #include "kantor/error.hpp"
 #include "kantor/info.hpp"
+#include "kantor/io.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/potentials.hpp"
 #include "kantor/problem.hpp"

@@ -103,7 +103,9 @@ struct SinkhornSummary {
   double dual_cost = std::numeric_limits<double>::quiet_NaN();         ///< <a,f> + <b,g>
   double primal_cost = std::numeric_limits<double>::quiet_NaN();       ///< <P, C>
   double regularized_cost = std::numeric_limits<double>::quiet_NaN();  ///< <P,C> + eps KL(P|ab)
-  double dual_gap = std::numeric_limits<double>::quiet_NaN();  ///< regularized - dual (>= 0)
+  /// regularized - dual: >= 0 for an exactly feasible plan, -> 0 at convergence; can be slightly
+  /// negative (order of the marginal error) for the approximately feasible plan returned.
+  double dual_gap = std::numeric_limits<double>::quiet_NaN();
   double plan_mass = std::numeric_limits<double>::quiet_NaN();  ///< sum_ij P_ij
 
   double seconds_setup = 0, seconds_iterations = 0, seconds_costs = 0, seconds_total = 0;
