@@ -113,6 +113,22 @@ KANTOR_BK_HD bool is_nan_or_pos_inf(F x) {
   return !(x < std::numeric_limits<F>::infinity());  // true for NaN and +inf
 }
 
+/// Reciprocals of two positive numbers with one SFU reciprocal: 1/(d0 d1) times the other.
+/// Guard: only when d0 d1 stays well inside the normal range (else under/overflow); otherwise
+/// two reciprocals.
+template <class F>
+KANTOR_BK_HD void rcp2(F d0, F d1, F& r0, F& r1) {
+  const F p = d0 * d1;
+  if (p > F(1e-30) && p < F(1e30)) {
+    const F r = bk_rcp(p);
+    r0 = r * d1;
+    r1 = r * d0;
+  } else {
+    r0 = bk_rcp(d0);
+    r1 = bk_rcp(d1);
+  }
+}
+
 /// Checks the logits and shifts them into the log2 domain: L = (R - max R) * log2(e).
 /// Returns kInvalidInput (NaN or +inf present), kNoProjection (all -inf) or kOk.
 template <int NMAX, class F>
@@ -151,16 +167,11 @@ KANTOR_BK_UNROLL
 ///   H = diag(c) - T^T T (first n-1 coordinates, packed upper triangle) when kHessian.
 /// Rows of all -inf carry no mass: their T row is 0 and they add nothing to psi.
 /// psi_scale bounds |terms| of psi for the line search's rounding slack.
-template <int NMAX, bool kHessian, bool kWriteT, class F>
+template <int NMAX, bool kHessian, class F>
 KANTOR_BK_HD void softmax_eval(const F* L, const F* b, int n, F* c, F* H, F& psi, F& psi_scale,
                                F* T) {
   constexpr int kH = (NMAX - 1) * NMAX / 2;
-KANTOR_BK_UNROLL
-  for (int j = 0; j < NMAX; ++j) c[j] = F(0);
-  if (kHessian) {
-KANTOR_BK_UNROLL
-    for (int k = 0; k < kH; ++k) H[k] = F(0);
-  }
+  F s[NMAX + 1], inv[NMAX + 1];
   psi = F(0);
   psi_scale = F(0);
 KANTOR_BK_UNROLL
@@ -169,44 +180,61 @@ KANTOR_BK_UNROLL
     psi -= b[j];
     psi_scale += bk_abs(b[j]);
   }
+  // Pass 1: row maxima and unnormalized exponentials 2^(L_ij + b_j - m_i) into T.
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    F m = neg_inf<F>();
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j)
+      if (j < n) m = bk_max(m, L[i * NMAX + j] + b[j]);
+    // Hazard: a row of all -inf would give exp2(-inf - (-inf)) = NaN; it has no mass: T row 0,
+    // s = 1 so that the reciprocal and the log below stay finite.
+    const bool empty = !(m > neg_inf<F>());
+    F si = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      const F e = empty ? F(0) : bk_exp2(L[i * NMAX + j] + b[j] - m);
+      T[i * NMAX + j] = e;
+      si += e;
+    }
+    s[i] = empty ? F(1) : si;
+    if (!empty) {
+      psi += m;
+      psi_scale += bk_abs(m);
+    }
+  }
+  // Pass 2: 1 <= s_i <= n, so the pairwise products stay in range: one reciprocal per two rows,
+  // and one log2 of the product of all s_i for psi (<= n^n <= 2^64 for n <= 16).
+  F prod = F(1);
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; i += 2) {
+    if (i >= n) break;
+    const F s1 = i + 1 < n ? s[i + 1] : F(1);
+    rcp2(s[i], s1, inv[i], inv[i + 1]);
+    prod *= s[i] * s1;
+  }
+  const F lg = bk_log2(prod);
+  psi += lg;
+  psi_scale += lg;
+  // Pass 3: normalize, column sums, Hessian.
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j) c[j] = F(0);
+  if (kHessian) {
+KANTOR_BK_UNROLL
+    for (int k = 0; k < kH; ++k) H[k] = F(0);
+  }
 KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F e[NMAX];
-    F m = neg_inf<F>();
 KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
-      e[j] = L[i * NMAX + j] + b[j];
-      m = bk_max(m, e[j]);
-    }
-    // Hazard: a row of all -inf would give exp2(-inf - (-inf)) = NaN; it has no mass.
-    if (!(m > neg_inf<F>())) {
-      if (kWriteT) {
-KANTOR_BK_UNROLL
-        for (int j = 0; j < NMAX; ++j)
-          if (j < n) T[i * NMAX + j] = F(0);
-      }
-      continue;
-    }
-    F s = F(0);
-KANTOR_BK_UNROLL
-    for (int j = 0; j < NMAX; ++j) {
-      if (j >= n) break;
-      e[j] = bk_exp2(e[j] - m);
-      s += e[j];
-    }
-    // s >= 1 (the maximal entry contributes 2^0), so 1/s and log2(s) are safe.
-    const F inv = bk_rcp(s);
-    const F lse = m + bk_log2(s);
-    psi += lse;
-    psi_scale += bk_abs(lse);
-KANTOR_BK_UNROLL
-    for (int j = 0; j < NMAX; ++j) {
-      if (j >= n) break;
-      e[j] *= inv;
+      e[j] = T[i * NMAX + j] * inv[i];
+      T[i * NMAX + j] = e[j];
       c[j] += e[j];
-      if (kWriteT) T[i * NMAX + j] = e[j];
     }
     if (kHessian) {
       // Row i adds diag(t) - t t^T. Its diagonal t_j (1 - t_j) is formed as t_j * sum_{k != j} t_k:
@@ -349,7 +377,7 @@ KANTOR_BK_UNROLL
   }
   F c[NMAX], H[kH], psi, psi_scale;
   F T[NMAX * NMAX];  // row softmax at the current b: the output once Newton stops
-  softmax_eval<NMAX, true, true>(L, b, n, c, H, psi, psi_scale, T);
+  softmax_eval<NMAX, true>(L, b, n, c, H, psi, psi_scale, T);
   auto col_err = [&](const F* cc) {
     F e = F(0);
 KANTOR_BK_UNROLL
@@ -388,7 +416,7 @@ KANTOR_BK_UNROLL
 KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) bn[j] = b[j] + t * d[j];
-      softmax_eval<NMAX, true, true>(L, bn, n, cn, Hn, psin, scalen, Tn);
+      softmax_eval<NMAX, true>(L, bn, n, cn, Hn, psin, scalen, Tn);
       const F slack = F(8) * Num<F>::eps() * (psi_scale + scalen);
       if (psin <= psi + F(1e-4) * t * g_dot_d + slack) {
         accepted = true;
@@ -511,14 +539,71 @@ KANTOR_BK_UNROLL
   return mx > neg_inf<F>() ? kOk : kNoProjection;
 }
 
-/// Forward of a truncated map, in place (X: logits in, P out).
+/// One scaling step of P = diag(u) K diag(v): kRows: u_i <- u_i / (u_i (K v)_i + add), else
+/// v_j <- v_j / (v_j (K^T u)_j + add). Equal to normalizing the rows (columns) of P; the step
+/// kind is a template argument so the n = 4 kernel has no per-element selects.
+template <int NMAX, bool kRows, class F>
+KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, int n, F add) {
+  F d[NMAX];
+KANTOR_BK_UNROLL
+  for (int a = 0; a < NMAX; ++a) {
+    if (a >= n) break;
+    F s = F(0);
+KANTOR_BK_UNROLL
+    for (int k = 0; k < NMAX; ++k)
+      if (k < n) s += kRows ? K[a * NMAX + k] * v[k] : K[k * NMAX + a] * u[k];
+    d[a] = (kRows ? u[a] : v[a]) * s + add;
+  }
+  F* w = kRows ? u : v;
+KANTOR_BK_UNROLL
+  for (int a = 0; a < NMAX; a += 2) {
+    if (a >= n) break;
+    if (a + 1 < n) {
+      F r0, r1;
+      rcp2(d[a], d[a + 1], r0, r1);
+      // Guard: a row/column without mass (sum 0, exact Sinkhorn) keeps its scale: 0/0 = NaN.
+      w[a] = d[a] > F(0) ? w[a] * r0 : w[a];
+      w[a + 1] = d[a + 1] > F(0) ? w[a + 1] * r1 : w[a + 1];
+    } else {
+      w[a] = d[a] > F(0) ? w[a] * bk_rcp(d[a]) : w[a];
+    }
+  }
+}
+
+/// Forward of a truncated map, in place (X: logits in, P out), as diagonal scalings of X0.
 template <int NMAX, class F>
 KANTOR_BK_HD int truncated_forward(F* X, int n, const TruncatedMap& map) {
   const int st = truncated_init<NMAX>(X, n, map);
   if (st == kInvalidInput) return st;
-  const int steps = map.steps();
-  for (int s = 0; s < steps; ++s)
-    normalize_step<NMAX>(X, n, map.step_is_rows(s), map.template add<F>(), static_cast<F*>(nullptr));
+  F u[NMAX], v[NMAX];
+KANTOR_BK_UNROLL
+  for (int k = 0; k < NMAX; ++k) u[k] = v[k] = F(1);
+  const F add = map.template add<F>();
+  if (map.deepseek) {
+    // column step, then (repeat - 1) x (row step, column step)
+    scale_step<NMAX, false>(X, u, v, n, add);
+    for (int it = 1; it < map.iterations; ++it) {
+      scale_step<NMAX, true>(X, u, v, n, add);
+      scale_step<NMAX, false>(X, u, v, n, add);
+    }
+  } else if (map.row_first) {
+    for (int it = 0; it < map.iterations; ++it) {
+      scale_step<NMAX, true>(X, u, v, n, add);
+      scale_step<NMAX, false>(X, u, v, n, add);
+    }
+  } else {
+    for (int it = 0; it < map.iterations; ++it) {
+      scale_step<NMAX, false>(X, u, v, n, add);
+      scale_step<NMAX, true>(X, u, v, n, add);
+    }
+  }
+KANTOR_BK_UNROLL
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j)
+      if (j < n) X[i * NMAX + j] = u[i] * X[i * NMAX + j] * v[j];
+  }
   return st;
 }
 
