@@ -132,6 +132,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
     const bool annealing = eps > epsilon;
     const bool check = !annealing && (at_target + 1) % options.check_every == 0;
     double* err = check ? scalars.data() : nullptr;
+    const double eps_now = eps;
     const T e = T(eps);
     if (options.schedule == Schedule::kAlternating) {
       oracle.update_f(e, g, f, nullptr);
@@ -151,7 +152,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
     if (!check) continue;
     const double merr = to_host(ctx, VectorView<const double>{scalars.data(), 1,
                                                               scalars.space()})[0];
-    IterationRecord rec{s.iterations, double(e), merr, seconds_since(t_start)};
+    IterationRecord rec{s.iterations, eps_now, merr, seconds_since(t_start)};
     if (options.record_iterations) s.records.push_back(rec);
     if (!std::isfinite(merr)) {
       s.termination = TerminationType::kNumericalFailure;
@@ -207,6 +208,13 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   s.regularized_cost = st[2] - epsilon * (st[0] - 1.0);
   s.dual_gap = s.regularized_cost - s.dual_cost;
   pot->epsilon = epsilon;
+  // IterationRecord promises a record at the end too: add one when the last iteration was not
+  // a check (budget spent between checks or while annealing). Its error is the returned plan's,
+  // measured at the target eps.
+  if (options.record_iterations &&
+      (s.records.empty() || s.records.back().iteration != s.iterations))
+    s.records.push_back(
+        IterationRecord{s.iterations, epsilon, s.marginal_error, seconds_since(t_start)});
   if (s.termination != TerminationType::kNumericalFailure &&
       !(std::isfinite(s.marginal_error) && std::isfinite(s.dual_cost) &&
         std::isfinite(s.primal_cost))) {

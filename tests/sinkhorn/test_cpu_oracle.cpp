@@ -77,7 +77,7 @@ struct Fixture {
     dense = data.dense();
     max_cost = dense.max_cost();
     // Annealing plus a few hundred iterations: a well-scaled plan is all the passes need.
-    const DenseSolution sol = dense_solve(dense, eps, 300);
+    const DenseSolution sol = dense_solve(dense, eps, 100);
     std::normal_distribution<double> nd(0.0, 0.5 * eps);
     f.resize(std::size_t(c.n));
     g.resize(std::size_t(c.m));
@@ -278,6 +278,8 @@ INSTANTIATE_TEST_SUITE_P(
         OracleCase{"n19_m21_d2_zeros", 19, 21, 2, Cloud::kGaussian, Weights::kZeros, 0.1},
         OracleCase{"n131_m300_d3_tiles", 131, 300, 3, Cloud::kMixture, Weights::kRandom, 0.05},
         OracleCase{"n300_m77_d1_tiles_zeros", 300, 77, 1, Cloud::kGaussian, Weights::kZeros, 0.02},
+        OracleCase{"n270_m530_d9_gemm_tiles", 270, 530, 9, Cloud::kGaussian, Weights::kZeros,
+                   0.5},
         OracleCase{"n12_m15_d2_tiny_eps", 12, 15, 2, Cloud::kUnitSquare, Weights::kRandom, 1e-3},
         OracleCase{"n13_m11_d3_large_eps", 13, 11, 3, Cloud::kGaussian, Weights::kUniform, 100.0},
         OracleCase{"n9_m10_d3_far", 9, 10, 3, Cloud::kFar, Weights::kRandom, 0.1},

@@ -395,6 +395,20 @@ TEST(Solver, IterationBudget) {
   EXPECT_EQ(s.iterations, 13);
   EXPECT_GT(s.marginal_error, s.tolerance);
   EXPECT_TRUE(std::isfinite(s.dual_cost));
+  // One record per check, plus one at the end (13 is not a multiple of check_every).
+  const std::int64_t checks = (13 - s.annealing_iterations) / opt.check_every;
+  ASSERT_EQ(std::int64_t(s.records.size()), checks + 1);
+  EXPECT_EQ(s.records.back().iteration, 13);
+  EXPECT_EQ(s.records.back().marginal_error, s.marginal_error);
+  EXPECT_EQ(s.records.back().epsilon, 0.01);
+  // fp32: records carry the eps in double, not rounded to float.
+  PointData<float> df = make_point_data<float>(2, gaussian_cloud(rng, 20, 2),
+                                               gaussian_cloud(rng, 20, 2, 1.0), {}, {}, 0.01);
+  opt.max_iterations = 10000;
+  opt.tolerance = 1e-3;
+  const SinkhornSummary sf = solve_sinkhorn(ctx, df.problem(), opt);
+  ASSERT_FALSE(sf.records.empty());
+  for (const auto& r : sf.records) EXPECT_EQ(r.epsilon, 0.01);
 }
 
 TEST(Solver, OptionsValidation) {
