@@ -27,22 +27,32 @@ Schedule parse_schedule(const std::string& s, const std::string& what) {
 
 std::string to_string(TerminationType t) {
   switch (t) {
-    case TerminationType::kNotRun: return "not run";
-    case TerminationType::kConverged: return "converged";
-    case TerminationType::kMaxIterations: return "max iterations";
-    case TerminationType::kUserAbort: return "user abort";
-    case TerminationType::kUserSuccess: return "user success";
-    case TerminationType::kNumericalFailure: return "numerical failure";
+    case TerminationType::kNotRun:
+      return "not run";
+    case TerminationType::kConverged:
+      return "converged";
+    case TerminationType::kMaxIterations:
+      return "max iterations";
+    case TerminationType::kUserAbort:
+      return "user abort";
+    case TerminationType::kUserSuccess:
+      return "user success";
+    case TerminationType::kNumericalFailure:
+      return "numerical failure";
   }
   return "?";
 }
 
 double default_tolerance(Precision p) {
   switch (p) {
-    case Precision::kFp64: return 1e-9;
-    case Precision::kFp32: return 1e-5;
-    case Precision::kTf32: return 1e-4;
-    case Precision::kBf16: return 1e-2;
+    case Precision::kFp64:
+      return 1e-9;
+    case Precision::kFp32:
+      return 1e-5;
+    case Precision::kTf32:
+      return 1e-4;
+    case Precision::kBf16:
+      return 1e-2;
   }
   return 1e-6;
 }
@@ -62,8 +72,7 @@ bool SinkhornOptions::is_valid(std::string* why) const {
                 std::to_string(tolerance));
   if (max_iterations < 1)
     return fail("max_iterations must be >= 1, got " + std::to_string(max_iterations));
-  if (check_every < 1)
-    return fail("check_every must be >= 1, got " + std::to_string(check_every));
+  if (check_every < 1) return fail("check_every must be >= 1, got " + std::to_string(check_every));
   for (const auto& cb : callbacks)
     if (!cb) return fail("callbacks must not hold an empty std::function");
   return true;
@@ -113,8 +122,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   double eps = epsilon;
   if (options.anneal && !warm) {
     const double d = oracle.diameter();
-    const double eps0 = options.initial_epsilon > 0 ? options.initial_epsilon
-                                                    : cost_scale * d * d;
+    const double eps0 = options.initial_epsilon > 0 ? options.initial_epsilon : cost_scale * d * d;
     eps = std::max(eps0, epsilon);
   }
   s.initial_epsilon = eps;
@@ -150,8 +158,8 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
       ++at_target;
     }
     if (!check) continue;
-    const double merr = to_host(ctx, VectorView<const double>{scalars.data(), 1,
-                                                              scalars.space()})[0];
+    const double merr =
+        to_host(ctx, VectorView<const double>{scalars.data(), 1, scalars.space()})[0];
     IterationRecord rec{s.iterations, eps_now, merr, seconds_since(t_start)};
     if (options.record_iterations) s.records.push_back(rec);
     if (!std::isfinite(merr)) {
@@ -264,8 +272,7 @@ SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
 
 template <class T>
 DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& problem,
-                                      const SinkhornOptions& options,
-                                      Potentials<T>* potentials) {
+                                      const SinkhornOptions& options, Potentials<T>* potentials) {
   const auto t0 = Clock::now();
   check_options(options);
   const Precision precision = options.precision.value_or(natural_precision<T>());
@@ -287,9 +294,9 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
   self.schedule = Schedule::kSymmetric;
   DivergenceSummary out;
   Potentials<T> local;
-  out.xy = run_sinkhorn(ctx, *oracle_xy, problem.cost_scale, problem.epsilon,
-                        is_self_problem(problem) ? self : shared,
-                        potentials ? potentials : &local, t0);
+  out.xy =
+      run_sinkhorn(ctx, *oracle_xy, problem.cost_scale, problem.epsilon,
+                   is_self_problem(problem) ? self : shared, potentials ? potentials : &local, t0);
   oracle_xy.reset();
   Problem<T> pxx = problem;
   pxx.y = problem.x;
@@ -312,8 +319,8 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
 }
 
 template <class T>
-void barycentric_map(const Context& ctx, const Problem<T>& problem,
-                     const Potentials<T>& potentials, Precision precision, MatrixView<T> out) {
+void barycentric_map(const Context& ctx, const Problem<T>& problem, const Potentials<T>& potentials,
+                     Precision precision, MatrixView<T> out) {
   auto oracle = make_oracle(ctx, problem, precision);
   if (potentials.f.size() != oracle->n() || potentials.g.size() != oracle->m())
     throw InvalidArgument("barycentric_map: potentials have sizes " +
@@ -357,9 +364,9 @@ std::string SinkhornSummary::brief_report() const {
   os << std::setprecision(6);
   os << "Sinkhorn " << to_string(termination) << ": " << iterations << " iterations ("
      << annealing_iterations << " annealing), marginal error " << std::setprecision(3)
-     << marginal_error << " (tol " << tolerance << "), " << std::setprecision(10)
-     << "dual " << dual_cost << ", primal " << primal_cost << ", " << std::setprecision(3)
-     << seconds_total << " s [" << to_string(backend) << ", " << to_string(precision) << "]";
+     << marginal_error << " (tol " << tolerance << "), " << std::setprecision(10) << "dual "
+     << dual_cost << ", primal " << primal_cost << ", " << std::setprecision(3) << seconds_total
+     << " s [" << to_string(backend) << ", " << to_string(precision) << "]";
   return os.str();
 }
 
@@ -372,8 +379,7 @@ std::string SinkhornSummary::full_report() const {
      << "  engine             " << engine << "\n"
      << "  precision          " << to_string(precision) << "\n"
      << "  schedule           " << to_string(schedule) << "\n"
-     << "  epsilon            " << epsilon << " (schedule started at " << initial_epsilon
-     << ")\n"
+     << "  epsilon            " << epsilon << " (schedule started at " << initial_epsilon << ")\n"
      << "  termination        " << to_string(termination) << ": " << message << "\n"
      << "  iterations         " << iterations << " (" << annealing_iterations
      << " while annealing)\n"
@@ -400,19 +406,21 @@ std::string DivergenceSummary::brief_report() const {
 std::string DivergenceSummary::full_report() const {
   std::ostringstream os;
   os << std::setprecision(12) << "debiased Sinkhorn divergence " << divergence << "\n"
-     << "--- OT(a, b)\n" << xy.full_report() << "--- OT(a, a)\n" << xx.full_report()
-     << "--- OT(b, b)\n" << yy.full_report();
+     << "--- OT(a, b)\n"
+     << xy.full_report() << "--- OT(a, a)\n"
+     << xx.full_report() << "--- OT(b, b)\n"
+     << yy.full_report();
   return os.str();
 }
 
-#define KANTOR_INSTANTIATE(T)                                                                    \
-  template SinkhornSummary solve_sinkhorn(const Context&, const Problem<T>&,                     \
-                                          const SinkhornOptions&, Potentials<T>*);               \
-  template DivergenceSummary sinkhorn_divergence(const Context&, const Problem<T>&,              \
-                                                 const SinkhornOptions&, Potentials<T>*);        \
-  template void barycentric_map(const Context&, const Problem<T>&, const Potentials<T>&,         \
-                                Precision, MatrixView<T>);                                       \
-  template void to_shifted(const Context&, const Problem<T>&, const Potentials<T>&,              \
+#define KANTOR_INSTANTIATE(T)                                                             \
+  template SinkhornSummary solve_sinkhorn(const Context&, const Problem<T>&,              \
+                                          const SinkhornOptions&, Potentials<T>*);        \
+  template DivergenceSummary sinkhorn_divergence(const Context&, const Problem<T>&,       \
+                                                 const SinkhornOptions&, Potentials<T>*); \
+  template void barycentric_map(const Context&, const Problem<T>&, const Potentials<T>&,  \
+                                Precision, MatrixView<T>);                                \
+  template void to_shifted(const Context&, const Problem<T>&, const Potentials<T>&,       \
                            std::vector<T>*, std::vector<T>*);
 KANTOR_INSTANTIATE(float)
 KANTOR_INSTANTIATE(double)

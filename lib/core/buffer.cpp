@@ -19,8 +19,7 @@ void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes) {
     throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
   const std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
-  if (!p)
-    throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
+  if (!p) throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
   return p;
 }
 
@@ -39,9 +38,7 @@ void copy_bytes(const Context& ctx, void* dst, MemorySpace dst_space, const void
     std::memcpy(dst, src, bytes);
     return;
   }
-  const int kind = src_space == MemorySpace::kHost   ? 0
-                   : dst_space == MemorySpace::kHost ? 1
-                                                     : 2;
+  const int kind = src_space == MemorySpace::kHost ? 0 : dst_space == MemorySpace::kHost ? 1 : 2;
   cuda::memcpy_async(dst, src, bytes, kind, ctx.cuda_stream());
   if (dst_space == MemorySpace::kHost) ctx.synchronize();
 }

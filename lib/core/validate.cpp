@@ -18,8 +18,8 @@ void check_cloud(const MatrixView<const T>& v, const char* name) {
     throw InvalidArgument(std::string("problem.") + name + ": points have dimension " +
                           std::to_string(v.cols) + " (expected >= 1)");
   if (v.stride < v.cols)
-    throw InvalidArgument(std::string("problem.") + name + ": stride " +
-                          std::to_string(v.stride) + " < cols " + std::to_string(v.cols));
+    throw InvalidArgument(std::string("problem.") + name + ": stride " + std::to_string(v.stride) +
+                          " < cols " + std::to_string(v.cols));
   if (v.data == nullptr) throw InvalidArgument(std::string("problem.") + name + ": null data");
   if (v.space != MemorySpace::kHost) return;
   for (std::int64_t i = 0; i < v.rows; ++i)
@@ -47,8 +47,7 @@ double check_weights(const VectorView<const T>& w, std::int64_t expected, const 
     const double v = double(w[i]);
     if (!std::isfinite(v) || v < 0) {
       std::ostringstream os;
-      os << "problem." << name << ": weight " << i << " is " << v
-         << " (expected finite and >= 0)";
+      os << "problem." << name << ": weight " << i << " is " << v << " (expected finite and >= 0)";
       throw InvalidArgument(os.str());
     }
     total += v;

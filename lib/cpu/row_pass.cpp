@@ -233,15 +233,24 @@ using DirectFn = T (*)(const T*, const T*, std::int64_t, const T*, std::int64_t,
 template <class T>
 DirectFn<T> direct_kernel(std::int64_t d) {
   switch (d) {
-    case 1: return &direct_scores<T, 1>;
-    case 2: return &direct_scores<T, 2>;
-    case 3: return &direct_scores<T, 3>;
-    case 4: return &direct_scores<T, 4>;
-    case 5: return &direct_scores<T, 5>;
-    case 6: return &direct_scores<T, 6>;
-    case 7: return &direct_scores<T, 7>;
-    case 8: return &direct_scores<T, 8>;
-    default: return &direct_scores<T, 0>;
+    case 1:
+      return &direct_scores<T, 1>;
+    case 2:
+      return &direct_scores<T, 2>;
+    case 3:
+      return &direct_scores<T, 3>;
+    case 4:
+      return &direct_scores<T, 4>;
+    case 5:
+      return &direct_scores<T, 5>;
+    case 6:
+      return &direct_scores<T, 6>;
+    case 7:
+      return &direct_scores<T, 7>;
+    case 8:
+      return &direct_scores<T, 8>;
+    default:
+      return &direct_scores<T, 0>;
   }
 }
 
@@ -299,13 +308,13 @@ void lse_pass(ThreadPool& pool, const ConstMap<T>& queries, const ConstMap<T>& k
       if (direct) {
         T* s = tile.data();
         for (std::int64_t r = 0; r < br; ++r) {
-          const T cm = kernel(q2.row(r0 + r).data(), kt.data() + c0, nk_pad, b2.data() + c0, bcp,
-                              int(d), s);
+          const T cm =
+              kernel(q2.row(r0 + r).data(), kt.data() + c0, nk_pad, b2.data() + c0, bcp, int(d), s);
           fold_chunk<T>(s, bcp, cm, &row_max[r], &row_sum[r]);
         }
       } else {
         Eigen::Map<RowMatrix<T>, 0, Eigen::OuterStride<>> t(tile.data(), br, bc,
-                                                             Eigen::OuterStride<>(ld));
+                                                            Eigen::OuterStride<>(ld));
         t.noalias() = q2.middleRows(r0, br) * keys.middleRows(c0, bc).transpose();
         for (std::int64_t r = 0; r < br; ++r) {
           T* s = tile.data() + r * ld;
@@ -345,8 +354,7 @@ void value_pass(ThreadPool& pool, const ConstMap<T>& queries, const ConstMap<T>&
     for (std::int64_t c0 = 0; c0 < nk; c0 += Tile::kValueColBlock) {
       const std::int64_t bc = std::min(Tile::kValueColBlock, nk - c0);
       s_tile.resize(br, bc);
-      s_tile.matrix().noalias() =
-          queries.middleRows(r0, br) * keys.middleRows(c0, bc).transpose();
+      s_tile.matrix().noalias() = queries.middleRows(r0, br) * keys.middleRows(c0, bc).transpose();
       s_tile = s_tile * scale;
       s_tile.rowwise() += bias.segment(c0, bc).transpose().array();
       for (std::int64_t r = 0; r < br; ++r) {

@@ -86,8 +86,7 @@ class CpuOracle final : public Oracle<T> {
     RowMatrix<T> values = Eigen::Map<const Vec<T>>(u, n());
     apply_side(eps, false, f, g, values, out, 1);
   }
-  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V,
-                 MatrixView<T> out) override {
+  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V, MatrixView<T> out) override {
     if (V.rows != m() || out.rows != n() || out.cols != V.cols)
       throw InvalidArgument("apply_mat: V must be m x k and out n x k");
     RowMatrix<T> values(V.rows, V.cols);
@@ -106,8 +105,8 @@ class CpuOracle final : public Oracle<T> {
     values.rightCols(d) = y_;
     RowPassResult r;
     const Vec<T> bias = f_side_bias(eps, g);
-    cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps,
-                  cpu::ref(values), &r);
+    cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps, cpu::ref(values),
+                  &r);
     for (std::int64_t i = 0; i < n(); ++i)
       for (std::int64_t k = 0; k < d; ++k)
         out(i, k) = T(r.acc(i, 1 + k) / r.acc(i, 0) + center_[k]);
@@ -130,8 +129,8 @@ class CpuOracle final : public Oracle<T> {
     values.rightCols(d) = y_;
     RowPassResult r;
     const Vec<T> bias = f_side_bias(eps, g);
-    cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps,
-                  cpu::ref(values), &r);
+    cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps, cpu::ref(values),
+                  &r);
     double mass = 0, cost = 0, fg = 0;
     for (std::int64_t i = 0; i < n(); ++i) {
       const double pref = row_prefactor(eps, i, f[i], r.max[i]);
@@ -176,8 +175,8 @@ class CpuOracle final : public Oracle<T> {
     const RowMatrix<T>& k = f_side ? y_ : x_;
     const Vec<T>& qn = f_side ? xn_ : yn_;
     const Vec<T> bias = f_side ? f_side_bias(eps, other) : g_side_bias(eps, other);
-    cpu::row_pass(pool_, cpu::ref(q), cpu::ref(k), bias.data(), T(2 * c_) / eps,
-                  cpu::ref(empty_), &res_);
+    cpu::row_pass(pool_, cpu::ref(q), cpu::ref(k), bias.data(), T(2 * c_) / eps, cpu::ref(empty_),
+                  &res_);
     for (std::int64_t i = 0; i < q.rows(); ++i)
       out[i] = T(double(qn[i]) - double(eps) * (res_.max[i] + std::log(res_.sum[i])));
   }

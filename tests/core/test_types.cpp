@@ -50,9 +50,12 @@ TEST(Types, Bfloat16RoundsToNearestEven) {
       const double down = from_bits(hi << 16), up = from_bits((hi + 1) << 16);
       double expect;
       const double dd = std::abs(double(x) - down), du = std::abs(up - double(x));
-      if (dd < du) expect = down;
-      else if (du < dd) expect = up;
-      else expect = (hi & 1u) ? up : down;
+      if (dd < du)
+        expect = down;
+      else if (du < dd)
+        expect = up;
+      else
+        expect = (hi & 1u) ? up : down;
       EXPECT_EQ(double(to_float(to_bfloat16(x))), expect) << std::hex << hi << " " << lo;
     }
   }

@@ -18,10 +18,10 @@ namespace kantor {
 namespace {
 
 struct Arrays {
-  std::vector<double> x = {0, 0, 1, 0, 0, 1};     // 3 points in d = 2
-  std::vector<double> y = {0, 0, 2, 2};           // 2 points
-  std::vector<double> a = {1, 2, 3};              // mass 6
-  std::vector<double> b = {4, 2};                 // mass 6
+  std::vector<double> x = {0, 0, 1, 0, 0, 1};  // 3 points in d = 2
+  std::vector<double> y = {0, 0, 2, 2};        // 2 points
+  std::vector<double> a = {1, 2, 3};           // mass 6
+  std::vector<double> b = {4, 2};              // mass 6
   Problem<double> problem() const {
     Problem<double> p;
     p.x = host_matrix<const double>(x.data(), 3, 2);
@@ -46,7 +46,8 @@ std::vector<BadCase> bad_cases() {
   return {
       {"empty_x", "problem.x: empty", [](Arrays*, Problem<double>* p) { p->x.rows = 0; }},
       {"empty_y", "problem.y: empty", [](Arrays*, Problem<double>* p) { p->y.rows = 0; }},
-      {"zero_dim", "dimension 0", [](Arrays*, Problem<double>* p) {
+      {"zero_dim", "dimension 0",
+       [](Arrays*, Problem<double>* p) {
          p->x.cols = 0;
          p->y.cols = 0;
        }},
@@ -61,7 +62,8 @@ std::vector<BadCase> bad_cases() {
       {"negative_a", "problem.a: weight 1", [](Arrays* a, Problem<double>*) { a->a[1] = -2; }},
       {"nan_b", "problem.b: weight 0", [](Arrays* a, Problem<double>*) { a->b[0] = nan; }},
       {"inf_b", "problem.b: weight 1", [](Arrays* a, Problem<double>*) { a->b[1] = inf; }},
-      {"zero_mass", "total mass is 0", [](Arrays* a, Problem<double>*) {
+      {"zero_mass", "total mass is 0",
+       [](Arrays* a, Problem<double>*) {
          a->b = {0, 0};
        }},
       {"unequal_mass", "different total mass", [](Arrays* a, Problem<double>*) { a->b[0] = 4.1; }},

@@ -36,9 +36,12 @@ std::ostream& operator<<(std::ostream& os, const OracleCase& c) { return os << c
 std::vector<double> make_cloud(Rng& rng, Cloud kind, std::int64_t count, std::int64_t d,
                                double shift) {
   switch (kind) {
-    case Cloud::kGaussian: return gaussian_cloud(rng, count, d, shift, 1.0);
-    case Cloud::kMixture: return mixture_cloud(rng, count, d, 3, 2.0);
-    case Cloud::kFar: return gaussian_cloud(rng, count, d, 100.0 + shift, 1.0);
+    case Cloud::kGaussian:
+      return gaussian_cloud(rng, count, d, shift, 1.0);
+    case Cloud::kMixture:
+      return mixture_cloud(rng, count, d, 3, 2.0);
+    case Cloud::kFar:
+      return gaussian_cloud(rng, count, d, 100.0 + shift, 1.0);
     case Cloud::kUnitSquare: {
       std::uniform_real_distribution<double> u(0.0, 1.0);
       std::vector<double> v(std::size_t(count * d));
@@ -54,8 +57,8 @@ template <class T>
 struct Fixture {
   PointData<T> data;
   DenseProblem dense;
-  std::vector<T> f, g;          // test potentials in T
-  std::vector<double> fd, gd;   // the same numbers in double
+  std::vector<T> f, g;         // test potentials in T
+  std::vector<double> fd, gd;  // the same numbers in double
   double eps = 0;
   double max_cost = 0;
   Context ctx{ContextOptions{Backend::kCpu, 2}};
@@ -201,8 +204,8 @@ void check_transport(const OracleCase& c) {
     // The map is a convex combination of the y_j: error relative to max |y| (original coords).
     double ymax = 0;
     for (double e : fx.dense.y) ymax = std::max(ymax, std::abs(e));
-    EXPECT_TRUE(all_close(out, dense_barycentric_map(fx.dense, c.eps, fx.gd),
-                          fx.plan_tol() * (1 + ymax)))
+    EXPECT_TRUE(
+        all_close(out, dense_barycentric_map(fx.dense, c.eps, fx.gd), fx.plan_tol() * (1 + ymax)))
         << "barycentric_map";
   }
 }
@@ -217,8 +220,10 @@ void check_values(const OracleCase& c) {
     double out = 0;
     o.dual_value(fx.f.data(), fx.g.data(), &out);
     double scale = 0;  // sum a|f| + b|g| bounds the rounding of the weights and the sums
-    for (std::int64_t i = 0; i < c.n; ++i) scale += fx.dense.a[std::size_t(i)] * std::abs(fx.fd[std::size_t(i)]);
-    for (std::int64_t j = 0; j < c.m; ++j) scale += fx.dense.b[std::size_t(j)] * std::abs(fx.gd[std::size_t(j)]);
+    for (std::int64_t i = 0; i < c.n; ++i)
+      scale += fx.dense.a[std::size_t(i)] * std::abs(fx.fd[std::size_t(i)]);
+    for (std::int64_t j = 0; j < c.m; ++j)
+      scale += fx.dense.b[std::size_t(j)] * std::abs(fx.gd[std::size_t(j)]);
     EXPECT_TRUE(near(out, dense_dual_value(fx.dense, fx.fd, fx.gd), pass_rtol<T>() * (1 + scale)))
         << "dual_value";
   }
@@ -229,16 +234,16 @@ void check_values(const OracleCase& c) {
     EXPECT_TRUE(near(out[0], mass, fx.plan_tol() * mass)) << "plan mass";
     // <P,C> is computed from norms and dot products of the centred clouds: the rounding scales
     // with mass * max C, not with <P,C> itself.
-    EXPECT_TRUE(near(out[1], dense_transport_cost(fx.dense, P),
-                     fx.plan_tol() * mass * (1 + fx.max_cost)))
+    EXPECT_TRUE(
+        near(out[1], dense_transport_cost(fx.dense, P), fx.plan_tol() * mass * (1 + fx.max_cost)))
         << "<P,C>";
     double fg_scale = 0;
     for (std::int64_t i = 0; i < c.n; ++i)
       for (std::int64_t j = 0; j < c.m; ++j)
         fg_scale += P[std::size_t(i * c.m + j)] *
                     (std::abs(fx.fd[std::size_t(i)]) + std::abs(fx.gd[std::size_t(j)]));
-    EXPECT_TRUE(near(out[2], dense_plan_fg(fx.dense, P, fx.fd, fx.gd),
-                     fx.plan_tol() * (mass + fg_scale)))
+    EXPECT_TRUE(
+        near(out[2], dense_plan_fg(fx.dense, P, fx.fd, fx.gd), fx.plan_tol() * (mass + fg_scale)))
         << "sum P (f + g)";
   }
   {
@@ -278,8 +283,7 @@ INSTANTIATE_TEST_SUITE_P(
         OracleCase{"n19_m21_d2_zeros", 19, 21, 2, Cloud::kGaussian, Weights::kZeros, 0.1},
         OracleCase{"n131_m300_d3_tiles", 131, 300, 3, Cloud::kMixture, Weights::kRandom, 0.05},
         OracleCase{"n300_m77_d1_tiles_zeros", 300, 77, 1, Cloud::kGaussian, Weights::kZeros, 0.02},
-        OracleCase{"n270_m530_d9_gemm_tiles", 270, 530, 9, Cloud::kGaussian, Weights::kZeros,
-                   0.5},
+        OracleCase{"n270_m530_d9_gemm_tiles", 270, 530, 9, Cloud::kGaussian, Weights::kZeros, 0.5},
         OracleCase{"n12_m15_d2_tiny_eps", 12, 15, 2, Cloud::kUnitSquare, Weights::kRandom, 1e-3},
         OracleCase{"n13_m11_d3_large_eps", 13, 11, 3, Cloud::kGaussian, Weights::kUniform, 100.0},
         OracleCase{"n9_m10_d3_far", 9, 10, 3, Cloud::kFar, Weights::kRandom, 0.1},

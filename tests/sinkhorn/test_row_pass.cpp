@@ -40,7 +40,7 @@ TYPED_TEST(Exp2Test, MatchesStdExp2) {
     ASSERT_LE(rel, kUlps) << "t = " << double(t);
   };
   for (int k = 0; k < 200000; ++k) check(T(u(rng)));
-  for (int k = 0; k <= 4000; ++k) check(T(-k / 1000.0));  // the dominant terms near 0
+  for (int k = 0; k <= 4000; ++k) check(T(-k / 1000.0));         // the dominant terms near 0
   for (double t = -0.5; t <= 0.0; t += 1.0 / 1024) check(T(t));  // both ends of the reduction
   EXPECT_EQ(cpu::exp2_nonpos<T>(T(0)), T(1));
   EXPECT_EQ(cpu::exp2_nonpos<T>(T(-1)), T(0.5));
@@ -119,7 +119,8 @@ void check_lse(const PassCase& c) {
       for (std::int64_t k = 0; k < c.d; ++k) dot += (long double)p.qa(i, k) * p.ka(j, k);
       const long double b = p.bias[std::size_t(j)];
       s[std::size_t(j)] = (long double)p.scale * dot + b;
-      if (std::isfinite((double)b)) amax = std::max(amax, std::abs((long double)p.scale * dot) + std::abs(b));
+      if (std::isfinite((double)b))
+        amax = std::max(amax, std::abs((long double)p.scale * dot) + std::abs(b));
       mx = std::max(mx, s[std::size_t(j)]);
     }
     long double sum = 0;
@@ -154,12 +155,12 @@ TEST_P(RowPass, DeterministicForAnyThreadCount) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, RowPass,
-    ::testing::Values(PassCase{1, 1, 1, 0}, PassCase{3, 15, 2, 0}, PassCase{33, 513, 3, 1},
-                      PassCase{70, 1100, 7, 2}, PassCase{65, 1029, 8, 3},
-                      PassCase{31, 600, 9, 1}, PassCase{300, 1300, 64, 2},
-                      PassCase{257, 513, 64, 3}, PassCase{40, 17, 5, 0}));
+INSTANTIATE_TEST_SUITE_P(Cases, RowPass,
+                         ::testing::Values(PassCase{1, 1, 1, 0}, PassCase{3, 15, 2, 0},
+                                           PassCase{33, 513, 3, 1}, PassCase{70, 1100, 7, 2},
+                                           PassCase{65, 1029, 8, 3}, PassCase{31, 600, 9, 1},
+                                           PassCase{300, 1300, 64, 2}, PassCase{257, 513, 64, 3},
+                                           PassCase{40, 17, 5, 0}));
 
 // Masked keys contribute exactly nothing to the value accumulators (a weight of even 1e-38 on a
 // value of 1e300 would show).

@@ -1,6 +1,6 @@
 // The small-eps limit against exact OT: LEMON's network simplex on integer supplies and integer
-// costs (header-only for NetworkSimplex over SmartDigraph: no library to link). For a coupling P_eps
-// at convergence, 0 <= <P_eps, C> - OT_0 <= eps KL(P* | a b) <= eps log min(n, m), and the
+// costs (header-only for NetworkSimplex over SmartDigraph: no library to link). For a coupling
+// P_eps at convergence, 0 <= <P_eps, C> - OT_0 <= eps KL(P* | a b) <= eps log min(n, m), and the
 // regularized value OT_eps lies in [OT_0, OT_0 + eps log min(n, m)].
 #include <gtest/gtest.h>
 
@@ -61,8 +61,8 @@ TEST_P(SmallEpsLimit, ApproachesNetworkSimplex) {
     for (auto& v : sa) v = w(rng);
     for (auto& v : sb) v = w(rng);
     // Equal totals: move the difference onto b's entries, keeping them >= 1.
-    long long diff = std::accumulate(sa.begin(), sa.end(), 0LL) -
-                     std::accumulate(sb.begin(), sb.end(), 0LL);
+    long long diff =
+        std::accumulate(sa.begin(), sa.end(), 0LL) - std::accumulate(sb.begin(), sb.end(), 0LL);
     for (std::size_t j = 0; diff != 0; j = (j + 1) % sb.size()) {
       if (diff > 0) {
         ++sb[j];

@@ -101,9 +101,9 @@ void check_solve(const SolveCase& c) {
                   host_matrix<T>(map.data(), c.n, c.d));
   double ymax = 0;
   for (double e : dense.y) ymax = std::max(ymax, std::abs(e));
-  EXPECT_TRUE(all_close(map, dense_barycentric_map(dense, c.eps, ref.g),
-                        (1 + ymax) * (10 * s.tolerance * (1 + max_cost / c.eps) +
-                                      plan_rtol<T>(max_cost, c.eps))))
+  EXPECT_TRUE(all_close(
+      map, dense_barycentric_map(dense, c.eps, ref.g),
+      (1 + ymax) * (10 * s.tolerance * (1 + max_cost / c.eps) + plan_rtol<T>(max_cost, c.eps))))
       << "barycentric map";
 }
 
@@ -125,8 +125,8 @@ INSTANTIATE_TEST_SUITE_P(
 // reachable at eps = 1e-3 for unit-scale clouds, see the conditioning bound).
 TEST(Solver, TinyEpsilonAnnealedMatchesReference) {
   Rng rng(5);
-  PointData<double> data = make_point_data<double>(
-      2, integer_cloud(rng, 12, 2, 0, 4), integer_cloud(rng, 10, 2, 0, 4), {}, {}, 1e-3);
+  PointData<double> data = make_point_data<double>(2, integer_cloud(rng, 12, 2, 0, 4),
+                                                   integer_cloud(rng, 10, 2, 0, 4), {}, {}, 1e-3);
   for (double& v : data.x) v *= 0.25;
   for (double& v : data.y) v *= 0.25;
   const DenseProblem dense = data.dense();
@@ -140,8 +140,8 @@ TEST(Solver, TinyEpsilonAnnealedMatchesReference) {
   EXPECT_GT(s.annealing_iterations, 5);
   const double vtol = value_tol<double>(s.tolerance, dense.max_cost(), data.epsilon);
   EXPECT_TRUE(near(s.dual_cost, dense_dual_value(dense, ref.f, ref.g), vtol));
-  EXPECT_TRUE(near(s.primal_cost, dense_transport_cost(dense, dense_plan(dense, data.epsilon,
-                                                                         ref.f, ref.g)),
+  EXPECT_TRUE(near(s.primal_cost,
+                   dense_transport_cost(dense, dense_plan(dense, data.epsilon, ref.f, ref.g)),
                    vtol));
 }
 
@@ -250,8 +250,8 @@ TEST(Solver, DivergenceMatchesThreeSolves) {
   const DivergenceSummary s = sinkhorn_divergence(ctx, d.problem(), opt);
   ASSERT_TRUE(s.converged()) << s.full_report();
   auto ot = [&](const std::vector<double>& x, const std::vector<double>& y) {
-    const DenseProblem p = make_dense_problem(x, y, 2, std::vector<double>{},
-                                              std::vector<double>{}, 1.0);
+    const DenseProblem p =
+        make_dense_problem(x, y, 2, std::vector<double>{}, std::vector<double>{}, 1.0);
     const DenseSolution sol = &x == &y ? dense_solve_self(p, 0.1) : dense_solve(p, 0.1);
     EXPECT_LT(sol.marginal_error, 1e-12);
     return dense_dual_value(p, sol.f, sol.g);
@@ -373,9 +373,8 @@ TEST(Solver, CallbacksAbortStopAndRecord) {
   {
     SinkhornOptions opt;
     opt.record_iterations = false;
-    opt.callbacks.push_back([](const IterationRecord&) {
-      return CallbackResult::kStopSuccessfully;
-    });
+    opt.callbacks.push_back(
+        [](const IterationRecord&) { return CallbackResult::kStopSuccessfully; });
     const SinkhornSummary s = solve_sinkhorn(ctx, d.problem(), opt);
     EXPECT_EQ(s.termination, TerminationType::kUserSuccess);
     EXPECT_TRUE(s.records.empty());

@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,8 +40,8 @@ template <class A>
   std::ostringstream os;
   os.precision(17);
   os << "entry " << worst << " of " << actual.size() << ": actual " << double(actual[worst])
-     << ", expected " << expected[worst] << ", |diff| " << std::abs(double(actual[worst]) - expected[worst])
-     << " > bound " << bound[worst];
+     << ", expected " << expected[worst] << ", |diff| "
+     << std::abs(double(actual[worst]) - expected[worst]) << " > bound " << bound[worst];
   return ::testing::AssertionFailure() << os.str();
 }
 

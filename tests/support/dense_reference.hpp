@@ -44,7 +44,8 @@ DenseProblem make_dense_problem(const std::vector<T>& x, const std::vector<T>& y
     if (w.empty()) return out;
     double total = 0;
     for (T v : w) total += double(v);
-    for (std::int64_t i = 0; i < count; ++i) out[std::size_t(i)] = double(w[std::size_t(i)]) / total;
+    for (std::int64_t i = 0; i < count; ++i)
+      out[std::size_t(i)] = double(w[std::size_t(i)]) / total;
     return out;
   };
   p.a = normalize(a, p.n);
@@ -82,7 +83,8 @@ inline std::vector<double> dense_update_f(const DenseProblem& p, double eps,
   std::vector<double> f(std::size_t(p.n)), terms(std::size_t(p.m));
   for (std::int64_t i = 0; i < p.n; ++i) {
     for (std::int64_t j = 0; j < p.m; ++j)
-      terms[std::size_t(j)] = log_weight(p.b[std::size_t(j)]) + (g[std::size_t(j)] - p.cost(i, j)) / eps;
+      terms[std::size_t(j)] =
+          log_weight(p.b[std::size_t(j)]) + (g[std::size_t(j)] - p.cost(i, j)) / eps;
     f[std::size_t(i)] = -eps * dense_lse(terms);
   }
   return f;
@@ -94,15 +96,16 @@ inline std::vector<double> dense_update_g(const DenseProblem& p, double eps,
   std::vector<double> g(std::size_t(p.m)), terms(std::size_t(p.n));
   for (std::int64_t j = 0; j < p.m; ++j) {
     for (std::int64_t i = 0; i < p.n; ++i)
-      terms[std::size_t(i)] = log_weight(p.a[std::size_t(i)]) + (f[std::size_t(i)] - p.cost(i, j)) / eps;
+      terms[std::size_t(i)] =
+          log_weight(p.a[std::size_t(i)]) + (f[std::size_t(i)] - p.cost(i, j)) / eps;
     g[std::size_t(j)] = -eps * dense_lse(terms);
   }
   return g;
 }
 
 /// The plan P_ij = a_i b_j exp((f_i + g_j - C_ij)/eps), n x m row-major (0 where a weight is 0).
-inline std::vector<double> dense_plan(const DenseProblem& p, double eps, const std::vector<double>& f,
-                                      const std::vector<double>& g) {
+inline std::vector<double> dense_plan(const DenseProblem& p, double eps,
+                                      const std::vector<double>& f, const std::vector<double>& g) {
   std::vector<double> P(std::size_t(p.n * p.m), 0.0);
   for (std::int64_t i = 0; i < p.n; ++i)
     for (std::int64_t j = 0; j < p.m; ++j) {
@@ -232,7 +235,8 @@ inline std::vector<double> dense_barycentric_map(const DenseProblem& p, double e
   std::vector<double> out(std::size_t(p.n * p.d), 0.0), logw(std::size_t(p.m));
   for (std::int64_t i = 0; i < p.n; ++i) {
     for (std::int64_t j = 0; j < p.m; ++j)
-      logw[std::size_t(j)] = log_weight(p.b[std::size_t(j)]) + (g[std::size_t(j)] - p.cost(i, j)) / eps;
+      logw[std::size_t(j)] =
+          log_weight(p.b[std::size_t(j)]) + (g[std::size_t(j)] - p.cost(i, j)) / eps;
     const double lse = dense_lse(logw);
     for (std::int64_t j = 0; j < p.m; ++j) {
       const double w = std::exp(logw[std::size_t(j)] - lse);
