@@ -19,9 +19,12 @@ int tf32_padded_dim(int d) {
 int tf32_block_rows() { return 128; }
 
 namespace {
-/// Key tiles double-buffered by cp.async (lse_tf32_pipe_kernel) for the resident widths; the
-/// environment variable KANTOR_CUDA_TF32_PIPELINE=0 selects the single-buffered kernel (tuning
-/// runs and tests of both). Evidence: docs/cuda-engine.md.
+/// Key tiles double-buffered by cp.async (lse_tf32_pipe_kernel) for padded widths <= 32; the
+/// environment variable KANTOR_CUDA_TF32_PIPELINE=0 selects the single-buffered kernel there too
+/// (tuning runs and tests of both). H200, n = m = 50k, 10 iterations, commit 0f23b35: d = 3
+/// alternating 22.31 ms pipelined vs 22.47 single; d = 64 47.61 vs 46.64 (the 64-wide pipelined
+/// kernel holds 166 registers and 37 KB of shared memory per block), so width 64 stays single.
+constexpr int kPipelineMaxWidth = 32;
 bool use_pipeline() {
   static const bool on = [] {
     const char* e = std::getenv("KANTOR_CUDA_TF32_PIPELINE");
@@ -33,7 +36,7 @@ bool use_pipeline() {
 
 int tf32_blocks_per_sm(int ld) {
   int nb = 0;
-  if (use_pipeline() && ld <= 64) {
+  if (use_pipeline() && ld <= kPipelineMaxWidth) {
     switch (ld) {
       case 8:
         KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -43,13 +46,9 @@ int tf32_blocks_per_sm(int ld) {
         KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
             &nb, lse_tf32_pipe_kernel<16>, 128, 0));
         return nb;
-      case 32:
-        KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &nb, lse_tf32_pipe_kernel<32>, 128, 0));
-        return nb;
       default:
         KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &nb, lse_tf32_pipe_kernel<64>, 128, 0));
+            &nb, lse_tf32_pipe_kernel<32>, 128, 0));
         return nb;
     }
   }
@@ -83,12 +82,11 @@ void launch_lse_tf32(const LsePass<float>& p, void* stream) {
   const int b1 = p.nsides > 1 ? int((p.side[1].rows + 127) / 128) : 0;
   const dim3 grid(unsigned(b0 + b1), unsigned(p.splits));
   auto st = static_cast<cudaStream_t>(stream);
-  if (use_pipeline() && p.ld <= 64) {
+  if (use_pipeline() && p.ld <= kPipelineMaxWidth) {
     switch (p.ld) {
       case 8: lse_tf32_pipe_kernel<8><<<grid, 128, 0, st>>>(p, b0); break;
       case 16: lse_tf32_pipe_kernel<16><<<grid, 128, 0, st>>>(p, b0); break;
-      case 32: lse_tf32_pipe_kernel<32><<<grid, 128, 0, st>>>(p, b0); break;
-      default: lse_tf32_pipe_kernel<64><<<grid, 128, 0, st>>>(p, b0); break;
+      default: lse_tf32_pipe_kernel<32><<<grid, 128, 0, st>>>(p, b0); break;
     }
     KANTOR_CUDA_CHECK_LAUNCH();
     return;

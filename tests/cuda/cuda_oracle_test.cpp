@@ -128,7 +128,7 @@ HostData engine_inputs(const HostData& h, Precision p) {
   if (p == Precision::kFp64) return r;
   for (auto* v : {&r.x, &r.y, &r.a, &r.b})
     for (auto& e : *v) e = double(float(e));
-  if (p != Precision::kTf32) return r;
+  // The engine stores float(x - center): both engines then see the same centred values.
   for (std::int64_t k = 0; k < r.d; ++k) {
     double lo = std::numeric_limits<double>::infinity(), hi = -lo;
     for (std::int64_t i = 0; i < r.n; ++i) lo = std::min(lo, r.x[std::size_t(i * r.d + k)]), hi = std::max(hi, r.x[std::size_t(i * r.d + k)]);
@@ -136,11 +136,13 @@ HostData engine_inputs(const HostData& h, Precision p) {
     const double center = 0.5 * (lo + hi);
     for (std::int64_t i = 0; i < r.n; ++i) {
       double& e = r.x[std::size_t(i * r.d + k)];
-      e = double(round_tf32(float(e - center))) + center;
+      const float fc = float(e - center);
+      e = double(p == Precision::kTf32 ? round_tf32(fc) : fc) + center;
     }
     for (std::int64_t j = 0; j < r.m; ++j) {
       double& e = r.y[std::size_t(j * r.d + k)];
-      e = double(round_tf32(float(e - center))) + center;
+      const float fc = float(e - center);
+      e = double(p == Precision::kTf32 ? round_tf32(fc) : fc) + center;
     }
   }
   return r;
@@ -319,7 +321,29 @@ void check_passes(const Case& c, Precision p, unsigned seed) {
     Buffer<T> od(gpu, c.n * c.d);
     dev->barycentric_map(eps, fd.data(), gd.data(),
                          MatrixView<T>{od.data(), c.n, c.d, c.d, MemorySpace::kDevice});
-    EXPECT_LE(rel_err(host_copy(gpu, od), out), tolv) << "barycentric_map";
+    std::vector<double> got = host_copy(gpu, od);
+    if (p == Precision::kTf32) {
+      // The engine weighs the unrounded y by the plan of the rounded cost: the reference is
+      // (P Y)_i / (P 1)_i with Y the engine's unrounded float coordinates (rows with P 1 = 0,
+      // zero weights, are left out).
+      const HostData hv = engine_inputs(h, Precision::kFp32);
+      std::vector<double> py(std::size_t(c.n * c.d)), p1(std::size_t(c.n));
+      std::vector<double> ones(std::size_t(c.m), 1.0);
+      ref->apply_mat(c.eps, f.data(), g.data(),
+                     MatrixView<const double>{hv.y.data(), c.m, c.d, c.d, MemorySpace::kHost},
+                     MatrixView<double>{py.data(), c.n, c.d, c.d, MemorySpace::kHost});
+      ref->apply(c.eps, f.data(), g.data(), ones.data(), p1.data());
+      std::vector<double> kept_ref, kept_got;
+      for (std::int64_t i = 0; i < c.n; ++i)
+        if (p1[std::size_t(i)] > 0)
+          for (std::int64_t k = 0; k < c.d; ++k) {
+            kept_ref.push_back(py[std::size_t(i * c.d + k)] / p1[std::size_t(i)]);
+            kept_got.push_back(got[std::size_t(i * c.d + k)]);
+          }
+      out = kept_ref;
+      got = kept_got;
+    }
+    EXPECT_LE(rel_err(got, out), tolv) << "barycentric_map";
   }
   {  // dual value, plan statistics, marginal error
     double dv = 0, st[3] = {0, 0, 0}, me = 0;
@@ -401,8 +425,9 @@ void check_solve(const Case& c, Precision p, Schedule schedule, std::int64_t ite
   o.precision = p;
   Potentials<T> pd;
   const SinkhornSummary sd = solve_sinkhorn(gpu, ht.problem, o, &pd);
-  // Both run `iterations` iterations, or both stop early on an exactly zero error (n = 1).
-  ASSERT_EQ(sd.iterations, sr.iterations);
+  // Both run `iterations` iterations, unless the fp64 reference hit an exactly zero marginal error
+  // (n = 1: every update is exact) and stopped at its fixed point, which further iterations keep.
+  if (sr.termination != TerminationType::kConverged) ASSERT_EQ(sd.iterations, sr.iterations);
   const std::vector<double> fr = to_double(to_host(cpu, pr.f.cview()));
   const std::vector<double> gr = to_double(to_host(cpu, pr.g.cview()));
   std::vector<double> fd = host_copy(gpu, pd.f), gd = host_copy(gpu, pd.g);
@@ -416,8 +441,11 @@ void check_solve(const Case& c, Precision p, Schedule schedule, std::int64_t ite
   for (std::size_t j = 0; j < gd.size(); ++j) both_d.push_back(gd[j] + t), both_r.push_back(gr[j]);
   const double tol = exact_inputs ? tol_kernel(p) : tol_potentials(p);
   EXPECT_LE(rel_err(both_d, both_r, scale), tol) << "potentials";
-  EXPECT_LE(rel_scalar(sd.dual_cost, sr.dual_cost), tol) << "dual " << sr.dual_cost;
-  EXPECT_LE(rel_scalar(sd.primal_cost, sr.primal_cost), tol) << "primal " << sr.primal_cost;
+  // Costs: tf32 scores are fp32 sums of expanded products (c|x|^2 + c|y|^2 - 2c<x, y>), whose
+  // rounding (~1e-7 of |x|^2) moves P by that over eps; costs are held to the tf32 bound 3e-4.
+  const double tolc = p == Precision::kTf32 ? tol_potentials(p) : tol;
+  EXPECT_LE(rel_scalar(sd.dual_cost, sr.dual_cost), tolc) << "dual " << sr.dual_cost;
+  EXPECT_LE(rel_scalar(sd.primal_cost, sr.primal_cost), tolc) << "primal " << sr.primal_cost;
   if (exact_inputs)
     EXPECT_LE(std::abs(sd.marginal_error - sr.marginal_error),
               tol_marginal(p) * (1 + sr.marginal_error))
