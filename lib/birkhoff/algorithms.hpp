@@ -39,12 +39,14 @@ struct Num<float> {
   static constexpr float tiny() { return 1e-30f; }      // pivots/denominators floor
   static constexpr float min_normal() { return 1.17549435e-38f; }
   static constexpr float eps() { return 1.1920929e-7f; }
+  static constexpr float floor() { return 1e-30f; }  // Sinkhorn denominators (scale_step)
 };
 template <>
 struct Num<double> {
   static constexpr double tiny() { return 1e-280; }
   static constexpr double min_normal() { return 2.2250738585072014e-308; }
   static constexpr double eps() { return 2.220446049250313e-16; }
+  static constexpr double floor() { return 1e-300; }
 };
 
 // float on the device: the special-function unit's approximations (ex2/lg2/rcp/rsqrt .approx,
@@ -408,37 +410,32 @@ KANTOR_BK_UNROLL
     }
     d[n - 1] = F(0);
     // Backtracking (Armijo) line search on psi; the slack absorbs psi's rounding near the optimum,
-    // where the predicted decrease is below float resolution and full steps are right.
+    // where the predicted decrease is below float resolution and full steps are right. The
+    // evaluation writes c, H, T in place (the old ones are not needed once d is known), so only
+    // b and psi of the current point are kept.
     F t = F(1);
     bool accepted = false;
-    F bn[NMAX], cn[NMAX], Hn[kH], psin, scalen, Tn[NMAX * NMAX];
+    F b0[NMAX];
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) b0[j] = b[j];
+    const F psi0 = psi, scale0 = psi_scale;
     for (int ls = 0; ls < 12; ++ls) {
 KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
-        if (j < n) bn[j] = b[j] + t * d[j];
-      softmax_eval<NMAX, true>(L, bn, n, cn, Hn, psin, scalen, Tn);
-      const F slack = F(8) * Num<F>::eps() * (psi_scale + scalen);
-      if (psin <= psi + F(1e-4) * t * g_dot_d + slack) {
+        if (j < n) b[j] = b0[j] + t * d[j];
+      softmax_eval<NMAX, true>(L, b, n, c, H, psi, psi_scale, T);
+      const F slack = F(8) * Num<F>::eps() * (scale0 + psi_scale);
+      if (psi <= psi0 + F(1e-4) * t * g_dot_d + slack) {
         accepted = true;
         break;
       }
       t *= F(0.5);
     }
     ++res.iterations;
-    if (!accepted) break;  // no decrease possible at this precision: keep the current point
-    const F errn = col_err(cn);
-KANTOR_BK_UNROLL
-    for (int j = 0; j < NMAX; ++j) {
-      if (j >= n) break;
-      b[j] = bn[j];
-      c[j] = cn[j];
-    }
-KANTOR_BK_UNROLL
-    for (int k = 0; k < kH; ++k) H[k] = Hn[k];
-KANTOR_BK_UNROLL
-    for (int k = 0; k < NMAX * NMAX; ++k) T[k] = Tn[k];
-    psi = psin;
-    psi_scale = scalen;
+    // No decrease possible at this precision: stop at the last (tiny-step) trial point, whose
+    // T, c are consistent with b.
+    if (!accepted) break;
+    const F errn = col_err(c);
     const bool stalled = errn > F(0.5) * err;
     err = errn;
     if (stalled && !(err > tol_accept)) break;
@@ -539,12 +536,16 @@ KANTOR_BK_UNROLL
   return mx > neg_inf<F>() ? kOk : kNoProjection;
 }
 
-/// One scaling step of P = diag(u) K diag(v): kRows: u_i <- u_i / (u_i (K v)_i + add), else
-/// v_j <- v_j / (v_j (K^T u)_j + add). Equal to normalizing the rows (columns) of P; the step
-/// kind is a template argument so the n = 4 kernel has no per-element selects.
+/// One scaling step of P = diag(u) K diag(v). Row step: P_i <- P_i / (rowsum_i + add) is
+/// u_i <- 1 / ((K v)_i + add / u_i); the state keeps den = 1/u (den_i <- (K v)_i + add den_i), so a
+/// step costs n^2 FMAs and n reciprocals. Column step likewise with K^T u, v, den_v.
+/// Guard: the denominator is floored at 1e-30 (a row or column without mass, or one whose sum
+/// underflows, would give 1/0 = inf and then inf * 0 = NaN); with the floor u, v <= 1e30 and
+/// u_i K_ij v_j stays finite because K_ij v_j <= den_i.
 template <int NMAX, bool kRows, class F>
-KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, int n, F add) {
-  F d[NMAX];
+KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, F* den_u, F* den_v, int n, F add) {
+  F* w = kRows ? u : v;
+  F* den = kRows ? den_u : den_v;
 KANTOR_BK_UNROLL
   for (int a = 0; a < NMAX; ++a) {
     if (a >= n) break;
@@ -552,21 +553,9 @@ KANTOR_BK_UNROLL
 KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX; ++k)
       if (k < n) s += kRows ? K[a * NMAX + k] * v[k] : K[k * NMAX + a] * u[k];
-    d[a] = (kRows ? u[a] : v[a]) * s + add;
-  }
-  F* w = kRows ? u : v;
-KANTOR_BK_UNROLL
-  for (int a = 0; a < NMAX; a += 2) {
-    if (a >= n) break;
-    if (a + 1 < n) {
-      F r0, r1;
-      rcp2(d[a], d[a + 1], r0, r1);
-      // Guard: a row/column without mass (sum 0, exact Sinkhorn) keeps its scale: 0/0 = NaN.
-      w[a] = d[a] > F(0) ? w[a] * r0 : w[a];
-      w[a + 1] = d[a + 1] > F(0) ? w[a + 1] * r1 : w[a + 1];
-    } else {
-      w[a] = d[a] > F(0) ? w[a] * bk_rcp(d[a]) : w[a];
-    }
+    const F d = bk_max(s + add * den[a], Num<F>::floor());
+    den[a] = d;
+    w[a] = bk_rcp(d);
   }
 }
 
@@ -575,26 +564,26 @@ template <int NMAX, class F>
 KANTOR_BK_HD int truncated_forward(F* X, int n, const TruncatedMap& map) {
   const int st = truncated_init<NMAX>(X, n, map);
   if (st == kInvalidInput) return st;
-  F u[NMAX], v[NMAX];
+  F u[NMAX], v[NMAX], du[NMAX], dv[NMAX];
 KANTOR_BK_UNROLL
-  for (int k = 0; k < NMAX; ++k) u[k] = v[k] = F(1);
+  for (int k = 0; k < NMAX; ++k) u[k] = v[k] = du[k] = dv[k] = F(1);
   const F add = map.template add<F>();
   if (map.deepseek) {
     // column step, then (repeat - 1) x (row step, column step)
-    scale_step<NMAX, false>(X, u, v, n, add);
+    scale_step<NMAX, false>(X, u, v, du, dv, n, add);
     for (int it = 1; it < map.iterations; ++it) {
-      scale_step<NMAX, true>(X, u, v, n, add);
-      scale_step<NMAX, false>(X, u, v, n, add);
+      scale_step<NMAX, true>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, false>(X, u, v, du, dv, n, add);
     }
   } else if (map.row_first) {
     for (int it = 0; it < map.iterations; ++it) {
-      scale_step<NMAX, true>(X, u, v, n, add);
-      scale_step<NMAX, false>(X, u, v, n, add);
+      scale_step<NMAX, true>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, false>(X, u, v, du, dv, n, add);
     }
   } else {
     for (int it = 0; it < map.iterations; ++it) {
-      scale_step<NMAX, false>(X, u, v, n, add);
-      scale_step<NMAX, true>(X, u, v, n, add);
+      scale_step<NMAX, false>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, true>(X, u, v, du, dv, n, add);
     }
   }
 KANTOR_BK_UNROLL
