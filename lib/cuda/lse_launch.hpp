@@ -15,7 +15,7 @@ void launch_lse_tf32(const LsePass<float>& p, void* stream);
 void finish_lse_pass(const LsePass<float>& p, void* stream);
 /// Rows per block of each kernel.
 int simt_block_rows();
-int tf32_block_rows();
+int tf32_block_rows(int ld);
 /// Resident blocks per SM of the kernel that serves padded width `ld` (occupancy query).
 int simt_blocks_per_sm(int ld, bool is_double);
 int tf32_blocks_per_sm(int ld);

@@ -87,8 +87,8 @@ enum class LseKernel : int { kSimt = 0, kTf32 = 1 };
 int simt_padded_dim(int d);
 /// Padded dimension the TF32 kernels need for dimension d.
 int tf32_padded_dim(int d);
-/// Rows per block of the kernel (the unit of the split-K decision).
-int lse_block_rows(LseKernel kernel);
+/// Rows per block of the kernel serving padded width ld (the unit of the split-K decision).
+int lse_block_rows(LseKernel kernel, int ld);
 /// Key-range splits (split-K) for a pass of `rows_total` rows over `nkeys` keys with the kernel
 /// serving padded width ld: the fewest splits whose grid fills whole waves of the current
 /// device (rule and evidence in lse_pass.cu).

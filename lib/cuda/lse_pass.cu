@@ -8,8 +8,8 @@
 
 namespace kantor::cuda {
 
-int lse_block_rows(LseKernel kernel) {
-  return kernel == LseKernel::kTf32 ? tf32_block_rows() : simt_block_rows();
+int lse_block_rows(LseKernel kernel, int ld) {
+  return kernel == LseKernel::kTf32 ? tf32_block_rows(ld) : simt_block_rows();
 }
 
 int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_total,
@@ -25,7 +25,7 @@ int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_to
   const int per_sm = kernel == LseKernel::kTf32 ? tf32_blocks_per_sm(ld)
                                                 : simt_blocks_per_sm(ld, is_double);
   const std::int64_t slots = std::int64_t(std::max(current_sm_count(), 1)) * std::max(per_sm, 1);
-  const std::int64_t rb = (rows_total + lse_block_rows(kernel) - 1) / lse_block_rows(kernel);
+  const std::int64_t rb = (rows_total + lse_block_rows(kernel, ld) - 1) / lse_block_rows(kernel, ld);
   const int max_s = int(std::max<std::int64_t>(
       1, std::min<std::int64_t>(kMaxSplits, nkeys / kMinKeysPerSplit)));
   auto efficiency = [&](int s) {

@@ -2,6 +2,7 @@
 // (lib/cuda/lse_tf32.cuh). Padded widths: 8, 16, 32, 64 with resident query fragments, and
 // 32-wide d-chunks with the query chunk restaged in shared memory for d > 64 (5 kernels).
 #include <cstdlib>
+#include <string>
 
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_launch.hpp"
@@ -16,7 +17,22 @@ int tf32_padded_dim(int d) {
   if (d <= 64) return 64;
   return (d + 31) / 32 * 32;
 }
-int tf32_block_rows() { return 128; }
+namespace {
+/// Tile of the 64-wide resident kernel: "2x8" (2 m-tiles per warp, 8 n-tiles per key tile: 128
+/// rows x 64 keys per block, the default), or through KANTOR_CUDA_TF32_W64_TILE "1x8" (64 rows,
+/// fewer registers, more resident blocks) or "2x4" (32-key tiles). Evidence: docs/cuda-engine.md.
+int w64_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("KANTOR_CUDA_TF32_W64_TILE");
+    if (e && std::string(e) == "1x8") return 1;
+    if (e && std::string(e) == "2x4") return 2;
+    return 0;
+  }();
+  return v;
+}
+}  // namespace
+
+int tf32_block_rows(int ld) { return ld == 64 && w64_variant() == 1 ? 64 : 128; }
 
 namespace {
 /// Key tiles double-buffered by cp.async (lse_tf32_pipe_kernel) for padded widths <= 32; the
@@ -52,6 +68,15 @@ int tf32_blocks_per_sm(int ld) {
         return nb;
     }
   }
+  if (ld == 64 && w64_variant() != 0) {
+    if (w64_variant() == 1)
+      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &nb, lse_tf32_kernel<64, true, 1, 8>, 128, 0));
+    else
+      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &nb, lse_tf32_kernel<64, true, 2, 4>, 128, 0));
+    return nb;
+  }
   switch (ld) {
     case 8:
       KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
@@ -78,8 +103,9 @@ int tf32_blocks_per_sm(int ld) {
 }
 
 void launch_lse_tf32(const LsePass<float>& p, void* stream) {
-  const int b0 = int((p.side[0].rows + 127) / 128);
-  const int b1 = p.nsides > 1 ? int((p.side[1].rows + 127) / 128) : 0;
+  const int br = tf32_block_rows(p.ld);
+  const int b0 = int((p.side[0].rows + br - 1) / br);
+  const int b1 = p.nsides > 1 ? int((p.side[1].rows + br - 1) / br) : 0;
   const dim3 grid(unsigned(b0 + b1), unsigned(p.splits));
   auto st = static_cast<cudaStream_t>(stream);
   if (use_pipeline() && p.ld <= kPipelineMaxWidth) {
@@ -88,6 +114,14 @@ void launch_lse_tf32(const LsePass<float>& p, void* stream) {
       case 16: lse_tf32_pipe_kernel<16><<<grid, 128, 0, st>>>(p, b0); break;
       default: lse_tf32_pipe_kernel<32><<<grid, 128, 0, st>>>(p, b0); break;
     }
+    KANTOR_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (p.ld == 64 && w64_variant() != 0) {
+    if (w64_variant() == 1)
+      lse_tf32_kernel<64, true, 1, 8><<<grid, 128, 0, st>>>(p, b0);
+    else
+      lse_tf32_kernel<64, true, 2, 4><<<grid, 128, 0, st>>>(p, b0);
     KANTOR_CUDA_CHECK_LAUNCH();
     return;
   }

@@ -19,12 +19,12 @@ namespace kantor::cuda {
 /// Tile of the TF32 kernel. kDK = coordinates per d-chunk (the stored clouds are zero-padded to
 /// a multiple of kDK); kResident: d = kDK and each warp keeps its A fragments (query rows) in
 /// registers for the whole pass, else the query chunk is restaged in shared memory per key tile.
-template <int kDK, bool kResident>
+template <int kDK, bool kResident, int kMT = 2, int kNT = 8>
 struct Tf32Tile {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMTiles = 2;                 // 16-row m-tiles per warp
-  static constexpr int kNTiles = 8;                 // 8-key n-tiles per key tile
+  static constexpr int kMTiles = kMT;               // 16-row m-tiles per warp
+  static constexpr int kNTiles = kNT;               // 8-key n-tiles per key tile
   static constexpr int kRows = kWarps * kMTiles * 16;  // 128 query rows per block
   static constexpr int kKeys = kNTiles * 8;            // 64 keys per shared-memory tile
   static constexpr int kStride = kDK + 4;  // row stride in shared memory: B (and A) fragment
@@ -55,9 +55,9 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)
 }
 
 /// LSE partials of one or two sides: grid (row blocks of side 0 + side 1, splits).
-template <int kDK, bool kResident>
+template <int kDK, bool kResident, int kMT = 2, int kNT = 8>
 __global__ void __launch_bounds__(128) lse_tf32_kernel(LsePass<float> p, int blocks_side0) {
-  using Tile = Tf32Tile<kDK, kResident>;
+  using Tile = Tf32Tile<kDK, kResident, kMT, kNT>;
   constexpr int kS = Tile::kStride;
   __shared__ __align__(16) float ks[Tile::kKeys * kS];
   __shared__ __align__(16) float bias_s[Tile::kKeys];
