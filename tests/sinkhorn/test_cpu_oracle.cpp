@@ -262,6 +262,46 @@ void check_values(const OracleCase& c) {
   }
 }
 
+// Self-problem (y = x, b = a): symmetric_step with f = g takes a one-pass shortcut; it must give
+// what the two passes give (dense reference) and keep f = g bitwise. With f != g it takes the
+// general path.
+template <class T>
+void check_self_symmetric_step() {
+  Rng rng(404);
+  const std::vector<double> x = mixture_cloud(rng, 37, 3), a = random_weights(rng, 37);
+  const double eps = 0.1;
+  PointData<T> data = make_point_data<T>(3, x, x, a, a, eps);
+  const DenseProblem dense = data.dense();
+  const DenseSolution sol = dense_solve_self(dense, eps, 200);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  auto o = make_oracle(ctx, data.problem(),
+                       std::is_same<T, double>::value ? Precision::kFp64 : Precision::kFp32);
+  std::normal_distribution<double> nd(0.0, 0.5 * eps);
+  std::vector<T> h(37), h2(37);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = T(sol.f[i] + nd(rng));
+  for (std::size_t i = 0; i < h.size(); ++i) h2[i] = T(sol.f[i] + nd(rng));
+  const std::vector<double> hd(h.begin(), h.end()), h2d(h2.begin(), h2.end());
+  const double max_cost = dense.max_cost();
+  for (bool equal : {true, false}) {
+    SCOPED_TRACE(equal ? "f = g" : "f != g");
+    std::vector<T> f = h, g = equal ? h : h2;
+    const std::vector<double>& gd = equal ? hd : h2d;
+    double err = -1;
+    o->symmetric_step(T(eps), T(0.5), f.data(), g.data(), &err);
+    std::vector<double> tf = dense_update_f(dense, eps, gd), tg = dense_update_g(dense, eps, hd);
+    for (std::size_t i = 0; i < tf.size(); ++i) tf[i] = 0.5 * hd[i] + 0.5 * tf[i];
+    for (std::size_t i = 0; i < tg.size(); ++i) tg[i] = 0.5 * gd[i] + 0.5 * tg[i];
+    EXPECT_TRUE(all_close(f, tf, potential_atol<T>(max_cost)));
+    EXPECT_TRUE(all_close(g, tg, potential_atol<T>(max_cost)));
+    if (equal) EXPECT_EQ(f, g);
+    const double ref = dense_marginal_error(dense, eps, hd, gd);
+    EXPECT_TRUE(near(err, ref, plan_rtol<T>(max_cost, eps) * (1 + ref)));
+  }
+}
+
+TEST(CpuOracleSelf, SymmetricStepFp64) { check_self_symmetric_step<double>(); }
+TEST(CpuOracleSelf, SymmetricStepFp32) { check_self_symmetric_step<float>(); }
+
 TEST_P(CpuOracle, UpdatesFp64) { check_updates<double>(GetParam()); }
 TEST_P(CpuOracle, UpdatesFp32) { check_updates<float>(GetParam()); }
 TEST_P(CpuOracle, TransportFp64) { check_transport<double>(GetParam()); }
