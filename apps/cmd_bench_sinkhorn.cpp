@@ -116,8 +116,7 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
       iterate();
       ctx.synchronize();
       t.ms.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-              .count());
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
   }
   // Sanity value of the last repeat's potentials (not timed).
@@ -132,10 +131,10 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   namespace po = boost::program_options;
   BenchOptions o;
   po::options_description desc("options", 100, 50);
-  desc.add_options()("help,h", "print this help and exit")(
-      "n", po::value(&o.n), "source points (default 10000)")(
+  desc.add_options()("help,h", "print this help and exit")("n", po::value(&o.n),
+                                                           "source points (default 10000)")(
       "m", po::value(&o.m), "target points (default n)")("d", po::value(&o.d),
-                                                          "dimension (default 3)")(
+                                                         "dimension (default 3)")(
       "epsilon", po::value(&o.epsilon), "entropic regularization, fixed (default 0.1)")(
       "iterations", po::value(&o.iterations), "timed Sinkhorn iterations per repeat (default 10)")(
       "schedule", po::value(&o.schedule), "alternating | symmetric (default alternating)")(
@@ -172,9 +171,8 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   if (o.precision.empty()) o.precision = ctx.backend() == Backend::kCuda ? "tf32" : "fp32";
   const Precision precision = parse_precision(o.precision, "--precision");
 
-  const Timing t = precision == Precision::kFp64
-                       ? run_bench<double>(ctx, o, precision, schedule)
-                       : run_bench<float>(ctx, o, precision, schedule);
+  const Timing t = precision == Precision::kFp64 ? run_bench<double>(ctx, o, precision, schedule)
+                                                 : run_bench<float>(ctx, o, precision, schedule);
   std::vector<double> ms = t.ms;
   std::sort(ms.begin(), ms.end());
   const std::size_t k = ms.size();
@@ -187,8 +185,8 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   const double sec = median * 1e-3;
   const double exp_rate = pairs / sec, flop_rate = flops / sec;
   const bool gpu = ctx.backend() == Backend::kCuda;
-  const double flop_ceiling = !gpu ? NAN
-                              : dot ? kTf32MmaFlops
+  const double flop_ceiling = !gpu                            ? NAN
+                              : dot                           ? kTf32MmaFlops
                               : precision == Precision::kFp32 ? kFp32Flops
                                                               : NAN;
   std::string device = "cpu";
@@ -228,10 +226,10 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
         "  median %.3f ms (min %.3f, max %.3f, %d repeats), %.4f ms/iteration\n"
         "  %.3e exp2/s (%.1f%% of the H200 SFU), %.3e flop/s",
         (long long)o.n, (long long)o.m, (long long)o.d, o.epsilon, (long long)o.iterations,
-        to_string(schedule).c_str(), to_string(precision).c_str(),
-        to_string(ctx.backend()).c_str(), device.c_str(), t.engine.c_str(), median, ms.front(),
-        ms.back(), o.repeats, median / double(o.iterations), exp_rate,
-        gpu ? 100 * exp_rate / kExp2PerSecond : NAN, flop_rate);
+        to_string(schedule).c_str(), to_string(precision).c_str(), to_string(ctx.backend()).c_str(),
+        device.c_str(), t.engine.c_str(), median, ms.front(), ms.back(), o.repeats,
+        median / double(o.iterations), exp_rate, gpu ? 100 * exp_rate / kExp2PerSecond : NAN,
+        flop_rate);
     if (std::isfinite(flop_ceiling))
       std::printf(" (%.1f%% of %.3g)", 100 * flop_rate / flop_ceiling, flop_ceiling);
     std::printf("\n  marginal error after the last repeat %.3e\n", t.marginal_error);

@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(kFinalizeThreads) lse_finalize_kernel(LsePass<
 }
 
 /// out[c] = sum_b partials[ncomp * b + c] for c < ncomp; one block, fixed order.
-static __global__ void __launch_bounds__(256) reduce_partials_kernel(const double* partials, int count,
-                                                              int ncomp, double* out) {
+static __global__ void __launch_bounds__(256)
+    reduce_partials_kernel(const double* partials, int count, int ncomp, double* out) {
   __shared__ double red[32];
   for (int c = 0; c < ncomp; ++c) {
     double v = 0;
@@ -69,9 +69,9 @@ static __global__ void __launch_bounds__(256) reduce_partials_kernel(const doubl
 
 /// out[0] = <a, f> + <b, g>; one block of 1024 threads, fixed order.
 template <class T>
-__global__ void __launch_bounds__(1024) dual_value_kernel(const T* a, const T* f, std::int64_t n,
-                                                          const T* b, const T* g, std::int64_t m,
-                                                          double* out) {
+__global__ void __launch_bounds__(1024)
+    dual_value_kernel(const T* a, const T* f, std::int64_t n, const T* b, const T* g,
+                      std::int64_t m, double* out) {
   __shared__ double red[32];
   double v = 0;
   for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) v += double(a[i]) * double(f[i]);

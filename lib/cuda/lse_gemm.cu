@@ -5,9 +5,9 @@
 #include <string>
 
 #include "lib/cuda/check.hpp"
+#include "lib/cuda/lse_common.cuh"
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_launch.hpp"
-#include "lib/cuda/lse_common.cuh"
 
 namespace kantor::cuda {
 namespace {
@@ -25,18 +25,17 @@ __global__ void gemm_bias_kernel(LseSide<float> sd, float eps, float inv_2c, std
                                  float* beta) {
   const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= ld_s) return;
-  beta[j] = j < sd.nkeys ? (sd.key_pot[j] - sd.key_norm[j] + eps * sd.key_logw[j]) * inv_2c
-                         : -INFINITY;
+  beta[j] =
+      j < sd.nkeys ? (sd.key_pot[j] - sd.key_norm[j] + eps * sd.key_logw[j]) * inv_2c : -INFINITY;
 }
 
 /// One warp per row r of the chunk: u_j = S_rj + beta_j over all keys (16-byte loads of S and
 /// beta from global), online (max, sum) per lane, merged across the warp; writes the row's
 /// partial (split 0).
-__global__ void __launch_bounds__(256) gemm_row_lse_kernel(const float* __restrict__ S,
-                                                           std::int64_t rows, std::int64_t ld_s,
-                                                           const float* __restrict__ beta,
-                                                           float alpha, float* part_max,
-                                                           float* part_sum) {
+__global__ void __launch_bounds__(256)
+    gemm_row_lse_kernel(const float* __restrict__ S, std::int64_t rows, std::int64_t ld_s,
+                        const float* __restrict__ beta, float alpha, float* part_max,
+                        float* part_sum) {
   const std::int64_t r = std::int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together

@@ -22,11 +22,11 @@ namespace kantor::cuda {
 /// One direction of an LSE pass: `rows` queries against `keys` keys.
 template <class T>
 struct LseSide {
-  const T* queries = nullptr;  ///< rows x ld, padded with zero columns (TF32-rounded on tf32)
-  const T* keys = nullptr;     ///< keys x ld
-  const T* key_pot = nullptr;  ///< potential of the keys (g for the f side)
-  const T* key_norm = nullptr; ///< c |y~_j|^2 (tf32 path); null on the exact path
-  const T* key_logw = nullptr; ///< log weights of the keys, -inf for a zero weight (masked)
+  const T* queries = nullptr;     ///< rows x ld, padded with zero columns (TF32-rounded on tf32)
+  const T* keys = nullptr;        ///< keys x ld
+  const T* key_pot = nullptr;     ///< potential of the keys (g for the f side)
+  const T* key_norm = nullptr;    ///< c |y~_j|^2 (tf32 path); null on the exact path
+  const T* key_logw = nullptr;    ///< log weights of the keys, -inf for a zero weight (masked)
   const T* query_norm = nullptr;  ///< q_i (tf32 path); null on the exact path
   const T* query_w = nullptr;     ///< weights of the rows (marginal error)
   T* pot = nullptr;               ///< potential of the rows: old value read, new value written
@@ -42,12 +42,12 @@ template <class T>
 struct LsePass {
   LseSide<T> side[2];
   int nsides = 1;
-  int ld = 0;          ///< padded dimension (row stride of queries and keys)
-  int splits = 1;      ///< key-range splits (split-K)
+  int ld = 0;      ///< padded dimension (row stride of queries and keys)
+  int splits = 1;  ///< key-range splits (split-K)
   T eps = 0;
-  T cost_scale = 1;    ///< c
-  T relax = 1;         ///< w of the symmetric step (1 for plain updates)
-  T alpha = 0;         ///< score scale in log2 units; set by run_lse_pass from the kernel kind
+  T cost_scale = 1;  ///< c
+  T relax = 1;       ///< w of the symmetric step (1 for plain updates)
+  T alpha = 0;       ///< score scale in log2 units; set by run_lse_pass from the kernel kind
   double* err_partials = nullptr;  ///< one double per finalize block, when err is wanted
   double* err = nullptr;           ///< out: sum of sides' marginal errors; null = not wanted
 };
@@ -70,8 +70,8 @@ struct LseValuePass {
   const T* query_logw = nullptr;  ///< log weights of the rows (prefactor)
   const T* values = nullptr;      ///< keys x vcols, row stride vstride (already offset)
   std::int64_t vstride = 0;
-  int vcols = 0;                  ///< <= kValueChunk
-  T* out = nullptr;               ///< rows x vcols at row stride ostride (already offset)
+  int vcols = 0;     ///< <= kValueChunk
+  T* out = nullptr;  ///< rows x vcols at row stride ostride (already offset)
   std::int64_t ostride = 0;
   double center[kValueChunk] = {};  ///< kBarycentric: added to each column
   double* stat_partials = nullptr;  ///< kStats: 3 doubles per block
@@ -108,8 +108,8 @@ void run_lse_pass(LseKernel kernel, const LsePass<double>& p, void* stream);
 void run_value_pass(const LseValuePass<float>& p, void* stream);
 void run_value_pass(const LseValuePass<double>& p, void* stream);
 /// out[0] = <a, f> + <b, g> in double (one block, deterministic). Asynchronous.
-void run_dual_value(const float* a, const float* f, std::int64_t n, const float* b,
-                    const float* g, std::int64_t m, double* out, void* stream);
+void run_dual_value(const float* a, const float* f, std::int64_t n, const float* b, const float* g,
+                    std::int64_t m, double* out, void* stream);
 void run_dual_value(const double* a, const double* f, std::int64_t n, const double* b,
                     const double* g, std::int64_t m, double* out, void* stream);
 

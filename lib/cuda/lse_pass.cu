@@ -22,12 +22,13 @@ int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_to
   // 3 waves at 99%.)
   constexpr std::int64_t kMinKeysPerSplit = 512;
   constexpr int kMaxSplits = 64;
-  const int per_sm = kernel == LseKernel::kTf32 ? tf32_blocks_per_sm(ld)
-                                                : simt_blocks_per_sm(ld, is_double);
+  const int per_sm =
+      kernel == LseKernel::kTf32 ? tf32_blocks_per_sm(ld) : simt_blocks_per_sm(ld, is_double);
   const std::int64_t slots = std::int64_t(std::max(current_sm_count(), 1)) * std::max(per_sm, 1);
-  const std::int64_t rb = (rows_total + lse_block_rows(kernel, ld) - 1) / lse_block_rows(kernel, ld);
-  const int max_s = int(std::max<std::int64_t>(
-      1, std::min<std::int64_t>(kMaxSplits, nkeys / kMinKeysPerSplit)));
+  const std::int64_t rb =
+      (rows_total + lse_block_rows(kernel, ld) - 1) / lse_block_rows(kernel, ld);
+  const int max_s =
+      int(std::max<std::int64_t>(1, std::min<std::int64_t>(kMaxSplits, nkeys / kMinKeysPerSplit)));
   auto efficiency = [&](int s) {
     const std::int64_t blocks = rb * s;
     const std::int64_t waves = (blocks + slots - 1) / slots;
@@ -73,8 +74,8 @@ void finish_pass(const LsePass<T>& p, cudaStream_t st) {
 
 void run_lse_pass(LseKernel kernel, const LsePass<float>& p, void* stream) {
   LsePass<float> q = p;
-  const double a = (kernel == LseKernel::kTf32 ? 2.0 : 1.0) * kLog2e * double(p.cost_scale) /
-                   double(p.eps);
+  const double a =
+      (kernel == LseKernel::kTf32 ? 2.0 : 1.0) * kLog2e * double(p.cost_scale) / double(p.eps);
   q.alpha = float(a);
   if (kernel == LseKernel::kTf32)
     launch_lse_tf32(q, stream);
@@ -96,16 +97,16 @@ void run_lse_pass(LseKernel kernel, const LsePass<double>& p, void* stream) {
   finish_pass(q, static_cast<cudaStream_t>(stream));
 }
 
-void run_dual_value(const float* a, const float* f, std::int64_t n, const float* b,
-                    const float* g, std::int64_t m, double* out, void* stream) {
-  dual_value_kernel<float><<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(a, f, n, b, g, m,
-                                                                             out);
+void run_dual_value(const float* a, const float* f, std::int64_t n, const float* b, const float* g,
+                    std::int64_t m, double* out, void* stream) {
+  dual_value_kernel<float>
+      <<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(a, f, n, b, g, m, out);
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 void run_dual_value(const double* a, const double* f, std::int64_t n, const double* b,
                     const double* g, std::int64_t m, double* out, void* stream) {
-  dual_value_kernel<double><<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(a, f, n, b, g,
-                                                                              m, out);
+  dual_value_kernel<double>
+      <<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(a, f, n, b, g, m, out);
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,8 +1,8 @@
 // Explicit instantiations and launchers of the CUDA-core LSE kernels (lib/cuda/lse_simt.cuh):
 // T in {float, double} x d-chunk in {4, 16}, LSE partials and value passes.
 #include "lib/cuda/check.hpp"
-#include "lib/cuda/lse_launch.hpp"
 #include "lib/cuda/lse_finalize.cuh"
+#include "lib/cuda/lse_launch.hpp"
 #include "lib/cuda/lse_simt.cuh"
 
 namespace kantor::cuda {

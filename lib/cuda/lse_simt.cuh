@@ -21,8 +21,7 @@ struct SimtTile {
   static constexpr int kThreads = 128;
   static constexpr int kKeys = std::is_same<T, double>::value ? 16 : 32;
   static constexpr int kVals = kValueChunk;
-  static constexpr int kSmemBytes =
-      int(sizeof(T)) * (kKeys * kDC + kKeys + kKeys * kVals);
+  static constexpr int kSmemBytes = int(sizeof(T)) * (kKeys * kDC + kKeys + kKeys * kVals);
   static_assert(kDC == 4 || kDC == 16, "d-chunks of 4 (d <= 4) or 16 coordinates");
   static_assert(kSmemBytes <= 16 * 1024, "keep several blocks resident per SM");
   // Registers per thread (in T words): kKeys distances + kDC coordinates + kVals accumulators.
@@ -32,10 +31,10 @@ struct SimtTile {
 /// Running state of one query row.
 template <class T, int kVals>
 struct ScanState {
-  T m;                          // max_j u_ij so far (u units), -inf before any unmasked key
-  T s;                          // sum_j exp2(alpha (u_ij - m))
-  T acc[kVals > 0 ? kVals : 1]; // sum_j exp2(alpha (u_ij - m)) V_jk
-  T cost;                       // sum_j exp2(alpha (u_ij - m)) |x_i - y_j|^2
+  T m;                           // max_j u_ij so far (u units), -inf before any unmasked key
+  T s;                           // sum_j exp2(alpha (u_ij - m))
+  T acc[kVals > 0 ? kVals : 1];  // sum_j exp2(alpha (u_ij - m)) V_jk
+  T cost;                        // sum_j exp2(alpha (u_ij - m)) |x_i - y_j|^2
 };
 
 /// Scans keys [kbeg, kend) for the calling thread's row `row` (rows past sd.rows compute on
@@ -74,8 +73,7 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, A eps, A
     // block and key). Guard: keys past kend and zero-weight keys get -inf (masked).
     for (int jj = tid; jj < kKeys; jj += Tile::kThreads) {
       const std::int64_t j = t0 + jj;
-      bias_s[jj] =
-          j < kend ? (A(sd.key_pot[j]) + eps * A(sd.key_logw[j])) * inv_c : neg_inf<A>();
+      bias_s[jj] = j < kend ? (A(sd.key_pot[j]) + eps * A(sd.key_logw[j])) * inv_c : neg_inf<A>();
     }
     if constexpr (kVals > 0) {
       // V_jk from the value matrix (global, row stride vstride); zero past vcols or kend.
@@ -152,7 +150,7 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, A eps, A
 
 /// Key range [kbeg, kend) of split `split` out of `splits` over nkeys keys (multiples of tile).
 __device__ __forceinline__ void split_range(std::int64_t nkeys, int splits, int split, int tile,
-                                           std::int64_t* kbeg, std::int64_t* kend) {
+                                            std::int64_t* kbeg, std::int64_t* kend) {
   std::int64_t per = (nkeys + splits - 1) / splits;
   per = (per + tile - 1) / tile * tile;
   *kbeg = per * split;
@@ -172,7 +170,7 @@ __global__ void __launch_bounds__(128) lse_simt_kernel(LsePass<T> p, int blocks_
   split_range(sd.nkeys, p.splits, blockIdx.y, Tile::kKeys, &kbeg, &kend);
   ScanState<T, 0> st;
   simt_scan<T, T, kDC, 0, false>(sd, p.ld, p.eps, T(1) / p.cost_scale, p.alpha, row, kbeg, kend,
-                              nullptr, 0, 0, st);
+                                 nullptr, 0, 0, st);
   if (row < sd.rows) {
     sd.part_max[std::int64_t(blockIdx.y) * sd.rows + row] = st.m;
     sd.part_sum[std::int64_t(blockIdx.y) * sd.rows + row] = st.s;
@@ -198,8 +196,8 @@ __global__ void __launch_bounds__(128) value_simt_kernel(LseValuePass<T> p) {
     // Guard: zero-weight rows and rows without unmasked keys have P_i. = 0 (no exp(-inf + inf)).
     const double lw = double(p.query_logw[row]);
     const double pref = (lw == -INFINITY || st.m == -INFINITY)
-                             ? 0.0
-                             : exp(lw + double(sd.pot[row]) / eps + kLn2 * alpha * st.m);
+                            ? 0.0
+                            : exp(lw + double(sd.pot[row]) / eps + kLn2 * alpha * st.m);
     if (p.mode == ValueMode::kApply) {
       for (int k = 0; k < p.vcols; ++k) p.out[row * p.ostride + k] = T(pref * st.acc[k]);
     } else if (p.mode == ValueMode::kBarycentric) {

@@ -2,7 +2,6 @@
 // (lib/cuda/lse_tf32.cuh). Padded widths: 8, 16, 32, 64 with resident query fragments, and
 // 32-wide d-chunks with the query chunk restaged in shared memory for d > 64 (5 kernels).
 #include <cstdlib>
-#include <string>
 
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_launch.hpp"
@@ -10,6 +9,10 @@
 
 namespace kantor::cuda {
 
+// Tile of the resident kernels: 2 m-tiles x 8 n-tiles per warp (128 rows x 64 keys per block).
+// H200, n = m = 50k, d = 64, 10 iterations, commit 1f150e7 (alternating / symmetric ms): 2x8
+// 46.60 / 46.47; 1x8 (94 registers, 5 blocks per SM, B fragments shared by one m-tile) 59.57 /
+// 58.71; 2x4 (32-key tiles) 55.53 / 55.15. Larger tiles exceed the register budget.
 int tf32_padded_dim(int d) {
   if (d <= 8) return 8;
   if (d <= 16) return 16;
@@ -17,22 +20,7 @@ int tf32_padded_dim(int d) {
   if (d <= 64) return 64;
   return (d + 31) / 32 * 32;
 }
-namespace {
-/// Tile of the 64-wide resident kernel: "2x8" (2 m-tiles per warp, 8 n-tiles per key tile: 128
-/// rows x 64 keys per block, the default), or through KANTOR_CUDA_TF32_W64_TILE "1x8" (64 rows,
-/// fewer registers, more resident blocks) or "2x4" (32-key tiles). Evidence: docs/cuda-engine.md.
-int w64_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("KANTOR_CUDA_TF32_W64_TILE");
-    if (e && std::string(e) == "1x8") return 1;
-    if (e && std::string(e) == "2x4") return 2;
-    return 0;
-  }();
-  return v;
-}
-}  // namespace
-
-int tf32_block_rows(int ld) { return ld == 64 && w64_variant() == 1 ? 64 : 128; }
+int tf32_block_rows(int) { return 128; }
 
 namespace {
 /// Key tiles double-buffered by cp.async (lse_tf32_pipe_kernel) for padded widths <= 32; the
@@ -55,48 +43,39 @@ int tf32_blocks_per_sm(int ld) {
   if (use_pipeline() && ld <= kPipelineMaxWidth) {
     switch (ld) {
       case 8:
-        KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &nb, lse_tf32_pipe_kernel<8>, 128, 0));
+        KANTOR_CUDA_TRY(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_tf32_pipe_kernel<8>, 128, 0));
         return nb;
       case 16:
-        KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &nb, lse_tf32_pipe_kernel<16>, 128, 0));
+        KANTOR_CUDA_TRY(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_tf32_pipe_kernel<16>, 128, 0));
         return nb;
       default:
-        KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &nb, lse_tf32_pipe_kernel<32>, 128, 0));
+        KANTOR_CUDA_TRY(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_tf32_pipe_kernel<32>, 128, 0));
         return nb;
     }
   }
-  if (ld == 64 && w64_variant() != 0) {
-    if (w64_variant() == 1)
-      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &nb, lse_tf32_kernel<64, true, 1, 8>, 128, 0));
-    else
-      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &nb, lse_tf32_kernel<64, true, 2, 4>, 128, 0));
-    return nb;
-  }
   switch (ld) {
     case 8:
-      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &nb, lse_tf32_kernel<8, true>, 128, 0));
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_tf32_kernel<8, true>, 128, 0));
       break;
     case 16:
-      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &nb, lse_tf32_kernel<16, true>, 128, 0));
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_tf32_kernel<16, true>, 128, 0));
       break;
     case 32:
-      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &nb, lse_tf32_kernel<32, true>, 128, 0));
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_tf32_kernel<32, true>, 128, 0));
       break;
     case 64:
-      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &nb, lse_tf32_kernel<64, true>, 128, 0));
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_tf32_kernel<64, true>, 128, 0));
       break;
     default:
-      KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &nb, lse_tf32_kernel<32, false>, 128, 0));
+      KANTOR_CUDA_TRY(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, lse_tf32_kernel<32, false>, 128, 0));
       break;
   }
   return nb;
@@ -110,27 +89,35 @@ void launch_lse_tf32(const LsePass<float>& p, void* stream) {
   auto st = static_cast<cudaStream_t>(stream);
   if (use_pipeline() && p.ld <= kPipelineMaxWidth) {
     switch (p.ld) {
-      case 8: lse_tf32_pipe_kernel<8><<<grid, 128, 0, st>>>(p, b0); break;
-      case 16: lse_tf32_pipe_kernel<16><<<grid, 128, 0, st>>>(p, b0); break;
-      default: lse_tf32_pipe_kernel<32><<<grid, 128, 0, st>>>(p, b0); break;
+      case 8:
+        lse_tf32_pipe_kernel<8><<<grid, 128, 0, st>>>(p, b0);
+        break;
+      case 16:
+        lse_tf32_pipe_kernel<16><<<grid, 128, 0, st>>>(p, b0);
+        break;
+      default:
+        lse_tf32_pipe_kernel<32><<<grid, 128, 0, st>>>(p, b0);
+        break;
     }
     KANTOR_CUDA_CHECK_LAUNCH();
     return;
   }
-  if (p.ld == 64 && w64_variant() != 0) {
-    if (w64_variant() == 1)
-      lse_tf32_kernel<64, true, 1, 8><<<grid, 128, 0, st>>>(p, b0);
-    else
-      lse_tf32_kernel<64, true, 2, 4><<<grid, 128, 0, st>>>(p, b0);
-    KANTOR_CUDA_CHECK_LAUNCH();
-    return;
-  }
   switch (p.ld) {
-    case 8: lse_tf32_kernel<8, true><<<grid, 128, 0, st>>>(p, b0); break;
-    case 16: lse_tf32_kernel<16, true><<<grid, 128, 0, st>>>(p, b0); break;
-    case 32: lse_tf32_kernel<32, true><<<grid, 128, 0, st>>>(p, b0); break;
-    case 64: lse_tf32_kernel<64, true><<<grid, 128, 0, st>>>(p, b0); break;
-    default: lse_tf32_kernel<32, false><<<grid, 128, 0, st>>>(p, b0); break;
+    case 8:
+      lse_tf32_kernel<8, true><<<grid, 128, 0, st>>>(p, b0);
+      break;
+    case 16:
+      lse_tf32_kernel<16, true><<<grid, 128, 0, st>>>(p, b0);
+      break;
+    case 32:
+      lse_tf32_kernel<32, true><<<grid, 128, 0, st>>>(p, b0);
+      break;
+    case 64:
+      lse_tf32_kernel<64, true><<<grid, 128, 0, st>>>(p, b0);
+      break;
+    default:
+      lse_tf32_kernel<32, false><<<grid, 128, 0, st>>>(p, b0);
+      break;
   }
   KANTOR_CUDA_CHECK_LAUNCH();
 }

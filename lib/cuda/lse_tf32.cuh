@@ -23,8 +23,8 @@ template <int kDK, bool kResident, int kMT = 2, int kNT = 8>
 struct Tf32Tile {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kMTiles = kMT;               // 16-row m-tiles per warp
-  static constexpr int kNTiles = kNT;               // 8-key n-tiles per key tile
+  static constexpr int kMTiles = kMT;                  // 16-row m-tiles per warp
+  static constexpr int kNTiles = kNT;                  // 8-key n-tiles per key tile
   static constexpr int kRows = kWarps * kMTiles * 16;  // 128 query rows per block
   static constexpr int kKeys = kNTiles * 8;            // 64 keys per shared-memory tile
   static constexpr int kStride = kDK + 4;  // row stride in shared memory: B (and A) fragment
@@ -33,8 +33,7 @@ struct Tf32Tile {
   static constexpr int kSmemBytes =
       4 * (kKeys * kStride + kKeys + (kResident ? 0 : kRows * kStride));
   static_assert(kDK % 8 == 0, "d-chunks are whole k8 steps");
-  static_assert(kStride % 32 == 4 || kStride % 32 == 12 || kStride % 32 == 20 ||
-                    kStride % 32 == 28,
+  static_assert(kStride % 32 == 4 || kStride % 32 == 12 || kStride % 32 == 20 || kStride % 32 == 28,
                 "stride = 4 (mod 8) words keeps fragment loads conflict-free");
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
   // Accumulators (kMTiles*kNTiles*4) + resident A fragments (kMTiles*kKSteps*4) registers.
@@ -50,8 +49,8 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const std::uint32_t (&a)
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%10,%11,%12,%13};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c0), "f"(c1),
-        "f"(c2), "f"(c3));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c0), "f"(c1), "f"(c2),
+        "f"(c3));
 }
 
 /// LSE partials of one or two sides: grid (row blocks of side 0 + side 1, splits).
@@ -108,8 +107,8 @@ __global__ void __launch_bounds__(128) lse_tf32_kernel(LsePass<float> p, int blo
     // product to it, which stays -inf).
     if (tid < Tile::kKeys) {
       const std::int64_t j = t0 + tid;
-      bias_s[tid] = j < kend ? (sd.key_pot[j] - sd.key_norm[j] + eps * sd.key_logw[j]) * inv_2c
-                             : -INFINITY;
+      bias_s[tid] =
+          j < kend ? (sd.key_pot[j] - sd.key_norm[j] + eps * sd.key_logw[j]) * inv_2c : -INFINITY;
     }
     float acc[Tile::kMTiles][Tile::kNTiles][4];
     for (int c = 0; c < nchunks; ++c) {
@@ -309,9 +308,10 @@ __global__ void __launch_bounds__(128) lse_tf32_pipe_kernel(LsePass<float> p, in
   // product to it, which stays -inf).
   auto make_bias = [&](std::int64_t t0, int b) {
     if (tid < Tile::kKeys)
-      sm.bias[b][tid] = t0 + tid < kend ? (sm.raw[b][0][tid] - sm.raw[b][1][tid] +
-                                           eps * sm.raw[b][2][tid]) * inv_2c
-                                        : -INFINITY;
+      sm.bias[b][tid] =
+          t0 + tid < kend
+              ? (sm.raw[b][0][tid] - sm.raw[b][1][tid] + eps * sm.raw[b][2][tid]) * inv_2c
+              : -INFINITY;
   };
 
   int buf = 0;

@@ -16,18 +16,18 @@ LseEventTimer::~LseEventTimer() {
   cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
 }
 void LseEventTimer::start(void* stream) {
-  KANTOR_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(start_),
-                                  static_cast<cudaStream_t>(stream)));
+  KANTOR_CUDA_TRY(
+      cudaEventRecord(static_cast<cudaEvent_t>(start_), static_cast<cudaStream_t>(stream)));
 }
 void LseEventTimer::stop(void* stream) {
-  KANTOR_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(stop_),
-                                  static_cast<cudaStream_t>(stream)));
+  KANTOR_CUDA_TRY(
+      cudaEventRecord(static_cast<cudaEvent_t>(stop_), static_cast<cudaStream_t>(stream)));
 }
 double LseEventTimer::elapsed_ms() const {
   KANTOR_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)));
   float ms = 0;
-  KANTOR_CUDA_TRY(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_),
-                                       static_cast<cudaEvent_t>(stop_)));
+  KANTOR_CUDA_TRY(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_), static_cast<cudaEvent_t>(stop_)));
   return double(ms);
 }
 

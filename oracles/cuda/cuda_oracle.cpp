@@ -3,6 +3,8 @@
 // weights, TF32-rounded copies and their norms (tf32), and a workspace sized for the largest
 // split-K pass. Passes: lib/cuda/lse_params.hpp (conventions), docs/cuda-engine.md (design).
 // Nothing here synchronizes; scalars are written as double into device memory.
+#include "oracles/cuda/cuda_oracle.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -18,7 +20,6 @@
 #include "lib/core/problem_data.hpp"
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_params.hpp"
-#include "oracles/cuda/cuda_oracle.hpp"
 
 namespace kantor {
 namespace {
@@ -89,7 +90,8 @@ class CudaOracle final : public Oracle<T> {
 
     // Large d on tf32: cuBLAS score blocks + row-LSE (lib/cuda/lse_gemm.hpp), no split-K.
     if (kernel_ == LseKernel::kTf32 && ld_upd_ >= gemm_min_padded_dim()) {
-      if constexpr (std::is_same<T, float>::value) gemm_ = std::make_unique<cuda::LseGemm>(stream_, n_, m_);
+      if constexpr (std::is_same<T, float>::value)
+        gemm_ = std::make_unique<cuda::LseGemm>(stream_, n_, m_);
     } else {
       // Split-K choices and the workspace of the largest pass.
       constexpr bool kDouble = std::is_same<T, double>::value;
@@ -170,8 +172,7 @@ class CudaOracle final : public Oracle<T> {
     p.ostride = 1;
     cuda::run_value_pass(p, stream_);
   }
-  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V,
-                 MatrixView<T> out) override {
+  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V, MatrixView<T> out) override {
     if (V.rows != m_ || out.rows != n_ || out.cols != V.cols)
       throw InvalidArgument("apply_mat: V must be m x k and out n x k");
     if (V.space != MemorySpace::kDevice || out.space != MemorySpace::kDevice)
@@ -247,8 +248,7 @@ class CudaOracle final : public Oracle<T> {
                        sizeof(T) * h.size());
     return buf;
   }
-  static std::vector<T> padded(const std::vector<T>& src, std::int64_t rows, int ld,
-                               bool tf32) {
+  static std::vector<T> padded(const std::vector<T>& src, std::int64_t rows, int ld, bool tf32) {
     const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
     std::vector<T> out(std::size_t(rows * ld), T(0));
     for (std::int64_t i = 0; i < rows; ++i)
@@ -262,7 +262,8 @@ class CudaOracle final : public Oracle<T> {
     std::vector<T> out(static_cast<std::size_t>(rows));
     for (std::int64_t i = 0; i < rows; ++i) {
       double s = 0;
-      for (int k = 0; k < ld; ++k) s += double(xt[std::size_t(i * ld + k)]) * xt[std::size_t(i * ld + k)];
+      for (int k = 0; k < ld; ++k)
+        s += double(xt[std::size_t(i * ld + k)]) * xt[std::size_t(i * ld + k)];
       out[std::size_t(i)] = T(c_ * s);
     }
     return out;

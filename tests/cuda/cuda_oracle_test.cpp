@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <cmath>
 #include <limits>
 #include <random>
 #include <string>
@@ -43,27 +43,35 @@ double tol_kernel(Precision p) { return p == Precision::kFp64 ? 1e-12 : 1e-5; }
 // Accuracy against the unrounded inputs (includes the TF32 rounding of the coordinates).
 double tol_potentials(Precision p) {
   switch (p) {
-    case Precision::kFp64: return 1e-12;
-    case Precision::kFp32: return 1e-5;
-    case Precision::kTf32: return 3e-4;
-    default: return 0;
+    case Precision::kFp64:
+      return 1e-12;
+    case Precision::kFp32:
+      return 1e-5;
+    case Precision::kTf32:
+      return 3e-4;
+    default:
+      return 0;
   }
 }
 // Marginal errors are differences of nearly equal potentials divided by eps: compared with a
 // looser relative bound (their reference values are O(0.01 - 1) in these tests).
 double tol_marginal(Precision p) {
   switch (p) {
-    case Precision::kFp64: return 1e-9;
-    case Precision::kFp32: return 1e-3;
-    case Precision::kTf32: return 1e-3;
-    default: return 0;
+    case Precision::kFp64:
+      return 1e-9;
+    case Precision::kFp32:
+      return 1e-3;
+    case Precision::kTf32:
+      return 1e-3;
+    default:
+      return 0;
   }
 }
 
 struct Case {
   std::int64_t n, m, d;
   double eps;
-  double shift = 0;         // added to every coordinate (centring must absorb it)
+  double shift = 0;  // added to every coordinate (centring must absorb it)
   bool zero_weights = false;
   double cost_scale = 1;
 };
@@ -131,8 +139,12 @@ HostData engine_inputs(const HostData& h, Precision p) {
   // The engine stores float(x - center): both engines then see the same centred values.
   for (std::int64_t k = 0; k < r.d; ++k) {
     double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    for (std::int64_t i = 0; i < r.n; ++i) lo = std::min(lo, r.x[std::size_t(i * r.d + k)]), hi = std::max(hi, r.x[std::size_t(i * r.d + k)]);
-    for (std::int64_t j = 0; j < r.m; ++j) lo = std::min(lo, r.y[std::size_t(j * r.d + k)]), hi = std::max(hi, r.y[std::size_t(j * r.d + k)]);
+    for (std::int64_t i = 0; i < r.n; ++i)
+      lo = std::min(lo, r.x[std::size_t(i * r.d + k)]),
+      hi = std::max(hi, r.x[std::size_t(i * r.d + k)]);
+    for (std::int64_t j = 0; j < r.m; ++j)
+      lo = std::min(lo, r.y[std::size_t(j * r.d + k)]),
+      hi = std::max(hi, r.y[std::size_t(j * r.d + k)]);
     const double center = 0.5 * (lo + hi);
     for (std::int64_t i = 0; i < r.n; ++i) {
       double& e = r.x[std::size_t(i * r.d + k)];
@@ -194,8 +206,7 @@ double rel_err(const std::vector<double>& v, const std::vector<double>& ref, dou
     num += (v[i] - ref[i]) * (v[i] - ref[i]);
     den += ref[i] * ref[i];
   }
-  return std::sqrt(num) /
-         std::max({std::sqrt(den), std::sqrt(double(ref.size())) * scale, 1e-300});
+  return std::sqrt(num) / std::max({std::sqrt(den), std::sqrt(double(ref.size())) * scale, 1e-300});
 }
 
 double rel_scalar(double v, double ref) {
@@ -367,10 +378,17 @@ void check_passes(const Case& c, Precision p, unsigned seed) {
 
 const std::vector<Case>& pass_cases() {
   static const std::vector<Case> cases = {
-      {97, 131, 3, 0.1, 5.0},  {1, 77, 2, 0.05},        {64, 1, 7, 0.2},
-      {200, 150, 1, 0.01},     {129, 255, 16, 0.5, -3}, {150, 97, 64, 1.0},
-      {61, 90, 100, 2.0},      {45, 70, 512, 10.0},     {300, 211, 3, 0.02, 0, true},
-      {123, 77, 7, 0.3, 2.0, true, 0.5}, {70, 66, 80, 3.0},
+      {97, 131, 3, 0.1, 5.0},
+      {1, 77, 2, 0.05},
+      {64, 1, 7, 0.2},
+      {200, 150, 1, 0.01},
+      {129, 255, 16, 0.5, -3},
+      {150, 97, 64, 1.0},
+      {61, 90, 100, 2.0},
+      {45, 70, 512, 10.0},
+      {300, 211, 3, 0.02, 0, true},
+      {123, 77, 7, 0.3, 2.0, true, 0.5},
+      {70, 66, 80, 3.0},
   };
   return cases;
 }
@@ -454,8 +472,8 @@ void check_solve(const Case& c, Precision p, Schedule schedule, std::int64_t ite
 
 const std::vector<Case>& solve_cases() {
   static const std::vector<Case> cases = {
-      {211, 173, 3, 0.01, 4.0}, {1, 50, 2, 0.05},    {90, 120, 16, 0.1, 0, true},
-      {80, 64, 64, 0.5},        {40, 33, 512, 5.0},  {300, 300, 2, 1e-3},  // tiny eps, annealed
+      {211, 173, 3, 0.01, 4.0}, {1, 50, 2, 0.05},   {90, 120, 16, 0.1, 0, true},
+      {80, 64, 64, 0.5},        {40, 33, 512, 5.0}, {300, 300, 2, 1e-3},  // tiny eps, annealed
   };
   return cases;
 }
@@ -543,9 +561,11 @@ void check_large(std::int64_t d, Precision p) {
     for (std::int64_t k = 0; k < d; ++k) {
       double lo = 1e300, hi = -1e300;
       for (std::int64_t i = 0; i < n; ++i)
-        lo = std::min(lo, xe[std::size_t(i * d + k)]), hi = std::max(hi, xe[std::size_t(i * d + k)]);
+        lo = std::min(lo, xe[std::size_t(i * d + k)]),
+        hi = std::max(hi, xe[std::size_t(i * d + k)]);
       for (std::int64_t j = 0; j < m; ++j)
-        lo = std::min(lo, ye[std::size_t(j * d + k)]), hi = std::max(hi, ye[std::size_t(j * d + k)]);
+        lo = std::min(lo, ye[std::size_t(j * d + k)]),
+        hi = std::max(hi, ye[std::size_t(j * d + k)]);
       const double ctr = 0.5 * (lo + hi);
       for (std::int64_t i = 0; i < n; ++i)
         xe[std::size_t(i * d + k)] = double(round_tf32(float(xe[std::size_t(i * d + k)] - ctr)));
