@@ -131,6 +131,12 @@ KANTOR_BK_HD void rcp2(F d0, F d1, F& r0, F& r1) {
   }
 }
 
+/// Packed upper-triangle index of (j, l), j <= l, in an (NMAX-1)-dimensional symmetric matrix.
+template <int NMAX>
+KANTOR_BK_HD constexpr int packed(int j, int l) {
+  return j * (NMAX - 1) - j * (j - 1) / 2 + (l - j);
+}
+
 /// Checks the logits and shifts them into the log2 domain: L = (R - max R) * log2(e).
 /// Returns kInvalidInput (NaN or +inf present), kNoProjection (all -inf) or kOk.
 template <int NMAX, class F>
@@ -173,7 +179,7 @@ template <int NMAX, bool kHessian, class F>
 KANTOR_BK_HD void softmax_eval(const F* L, const F* b, int n, F* c, F* H, F& psi, F& psi_scale,
                                F* T) {
   constexpr int kH = (NMAX - 1) * NMAX / 2;
-  F s[NMAX + 1], inv[NMAX + 1];
+  F s[NMAX];
   psi = F(0);
   psi_scale = F(0);
 KANTOR_BK_UNROLL
@@ -190,36 +196,44 @@ KANTOR_BK_UNROLL
 KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) m = bk_max(m, L[i * NMAX + j] + b[j]);
-    // Hazard: a row of all -inf would give exp2(-inf - (-inf)) = NaN; it has no mass: T row 0,
-    // s = 1 so that the reciprocal and the log below stay finite.
-    const bool empty = !(m > neg_inf<F>());
+    // Hazard: a row of all -inf would give exp2(-inf - (-inf)) = NaN. With m = 0 its entries
+    // are exp2(-inf) = 0 and the row has no mass (s = 0, fixed below).
+    m = m > neg_inf<F>() ? m : F(0);
     F si = F(0);
 KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
-      const F e = empty ? F(0) : bk_exp2(L[i * NMAX + j] + b[j] - m);
+      const F e = bk_exp2(L[i * NMAX + j] + b[j] - m);
       T[i * NMAX + j] = e;
       si += e;
     }
-    s[i] = empty ? F(1) : si;
-    if (!empty) {
-      psi += m;
-      psi_scale += bk_abs(m);
-    }
+    // s >= 1 for a row with mass (its maximum contributes 2^0); an empty row gets s = 1 so that
+    // the reciprocal and the log below stay finite (its T row is 0 anyway).
+    s[i] = si > F(0) ? si : F(1);
+    psi += m;
+    psi_scale += bk_abs(m);
   }
-  // Pass 2: 1 <= s_i <= n, so the pairwise products stay in range: one reciprocal per two rows,
-  // and one log2 of the product of all s_i for psi (<= n^n <= 2^64 for n <= 16).
+  // Pass 2: every s_i is in [1, n], so the product of all of them is in [1, n^n] (<= 2^64):
+  // one reciprocal and one log2 for all rows, 1/s_i = prefix_i * suffix_i / prod.
+  F pre[NMAX], inv[NMAX];
   F prod = F(1);
 KANTOR_BK_UNROLL
-  for (int i = 0; i < NMAX; i += 2) {
+  for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
-    const F s1 = i + 1 < n ? s[i + 1] : F(1);
-    rcp2(s[i], s1, inv[i], inv[i + 1]);
-    prod *= s[i] * s1;
+    pre[i] = prod;
+    prod *= s[i];
   }
+  const F rprod = bk_rcp(prod);
   const F lg = bk_log2(prod);
   psi += lg;
   psi_scale += lg;
+  F suf = rprod;
+KANTOR_BK_UNROLL
+  for (int i = NMAX - 1; i >= 0; --i) {
+    if (i >= n) continue;
+    inv[i] = pre[i] * suf;
+    suf *= s[i];
+  }
   // Pass 3: normalize, column sums, Hessian.
 KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX; ++j) c[j] = F(0);
@@ -239,31 +253,35 @@ KANTOR_BK_UNROLL
       c[j] += e[j];
     }
     if (kHessian) {
-      // Row i adds diag(t) - t t^T. Its diagonal t_j (1 - t_j) is formed as t_j * sum_{k != j} t_k:
-      // 1 - t_j cancels catastrophically when t_j ~ 1 (near-permutation P at large logit
-      // scales), which made the fp32 Hessian singular and Newton stall at Err ~ 1e-4.
-      int k = 0;
+      // Row i adds diag(t) - t t^T. Its diagonal t_j (1 - t_j) is formed as t_j * sum_{k != j} t_k
+      // (prefix + suffix sums): 1 - t_j cancels catastrophically when t_j ~ 1 (near-permutation
+      // P at large logit scales), which made the fp32 Hessian singular and Newton stall at
+      // Err ~ 1e-4.
+      F epre[NMAX];
+      F acc = F(0);
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j) {
+        if (j >= n) break;
+        epre[j] = acc;
+        acc += e[j];
+      }
+      F esuf = F(0);
+KANTOR_BK_UNROLL
+      for (int j = NMAX - 1; j >= 0; --j) {
+        if (j >= n) continue;
+        if (j < n - 1) H[packed<NMAX>(j, j)] += e[j] * (epre[j] + esuf);
+        esuf += e[j];
+      }
 KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX - 1; ++j) {
-        F others = F(0);
 KANTOR_BK_UNROLL
-        for (int l = 0; l < NMAX; ++l)
-          if (l < n && l != j) others += e[l];
-KANTOR_BK_UNROLL
-        for (int l = j; l < NMAX - 1; ++l) {
-          if (j < n - 1 && l < n - 1) H[k] += l == j ? e[j] * others : -e[j] * e[l];
-          ++k;
-        }
+        for (int l = j + 1; l < NMAX - 1; ++l)
+          if (l < n - 1) H[packed<NMAX>(j, l)] -= e[j] * e[l];
       }
     }
   }
 }
 
-/// Packed upper-triangle index of (j, l), j <= l, in an (NMAX-1)-dimensional symmetric matrix.
-template <int NMAX>
-KANTOR_BK_HD constexpr int packed(int j, int l) {
-  return j * (NMAX - 1) - j * (j - 1) / 2 + (l - j);
-}
 
 /// Solves A x = rhs for the SPD (m x m, m = n-1) matrix A given as packed upper triangle (it is
 /// overwritten by its Cholesky factor), in place in rhs. Pivots are floored at

@@ -55,8 +55,10 @@ void launch_forward(const KernelParams& p, bool fast, cudaStream_t s) {
 template <class S>
 void launch_backward(const KernelParams& p, bool fast, cudaStream_t s) {
   const unsigned grid = grid_for(p.batch);
-  if (fast)
-    cuda::backward4_kernel<S><<<grid, kThreads, 0, s>>>(p);
+  if (fast && p.implicit)
+    cuda::backward4_kernel<S, true><<<grid, kThreads, 0, s>>>(p);
+  else if (fast)
+    cuda::backward4_kernel<S, false><<<grid, kThreads, 0, s>>>(p);
   else
     cuda::backward_general_kernel<S><<<grid, kThreads, 0, s>>>(p);
   KANTOR_CUDA_CHECK_LAUNCH();

@@ -187,7 +187,9 @@ __global__ void __launch_bounds__(kThreads) forward4_kernel(KernelParams p) {
 }
 
 /// Backward, n = 4: reads in0 (P or logits) and grad_P, writes grad_logits (3 * 16 * sizeof(S)).
-template <class S>
+/// kImplicit is a template argument: the unrolled gradient's dynamic step loop would otherwise
+/// put the implicit kernel's arrays on the stack (local memory) too.
+template <class S, bool kImplicit>
 __global__ void __launch_bounds__(kThreads) backward4_kernel(KernelParams p) {
   constexpr int C = int(sizeof(S));
   __shared__ uint4 sa[kThreads * C];
@@ -202,7 +204,7 @@ __global__ void __launch_bounds__(kThreads) backward4_kernel(KernelParams p) {
     float a[16], g[16];
     unpack4<S>(sa, threadIdx.x, a);
     unpack4<S>(sg, threadIdx.x, g);
-    if (p.implicit)
+    if (kImplicit)
       implicit_backward<4>(a, g, 4);
     else
       truncated_backward<4>(a, g, 4, p.map);
