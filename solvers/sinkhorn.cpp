@@ -62,6 +62,13 @@ bool SinkhornOptions::is_valid(std::string* why) const {
     if (why) *why = m;
     return false;
   };
+  if (schedule != Schedule::kAlternating && schedule != Schedule::kSymmetric)
+    return fail("schedule must be kAlternating or kSymmetric, got " +
+                std::to_string(static_cast<int>(schedule)));
+  if (precision && *precision != Precision::kFp32 && *precision != Precision::kTf32 &&
+      *precision != Precision::kBf16 && *precision != Precision::kFp64)
+    return fail("precision is not a Precision value: " +
+                std::to_string(static_cast<int>(*precision)));
   if (!(scaling > 0 && scaling < 1))
     return fail("scaling must be in (0, 1), got " + std::to_string(scaling));
   if (!(initial_epsilon >= 0) || !std::isfinite(initial_epsilon))

@@ -410,6 +410,25 @@ TEST(Solver, IterationBudget) {
   for (const auto& r : sf.records) EXPECT_EQ(r.epsilon, 0.01);
 }
 
+// NaN potentials are a numerical outcome, reported in the Summary, not an exception.
+TEST(Solver, NaNWarmStartIsANumericalFailure) {
+  PointData<double> d = make_point_data<double>(1, {0, 1, 2}, {0, 1}, {}, {}, 0.5);
+  Context ctx = cpu_context();
+  Potentials<double> pot;
+  pot.f = Buffer<double>(ctx, 3);
+  pot.g = Buffer<double>(ctx, 2);
+  for (int i = 0; i < 3; ++i) pot.f.data()[i] = 0;
+  pot.g.data()[0] = 0;
+  pot.g.data()[1] = std::nan("");
+  SinkhornOptions opt;
+  opt.check_every = 1;
+  SinkhornSummary s;
+  ASSERT_NO_THROW(s = solve_sinkhorn(ctx, d.problem(), opt, &pot));
+  EXPECT_EQ(s.termination, TerminationType::kNumericalFailure) << s.full_report();
+  EXPECT_EQ(s.iterations, 1);
+  EXPECT_FALSE(s.converged());
+}
+
 TEST(Solver, OptionsValidation) {
   struct Bad {
     const char* field;
@@ -426,6 +445,8 @@ TEST(Solver, OptionsValidation) {
       {"max_iterations", [](SinkhornOptions* o) { o->max_iterations = 0; }},
       {"check_every", [](SinkhornOptions* o) { o->check_every = 0; }},
       {"callbacks", [](SinkhornOptions* o) { o->callbacks.push_back(IterationCallback{}); }},
+      {"schedule", [](SinkhornOptions* o) { o->schedule = static_cast<Schedule>(7); }},
+      {"precision", [](SinkhornOptions* o) { o->precision = static_cast<Precision>(9); }},
   };
   std::string why;
   EXPECT_TRUE(SinkhornOptions{}.is_valid(&why));
