@@ -46,7 +46,8 @@ int finalize_blocks(std::int64_t rows_total) {
 }
 
 int current_sm_count() {
-  static int cached_device = -1, cached = 0;
+  // Per host thread (a Context is used by one thread; the current device is per thread).
+  thread_local int cached_device = -1, cached = 0;
   int dev = 0;
   KANTOR_CUDA_TRY(cudaGetDevice(&dev));
   if (dev != cached_device) {
