@@ -98,14 +98,11 @@ KANTOR_BK_HD float bk_exp(float x) { return expf(x); }
 KANTOR_BK_HD double bk_exp(double x) { return exp(x); }
 KANTOR_BK_HD float bk_abs(float x) { return fabsf(x); }
 KANTOR_BK_HD double bk_abs(double x) { return fabs(x); }
-template <class F>
-KANTOR_BK_HD F bk_max(F a, F b) {
-  return a > b ? a : b;
-}
-template <class F>
-KANTOR_BK_HD F bk_min(F a, F b) {
-  return a < b ? a : b;
-}
+// fmax/fmin (one instruction on the device); with one NaN operand they return the other.
+KANTOR_BK_HD float bk_max(float a, float b) { return fmaxf(a, b); }
+KANTOR_BK_HD double bk_max(double a, double b) { return fmax(a, b); }
+KANTOR_BK_HD float bk_min(float a, float b) { return fminf(a, b); }
+KANTOR_BK_HD double bk_min(double a, double b) { return fmin(a, b); }
 template <class F>
 KANTOR_BK_HD F neg_inf() {
   return -std::numeric_limits<F>::infinity();
@@ -169,75 +166,89 @@ KANTOR_BK_UNROLL
   return kOk;
 }
 
-/// Row-softmax evaluation at column potentials b (log2 units):
-///   m_i = max_j (L_ij + b_j), s_i = sum_j 2^(L_ij + b_j - m_i), T_ij = 2^(L_ij + b_j - m_i) / s_i,
-///   c_j = sum_i T_ij, psi = sum_i (m_i + log2 s_i) - sum_j b_j (the reduced dual, log2 units),
-///   H = diag(c) - T^T T (first n-1 coordinates, packed upper triangle) when kHessian.
-/// Rows of all -inf carry no mass: their T row is 0 and they add nothing to psi.
-/// psi_scale bounds |terms| of psi for the line search's rounding slack.
-template <int NMAX, bool kHessian, class F>
-KANTOR_BK_HD void softmax_eval(const F* L, const F* b, int n, F* c, F* H, F& psi, F& psi_scale,
-                               F* T) {
-  constexpr int kH = (NMAX - 1) * NMAX / 2;
-  F s[NMAX];
-  psi = F(0);
-  psi_scale = F(0);
-KANTOR_BK_UNROLL
-  for (int j = 0; j < NMAX; ++j) {
-    if (j >= n) break;
-    psi -= b[j];
-    psi_scale += bk_abs(b[j]);
-  }
-  // Pass 1: row maxima and unnormalized exponentials 2^(L_ij + b_j - m_i) into T.
+/// Scaled kernel of the row softmax: K_ij = 2^(L_ij + bK_j - m_i), m_i = max_j (L_ij + bK_j)
+/// (so every row with mass has max entry 1), built at a reference bK. For b near bK the row
+/// softmax at b is T_ij = K_ij v_j / sum_k K_ik v_k with v_j = 2^(b_j - bK_j): n exp2 per
+/// evaluation instead of n^2. Returns msum = sum_i m_i (rows of all -inf: m_i = 0, K row 0).
+template <int NMAX, class F>
+KANTOR_BK_HD F build_kernel(const F* L, const F* bK, int n, F* K) {
+  F msum = F(0);
 KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F m = neg_inf<F>();
 KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
-      if (j < n) m = bk_max(m, L[i * NMAX + j] + b[j]);
+      if (j < n) m = bk_max(m, L[i * NMAX + j] + bK[j]);
     // Hazard: a row of all -inf would give exp2(-inf - (-inf)) = NaN. With m = 0 its entries
-    // are exp2(-inf) = 0 and the row has no mass (s = 0, fixed below).
+    // are exp2(-inf) = 0: the row has no mass.
     m = m > neg_inf<F>() ? m : F(0);
-    F si = F(0);
+    msum += m;
 KANTOR_BK_UNROLL
-    for (int j = 0; j < NMAX; ++j) {
-      if (j >= n) break;
-      const F e = bk_exp2(L[i * NMAX + j] + b[j] - m);
-      T[i * NMAX + j] = e;
-      si += e;
-    }
-    // s >= 1 for a row with mass (its maximum contributes 2^0); an empty row gets s = 1 so that
-    // the reciprocal and the log below stay finite (its T row is 0 anyway).
-    s[i] = si > F(0) ? si : F(1);
-    psi += m;
-    psi_scale += bk_abs(m);
+    for (int j = 0; j < NMAX; ++j)
+      if (j < n) K[i * NMAX + j] = bk_exp2(L[i * NMAX + j] + bK[j] - m);
   }
-  // Pass 2: every s_i is in [1, n], so the product of all of them is in [1, n^n] (<= 2^64):
-  // one reciprocal and one log2 for all rows, 1/s_i = prefix_i * suffix_i / prod.
-  F pre[NMAX], inv[NMAX];
+  return msum;
+}
+
+/// Largest |b_j - bK_j| for which evaluations reuse K: with it every row sum s_i lies in
+/// [2^-d, n 2^d] and the product of all n row sums stays inside the float range (one reciprocal
+/// and one log2 per evaluation below).
+KANTOR_BK_HD int kernel_drift_limit(int n) { return n <= 4 ? 16 : (n <= 8 ? 8 : 2); }
+
+/// Evaluation at column potentials b (log2 units) from the scaled kernel K (built at bK):
+///   T_ij = K_ij v_j / s_i (s_i = sum_j K_ij v_j), c_j = sum_i T_ij,
+///   psi = sum_i (m_i + log2 s_i) - sum_j b_j (the reduced dual, log2 units),
+///   H = diag(c) - T^T T on the first n-1 coordinates (packed upper triangle).
+/// With kWriteT, T is written into T (the output) and c, H, psi are not needed.
+/// psi_scale bounds |terms| of psi for the line search's rounding slack.
+template <int NMAX, bool kWriteT, class F>
+KANTOR_BK_HD void scaled_eval(const F* K, F msum, const F* b, const F* bK, int n, F* c, F* H,
+                              F& psi, F& psi_scale, F* T) {
+  constexpr int kH = (NMAX - 1) * NMAX / 2;
+  F v[NMAX];
+  psi = msum;
+  psi_scale = bk_abs(msum);
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j) {
+    if (j >= n) break;
+    v[j] = bk_exp2(b[j] - bK[j]);
+    psi -= b[j];
+    psi_scale += bk_abs(b[j]);
+  }
+  // Row sums; all in [2^-d, n 2^d] (d = kernel_drift_limit) or 0 for an empty row, which gets
+  // s = 1 so the reciprocal and the log stay finite (its T row is 0 anyway).
+  F sr[NMAX], pre[NMAX];
   F prod = F(1);
 KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
+    F si = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j)
+      if (j < n) si += K[i * NMAX + j] * v[j];
+    sr[i] = si > F(0) ? si : F(1);
     pre[i] = prod;
-    prod *= s[i];
+    prod *= sr[i];
   }
+  // One reciprocal and one log2 for all rows: 1/s_i = prefix_i * suffix_i / prod.
   const F rprod = bk_rcp(prod);
-  const F lg = bk_log2(prod);
-  psi += lg;
-  psi_scale += lg;
+  if (!kWriteT) {
+    const F lg = bk_log2(prod);
+    psi += lg;
+    psi_scale += bk_abs(lg);
+  }
+  F inv[NMAX];
   F suf = rprod;
 KANTOR_BK_UNROLL
   for (int i = NMAX - 1; i >= 0; --i) {
     if (i >= n) continue;
     inv[i] = pre[i] * suf;
-    suf *= s[i];
+    suf *= sr[i];
   }
-  // Pass 3: normalize, column sums, Hessian.
+  if (!kWriteT) {
 KANTOR_BK_UNROLL
-  for (int j = 0; j < NMAX; ++j) c[j] = F(0);
-  if (kHessian) {
+    for (int j = 0; j < NMAX; ++j) c[j] = F(0);
 KANTOR_BK_UNROLL
     for (int k = 0; k < kH; ++k) H[k] = F(0);
   }
@@ -248,15 +259,17 @@ KANTOR_BK_UNROLL
 KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
-      e[j] = T[i * NMAX + j] * inv[i];
-      T[i * NMAX + j] = e[j];
-      c[j] += e[j];
+      e[j] = K[i * NMAX + j] * v[j] * inv[i];
+      if (kWriteT)
+        T[i * NMAX + j] = e[j];
+      else
+        c[j] += e[j];
     }
-    if (kHessian) {
-      // Row i adds diag(t) - t t^T. Its diagonal t_j (1 - t_j) is formed as t_j * sum_{k != j} t_k
-      // (prefix + suffix sums): 1 - t_j cancels catastrophically when t_j ~ 1 (near-permutation
-      // P at large logit scales), which made the fp32 Hessian singular and Newton stall at
-      // Err ~ 1e-4.
+    if (!kWriteT) {
+      // Row i adds diag(t) - t t^T. Its diagonal t_j (1 - t_j) is formed as t_j * sum_{k != j}
+      // t_k (prefix + suffix sums): 1 - t_j cancels catastrophically when t_j ~ 1
+      // (near-permutation P at large logit scales), which made the fp32 Hessian singular and
+      // Newton stall at Err ~ 1e-4.
       F epre[NMAX];
       F acc = F(0);
 KANTOR_BK_UNROLL
@@ -281,7 +294,6 @@ KANTOR_BK_UNROLL
     }
   }
 }
-
 
 /// Solves A x = rhs for the SPD (m x m, m = n-1) matrix A given as packed upper triangle (it is
 /// overwritten by its Cholesky factor), in place in rhs. Pivots are floored at
@@ -396,8 +408,12 @@ KANTOR_BK_UNROLL
       if (j < n) b[j] -= shift;
   }
   F c[NMAX], H[kH], psi, psi_scale;
-  F T[NMAX * NMAX];  // row softmax at the current b: the output once Newton stops
-  softmax_eval<NMAX, true>(L, b, n, c, H, psi, psi_scale, T);
+  F K[NMAX * NMAX], bK[NMAX];
+KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j) bK[j] = b[j];
+  F msum = build_kernel<NMAX>(L, bK, n, K);
+  const F drift_limit = F(kernel_drift_limit(n));
+  scaled_eval<NMAX, false>(K, msum, b, bK, n, c, H, psi, psi_scale, static_cast<F*>(nullptr));
   auto col_err = [&](const F* cc) {
     F e = F(0);
 KANTOR_BK_UNROLL
@@ -429,7 +445,7 @@ KANTOR_BK_UNROLL
     d[n - 1] = F(0);
     // Backtracking (Armijo) line search on psi; the slack absorbs psi's rounding near the optimum,
     // where the predicted decrease is below float resolution and full steps are right. The
-    // evaluation writes c, H, T in place (the old ones are not needed once d is known), so only
+    // evaluation writes c, H in place (the old ones are not needed once d is known), so only
     // b and psi of the current point are kept.
     F t = F(1);
     bool accepted = false;
@@ -438,10 +454,21 @@ KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) b0[j] = b[j];
     const F psi0 = psi, scale0 = psi_scale;
     for (int ls = 0; ls < 12; ++ls) {
+      F drift = F(0);
 KANTOR_BK_UNROLL
-      for (int j = 0; j < NMAX; ++j)
-        if (j < n) b[j] = b0[j] + t * d[j];
-      softmax_eval<NMAX, true>(L, b, n, c, H, psi, psi_scale, T);
+      for (int j = 0; j < NMAX; ++j) {
+        if (j >= n) break;
+        b[j] = b0[j] + t * d[j];
+        drift = bk_max(drift, bk_abs(b[j] - bK[j]));
+      }
+      // Far from the kernel's reference point the row sums leave their safe range: rebuild K.
+      if (!(drift <= drift_limit)) {
+KANTOR_BK_UNROLL
+        for (int j = 0; j < NMAX; ++j) bK[j] = b[j];
+        msum = build_kernel<NMAX>(L, bK, n, K);
+      }
+      scaled_eval<NMAX, false>(K, msum, b, bK, n, c, H, psi, psi_scale,
+                               static_cast<F*>(nullptr));
       const F slack = F(8) * Num<F>::eps() * (scale0 + psi_scale);
       if (psi <= psi0 + F(1e-4) * t * g_dot_d + slack) {
         accepted = true;
@@ -450,8 +477,7 @@ KANTOR_BK_UNROLL
       t *= F(0.5);
     }
     ++res.iterations;
-    // No decrease possible at this precision: stop at the last (tiny-step) trial point, whose
-    // T, c are consistent with b.
+    // No decrease possible at this precision: stop at the last (tiny-step) trial point.
     if (!accepted) break;
     const F errn = col_err(c);
     const bool stalled = errn > F(0.5) * err;
@@ -459,6 +485,8 @@ KANTOR_BK_UNROLL
     if (stalled && !(err > tol_accept)) break;
   }
   // Output: the row softmax at the final b. Rows sum to 1 up to rounding; columns to err.
+  F T[NMAX * NMAX];
+  scaled_eval<NMAX, true>(K, msum, b, bK, n, c, H, psi, psi_scale, T);
 KANTOR_BK_UNROLL
   for (int k = 0; k < NMAX * NMAX; ++k) L[k] = T[k];
   return res;
