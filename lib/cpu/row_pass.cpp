@@ -398,6 +398,22 @@ void row_pass(ThreadPool& pool, MatrixRef<T> queries, MatrixRef<T> keys, const T
   }
 }
 
+template <class T>
+void exp2_nonpos_simd(const T* t, std::int64_t count, T* out) {
+  constexpr std::int64_t W = Simd<T>::W;
+  std::int64_t i = 0;
+  for (; i + W <= count; i += W) store<T>(out + i, exp2_nonpos_v<T>(load<T>(t + i)));
+  if (i < count) {  // the tail through a padded vector, so every element takes the SIMD path
+    T buf[W];
+    for (std::int64_t l = 0; l < W; ++l) buf[l] = i + l < count ? t[i + l] : T(0);
+    store<T>(buf, exp2_nonpos_v<T>(load<T>(buf)));
+    for (std::int64_t l = 0; i + l < count; ++l) out[i + l] = buf[l];
+  }
+}
+
+template void exp2_nonpos_simd(const float*, std::int64_t, float*);
+template void exp2_nonpos_simd(const double*, std::int64_t, double*);
+
 template void row_pass(ThreadPool&, MatrixRef<float>, MatrixRef<float>, const float*, float,
                        MatrixRef<float>, RowPassResult*);
 template void row_pass(ThreadPool&, MatrixRef<double>, MatrixRef<double>, const double*, double,

@@ -84,6 +84,11 @@ template <class T>
 void row_pass(ThreadPool& pool, MatrixRef<T> queries, MatrixRef<T> keys, const T* bias, T scale,
               MatrixRef<T> values, RowPassResult* out);
 
+/// out[i] = 2^t[i] for t[i] <= 0 with the vectorized exp2 the LSE pass uses (same semantics as
+/// exp2_nonpos below; for tests). Instantiated for float and double in row_pass.cpp.
+template <class T>
+void exp2_nonpos_simd(const T* t, std::int64_t count, T* out);
+
 namespace detail {
 
 template <class T>

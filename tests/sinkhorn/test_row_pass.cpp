@@ -48,6 +48,35 @@ TYPED_TEST(Exp2Test, MatchesStdExp2) {
   this->RecordProperty("worst_ulps", std::to_string(worst));
 }
 
+// The vectorized exp2 inside the library (compiled with the library's vector flags).
+TYPED_TEST(Exp2Test, SimdMatchesStdExp2) {
+  using T = TypeParam;
+  const double kUlps = 4;
+  const double low = std::is_same<T, float>::value ? -126.0 : -1022.0;
+  std::mt19937_64 rng(8);
+  std::uniform_real_distribution<double> u(low, 0.0);
+  std::vector<T> t(100003), out(t.size());  // odd count: the padded tail too
+  for (std::size_t i = 0; i < t.size(); ++i)
+    t[i] = T(i % 5 == 0 ? -double(i % 4000) / 1000 : u(rng));
+  cpu::exp2_nonpos_simd<T>(t.data(), std::int64_t(t.size()), out.data());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    const double ref = std::exp2(double(t[i]));
+    const double rel =
+        std::abs(double(out[i]) - ref) / ref / double(std::numeric_limits<T>::epsilon());
+    ASSERT_LE(rel, kUlps) << "t = " << double(t[i]);
+  }
+  const T special[5] = {T(0), -std::numeric_limits<T>::infinity(),
+                        std::is_same<T, float>::value ? T(-127) : T(-1023), T(-3000),
+                        std::numeric_limits<T>::quiet_NaN()};
+  T res[5];
+  cpu::exp2_nonpos_simd<T>(special, 5, res);
+  EXPECT_EQ(res[0], T(1));
+  EXPECT_EQ(res[1], T(0));
+  EXPECT_EQ(res[2], T(0));
+  EXPECT_EQ(res[3], T(0));
+  EXPECT_TRUE(std::isnan(res[4]));
+}
+
 TYPED_TEST(Exp2Test, UnderflowMaskAndNaN) {
   using T = TypeParam;
   const T kLow = std::is_same<T, float>::value ? T(-127) : T(-1023);
