@@ -15,7 +15,9 @@
 // the barycentric map, not the iterations.
 #include "lib/cpu/row_pass.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -36,7 +38,7 @@ constexpr int kVectorBytes = 64;
 #elif defined(__AVX__)
 constexpr int kVectorBytes = 32;
 #else
-constexpr int kVectorBytes = 16;
+constexpr int kVectorBytes = 16;  // SSE2, NEON, or plain scalar code from the compiler
 #endif
 
 template <class T>
