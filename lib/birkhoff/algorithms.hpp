@@ -567,7 +567,10 @@ KANTOR_BK_UNROLL
 KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
-      const F e = empty ? F(0) : bk_exp(X[i * NMAX + j] - m);
+      // DeepSeek: accurate exp (its map is matched to 1e-6); Sinkhorn: the SFU exp2.
+      const F e = empty ? F(0)
+                        : map.deepseek ? bk_exp(X[i * NMAX + j] - m)
+                                       : bk_exp2((X[i * NMAX + j] - m) * F(kLog2e));
       X[i * NMAX + j] = e;
       s += e;
     }
@@ -588,7 +591,7 @@ KANTOR_BK_UNROLL
 /// Guard: the denominator is floored at 1e-30 (a row or column without mass, or one whose sum
 /// underflows, would give 1/0 = inf and then inf * 0 = NaN); with the floor u, v <= 1e30 and
 /// u_i K_ij v_j stays finite because K_ij v_j <= den_i.
-template <int NMAX, bool kRows, class F>
+template <int NMAX, bool kRows, bool kAdd, class F>
 KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, F* den_u, F* den_v, int n, F add) {
   F* w = kRows ? u : v;
   F* den = kRows ? den_u : den_v;
@@ -599,7 +602,7 @@ KANTOR_BK_UNROLL
 KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX; ++k)
       if (k < n) s += kRows ? K[a * NMAX + k] * v[k] : K[k * NMAX + a] * u[k];
-    const F d = bk_max(s + add * den[a], Num<F>::floor());
+    const F d = bk_max(kAdd ? s + add * den[a] : s, Num<F>::floor());
     den[a] = d;
     w[a] = bk_rcp(d);
   }
@@ -616,20 +619,20 @@ KANTOR_BK_UNROLL
   const F add = map.template add<F>();
   if (map.deepseek) {
     // column step, then (repeat - 1) x (row step, column step)
-    scale_step<NMAX, false>(X, u, v, du, dv, n, add);
+    scale_step<NMAX, false, true>(X, u, v, du, dv, n, add);
     for (int it = 1; it < map.iterations; ++it) {
-      scale_step<NMAX, true>(X, u, v, du, dv, n, add);
-      scale_step<NMAX, false>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, true, true>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, false, true>(X, u, v, du, dv, n, add);
     }
   } else if (map.row_first) {
     for (int it = 0; it < map.iterations; ++it) {
-      scale_step<NMAX, true>(X, u, v, du, dv, n, add);
-      scale_step<NMAX, false>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, true, false>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, false, false>(X, u, v, du, dv, n, add);
     }
   } else {
     for (int it = 0; it < map.iterations; ++it) {
-      scale_step<NMAX, false>(X, u, v, du, dv, n, add);
-      scale_step<NMAX, true>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, false, false>(X, u, v, du, dv, n, add);
+      scale_step<NMAX, true, false>(X, u, v, du, dv, n, add);
     }
   }
 KANTOR_BK_UNROLL

@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads) forward4_kernel(KernelParams p) {
 /// kImplicit is a template argument: the unrolled gradient's dynamic step loop would otherwise
 /// put the implicit kernel's arrays on the stack (local memory) too.
 template <class S, bool kImplicit>
-__global__ void __launch_bounds__(kThreads) backward4_kernel(KernelParams p) {
+__global__ void __launch_bounds__(kThreads, kImplicit ? 7 : 1) backward4_kernel(KernelParams p) {
   constexpr int C = int(sizeof(S));
   __shared__ uint4 sa[kThreads * C];
   __shared__ uint4 sg[kThreads * C];
