@@ -419,6 +419,49 @@ KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX; ++j) bK[j] = b[j];
   F msum = build_kernel<NMAX>(L, bK, n, K);
   const F drift_limit = F(kernel_drift_limit(n));
+  {
+    // Three Sinkhorn sweeps in the linear domain on K (no exponentials: 2 n^2 FMAs and 2n
+    // reciprocals each): u_i = 1 / (K v)_i, v_j = 1 / (K^T u)_j, then b_j += log2(v_j / v_{n-1}).
+    // Measured on N(0,1) (float, CPU): Newton steps per warp (max over 32 matrices) 3.2 -> 2.15.
+    // Guard: sums are floored at 2^-60 (a column without mass would give 1/0); the resulting
+    // large b_j moves are handled by the kernel rebuild below.
+    F u[NMAX], v[NMAX];
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) v[j] = F(1);
+    for (int sweep = 0; sweep < 3; ++sweep) {
+KANTOR_BK_UNROLL
+      for (int i = 0; i < NMAX; ++i) {
+        if (i >= n) break;
+        F r = F(0);
+KANTOR_BK_UNROLL
+        for (int j = 0; j < NMAX; ++j)
+          if (j < n) r += K[i * NMAX + j] * v[j];
+        u[i] = bk_rcp(bk_max(r, F(8.673617379884035e-19)));
+      }
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j) {
+        if (j >= n) break;
+        F cs = F(0);
+KANTOR_BK_UNROLL
+        for (int i = 0; i < NMAX; ++i)
+          if (i < n) cs += K[i * NMAX + j] * u[i];
+        v[j] = bk_rcp(bk_max(cs, F(8.673617379884035e-19)));
+      }
+    }
+    const F ref = bk_log2(v[n - 1]);
+    F drift = F(0);
+KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      b[j] += bk_log2(v[j]) - ref;
+      drift = bk_max(drift, bk_abs(b[j] - bK[j]));
+    }
+    if (!(drift <= drift_limit)) {
+KANTOR_BK_UNROLL
+      for (int j = 0; j < NMAX; ++j) bK[j] = b[j];
+      msum = build_kernel<NMAX>(L, bK, n, K);
+    }
+  }
   scaled_eval<NMAX, false>(K, msum, b, bK, n, c, H, psi, psi_scale, static_cast<F*>(nullptr));
   auto col_err = [&](const F* cc) {
     F e = F(0);
