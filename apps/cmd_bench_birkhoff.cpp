@@ -36,17 +36,17 @@ int cmd_bench_birkhoff(const std::vector<std::string>& args) {
                                                   "sinkhorn sweeps / deepseek repeat")(
       "tolerance", po::value(&tolerance), "Err threshold (0 = default)")(
       "backward", po::bool_switch(&backward), "also time forward + backward")(
-      "gradient", po::value(&gradient), "implicit | unrolled")(
-      "bf16", po::bool_switch(&bf16), "bfloat16 storage")(
-      "scale", po::value(&scale), "logits ~ N(0, scale^2)")(
-      "runs", po::value(&runs), "timed runs (>= 20 recommended)")(
-      "warmup", po::value(&warmup), "untimed runs first")(
-      "no-graphs", po::bool_switch(&no_graphs), "skip the CUDA-graph timing")(
+      "gradient", po::value(&gradient), "implicit | unrolled")("bf16", po::bool_switch(&bf16),
+                                                               "bfloat16 storage")(
+      "scale", po::value(&scale), "logits ~ N(0, scale^2)")("runs", po::value(&runs),
+                                                            "timed runs (>= 20 recommended)")(
+      "warmup", po::value(&warmup), "untimed runs first")("no-graphs", po::bool_switch(&no_graphs),
+                                                          "skip the CUDA-graph timing")(
       "accuracy", po::value(&accuracy),
       "also measure Err of the fp32 output on this many fresh matrices (0 = off)")(
       "backend", po::value(&backend), "cpu | cuda | auto")(
-      "threads", po::value(&threads), "CPU threads (0 = all)")(
-      "json", po::bool_switch(&json), "JSON output");
+      "threads", po::value(&threads), "CPU threads (0 = all)")("json", po::bool_switch(&json),
+                                                               "JSON output");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -100,9 +100,8 @@ int cmd_bench_birkhoff(const std::vector<std::string>& args) {
       .add("dtype", bf16 ? "bf16" : "fp32")
       .add("method", method)
       .add("order", order)
-      .add("iterations", cfg.options.method == BirkhoffMethod::kNewton
-                             ? 0
-                             : (iterations ? iterations : 20))
+      .add("iterations",
+           cfg.options.method == BirkhoffMethod::kNewton ? 0 : (iterations ? iterations : 20))
       .add("scale", scale)
       .add("runs", std::int64_t(t.runs))
       .add("fwd_ms_median", t.forward_ms_median)
@@ -132,8 +131,7 @@ int cmd_bench_birkhoff(const std::vector<std::string>& args) {
     Buffer<float> R(ctx, count), P(ctx, count);
     fill_normal(ctx, batch_view<float>(R, n), 0.0, scale, 424242);
     const BirkhoffSummary s =
-        project_birkhoff(ctx, batch_view<const float>(R, n), batch_view<float>(P, n),
-                         cfg.options);
+        project_birkhoff(ctx, batch_view<const float>(R, n), batch_view<float>(P, n), cfg.options);
     const std::vector<float> h = to_host(ctx, P.cview());
     std::vector<double> err(static_cast<std::size_t>(accuracy));
     std::int64_t nonfinite = 0;

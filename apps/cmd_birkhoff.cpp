@@ -29,11 +29,10 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
       "method", po::value(&method), "newton (converged) | sinkhorn | deepseek (truncated)")(
       "order", po::value(&order), "sinkhorn sweep order: row | column")(
       "iterations", po::value(&iterations), "sinkhorn sweeps / deepseek repeat (default 20)")(
-      "tolerance", po::value(&tolerance),
-      "Err = |P1-1|_1 + |P^T1-1|_1 threshold (default 1e-5)")(
+      "tolerance", po::value(&tolerance), "Err = |P1-1|_1 + |P^T1-1|_1 threshold (default 1e-5)")(
       "backend", po::value(&backend), "cpu | cuda | auto")(
-      "threads", po::value(&threads), "CPU threads (0 = all cores)")(
-      "json", po::bool_switch(&json), "print the summary as JSON");
+      "threads", po::value(&threads), "CPU threads (0 = all cores)")("json", po::bool_switch(&json),
+                                                                     "print the summary as JSON");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(desc).run(), vm);
   po::notify(vm);
@@ -69,8 +68,8 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
     const double v = a.data[k];
     // -inf is a legal logit (a forbidden entry); NaN and +inf are not.
     if (std::isnan(v) || v == HUGE_VAL)
-      throw InvalidArgument("--input '" + input + "': element " + std::to_string(k) +
-                            " (matrix " + std::to_string(k / (n * n)) + ") is " +
+      throw InvalidArgument("--input '" + input + "': element " + std::to_string(k) + " (matrix " +
+                            std::to_string(k / (n * n)) + ") is " +
                             (std::isnan(v) ? "NaN" : "+inf"));
     host[k] = float(v);
   }
@@ -79,8 +78,8 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
   Buffer<float> R(ctx, std::int64_t(host.size())), P(ctx, std::int64_t(host.size()));
   copy(ctx, VectorView<const float>{host.data(), std::int64_t(host.size()), MemorySpace::kHost},
        R.view());
-  const BirkhoffSummary s = project_birkhoff(ctx, batch_view<const float>(R, n),
-                                             batch_view<float>(P, n), o);
+  const BirkhoffSummary s =
+      project_birkhoff(ctx, batch_view<const float>(R, n), batch_view<float>(P, n), o);
   const std::vector<float> out = to_host(ctx, P.cview());
   if (!output.empty()) {
     std::vector<double> d(out.begin(), out.end());

@@ -77,10 +77,10 @@ struct BirkhoffSummary {
   /// Median per-matrix Err. CPU: exact. CUDA: from a device histogram of log10(Err) with
   /// `median_bin_decades`-wide bins: the geometric centre of the bin holding the median.
   double median_error = std::numeric_limits<double>::quiet_NaN();
-  double median_bin_decades = 0;  ///< 0 when the median is exact
-  std::int64_t not_converged = 0;  ///< matrices with Err > tolerance (or non-finite)
+  double median_bin_decades = 0;    ///< 0 when the median is exact
+  std::int64_t not_converged = 0;   ///< matrices with Err > tolerance (or non-finite)
   std::int64_t invalid_inputs = 0;  ///< matrices with NaN or +inf logits (output set to 0)
-  double seconds = 0;              ///< host wall time of the call (includes the sync)
+  double seconds = 0;               ///< host wall time of the call (includes the sync)
 
   std::string brief_report() const;
 };
@@ -133,8 +133,7 @@ void project_birkhoff_backward(const Context& ctx, BatchView<const float> P,
                                const BirkhoffOptions& options = {},
                                BatchView<const float> logits = {});
 void project_birkhoff_backward(const Context& ctx, BatchView<const bfloat16> P,
-                               BatchView<const bfloat16> grad_P,
-                               BatchView<bfloat16> grad_logits,
+                               BatchView<const bfloat16> grad_P, BatchView<bfloat16> grad_logits,
                                const BirkhoffOptions& options = {},
                                BatchView<const bfloat16> logits = {});
 

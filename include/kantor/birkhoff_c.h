@@ -60,8 +60,7 @@ kantor_status kantor_birkhoff_forward(const void* logits, void* out, int64_t bat
  * forward output), logits may be NULL. Unrolled gradient (sinkhorn/deepseek only): needs the
  * logits, P may be NULL. Asynchronous on the stream. */
 kantor_status kantor_birkhoff_backward(const void* P, const void* logits, const void* grad_P,
-                                       void* grad_logits, int64_t batch, int n,
-                                       kantor_dtype dtype,
+                                       void* grad_logits, int64_t batch, int n, kantor_dtype dtype,
                                        const kantor_birkhoff_options* options, void* stream);
 
 /* Message of the last failed call on this thread ("" when none). Valid until the next call. */

@@ -36,7 +36,7 @@ template <class F>
 struct Num;
 template <>
 struct Num<float> {
-  static constexpr float tiny() { return 1e-30f; }      // pivots/denominators floor
+  static constexpr float tiny() { return 1e-30f; }  // pivots/denominators floor
   static constexpr float min_normal() { return 1.17549435e-38f; }
   static constexpr float eps() { return 1.1920929e-7f; }
   static constexpr float floor() { return 1e-30f; }  // Sinkhorn denominators (scale_step)
@@ -140,10 +140,10 @@ template <int NMAX, class F>
 KANTOR_BK_HD int prepare_log2(F* L, int n) {
   F mx = neg_inf<F>();
   bool bad = false;
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       const F v = L[i * NMAX + j];
@@ -154,10 +154,10 @@ KANTOR_BK_UNROLL
   if (bad) return kInvalidInput;
   // Hazard: (-inf) - (-inf) = NaN when every entry is -inf; such a matrix has no projection.
   if (!(mx > neg_inf<F>())) return kNoProjection;
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       L[i * NMAX + j] = (L[i * NMAX + j] - mx) * F(kLog2e);
@@ -173,18 +173,18 @@ KANTOR_BK_UNROLL
 template <int NMAX, class F>
 KANTOR_BK_HD F build_kernel(const F* L, const F* bK, int n, F* K) {
   F msum = F(0);
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F m = neg_inf<F>();
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) m = bk_max(m, L[i * NMAX + j] + bK[j]);
     // Hazard: a row of all -inf would give exp2(-inf - (-inf)) = NaN. With m = 0 its entries
     // are exp2(-inf) = 0: the row has no mass.
     m = m > neg_inf<F>() ? m : F(0);
     msum += m;
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) K[i * NMAX + j] = bk_exp2(L[i * NMAX + j] + bK[j] - m);
   }
@@ -209,7 +209,7 @@ KANTOR_BK_HD void scaled_eval(const F* K, F msum, const F* b, const F* bK, int n
   F v[NMAX];
   psi = msum;
   psi_scale = bk_abs(msum);
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX; ++j) {
     if (j >= n) break;
     v[j] = bk_exp2(b[j] - bK[j]);
@@ -220,11 +220,11 @@ KANTOR_BK_UNROLL
   // s = 1 so the reciprocal and the log stay finite (its T row is 0 anyway).
   F sr[NMAX], pre[NMAX];
   F prod = F(1);
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F si = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) si += K[i * NMAX + j] * v[j];
     sr[i] = si > F(0) ? si : F(1);
@@ -241,7 +241,7 @@ KANTOR_BK_UNROLL
   F inv[NMAX];
   if (NMAX <= 4) {
     F suf = rprod;
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int i = NMAX - 1; i >= 0; --i) {
       if (i >= n) continue;
       inv[i] = pre[i] * suf;
@@ -253,16 +253,16 @@ KANTOR_BK_UNROLL
     for (int i = 0; i < n; ++i) inv[i] = bk_rcp(sr[i]);
   }
   if (!kWriteT) {
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) c[j] = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < kH; ++k) H[k] = F(0);
   }
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F e[NMAX];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       e[j] = K[i * NMAX + j] * v[j] * inv[i];
@@ -278,22 +278,22 @@ KANTOR_BK_UNROLL
       // Newton stall at Err ~ 1e-4.
       F epre[NMAX];
       F acc = F(0);
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j) {
         if (j >= n) break;
         epre[j] = acc;
         acc += e[j];
       }
       F esuf = F(0);
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = NMAX - 1; j >= 0; --j) {
         if (j >= n) continue;
         if (j < n - 1) H[packed<NMAX>(j, j)] += e[j] * (epre[j] + esuf);
         esuf += e[j];
       }
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX - 1; ++j) {
-KANTOR_BK_UNROLL
+        KANTOR_BK_UNROLL
         for (int l = j + 1; l < NMAX - 1; ++l)
           if (l < n - 1) H[packed<NMAX>(j, l)] -= e[j] * e[l];
       }
@@ -309,15 +309,15 @@ KANTOR_BK_UNROLL
 template <int NMAX, class F>
 KANTOR_BK_HD void cholesky_solve(F* A, F* rhs, int m) {
   F dmax = F(0);
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX - 1; ++j)
     if (j < m) dmax = bk_max(dmax, A[packed<NMAX>(j, j)]);
   const F floor = Num<F>::tiny() * (F(1) + dmax) + F(64) * Num<F>::eps() * dmax;
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX - 1; ++j) {
     if (j >= m) break;
     F d = A[packed<NMAX>(j, j)];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX - 1; ++k) {
       if (k >= j) break;
       d -= A[packed<NMAX>(k, j)] * A[packed<NMAX>(k, j)];
@@ -325,11 +325,11 @@ KANTOR_BK_UNROLL
     d = bk_max(d, floor);  // guard: rank deficiency / rounding must not give sqrt(<=0)
     const F inv = bk_rsqrt(d);
     A[packed<NMAX>(j, j)] = inv;  // the diagonal of R is kept inverted: solves multiply
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int l = 0; l < NMAX - 1; ++l) {
       if (l <= j || l >= m) continue;
       F v = A[packed<NMAX>(j, l)];
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int k = 0; k < NMAX - 1; ++k) {
         if (k >= j) break;
         v -= A[packed<NMAX>(k, j)] * A[packed<NMAX>(k, l)];
@@ -338,22 +338,22 @@ KANTOR_BK_UNROLL
     }
   }
   // R^T y = rhs (forward), then R x = y (backward).
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX - 1; ++j) {
     if (j >= m) break;
     F v = rhs[j];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX - 1; ++k) {
       if (k >= j) break;
       v -= A[packed<NMAX>(k, j)] * rhs[k];
     }
     rhs[j] = v * A[packed<NMAX>(j, j)];
   }
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int jj = NMAX - 2; jj >= 0; --jj) {
     if (jj >= m) continue;
     F v = rhs[jj];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX - 1; ++k) {
       if (k <= jj || k >= m) continue;
       v -= A[packed<NMAX>(jj, k)] * rhs[k];
@@ -381,27 +381,27 @@ KANTOR_BK_HD NewtonResult newton_project(F* L, int n, F tol_stop, F tol_accept, 
   // shift b <- b - b_{n-1} (the dual is invariant to it; Newton fixes b_{n-1} = 0).
   {
     F a[NMAX];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int i = 0; i < NMAX; ++i) {
       if (i >= n) break;
       F m = neg_inf<F>();
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) m = bk_max(m, L[i * NMAX + j]);
       // a_i = -max_j L_ij (row maximum at 0): as good a start as a full row LSE here (measured
       // 3.06 vs 3.00 Newton steps per warp on N(0,1)) and it saves 16 exp2 + 4 log2.
       a[i] = m > neg_inf<F>() ? -m : F(0);  // guard: an all -inf row keeps a_i = 0, not +inf
     }
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       F m = neg_inf<F>();
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int i = 0; i < NMAX; ++i)
         if (i < n) m = bk_max(m, L[i * NMAX + j] + a[i]);
       F s = F(0);
       if (m > neg_inf<F>()) {
-KANTOR_BK_UNROLL
+        KANTOR_BK_UNROLL
         for (int i = 0; i < NMAX; ++i)
           if (i < n) s += bk_exp2(L[i * NMAX + j] + a[i] - m);
       }
@@ -409,13 +409,13 @@ KANTOR_BK_UNROLL
       b[j] = m > neg_inf<F>() ? -(m + bk_log2(s)) : F(0);
     }
     const F shift = b[n - 1];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) b[j] -= shift;
   }
   F c[NMAX], H[kH], psi, psi_scale;
   F K[NMAX * NMAX], bK[NMAX];
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX; ++j) bK[j] = b[j];
   F msum = build_kernel<NMAX>(L, bK, n, K);
   const F drift_limit = F(kernel_drift_limit(n));
@@ -426,23 +426,23 @@ KANTOR_BK_UNROLL
     // Guard: sums are floored at 2^-60 (a column without mass would give 1/0); the resulting
     // large b_j moves are handled by the kernel rebuild below.
     F u[NMAX], v[NMAX];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) v[j] = F(1);
     for (int sweep = 0; sweep < 3; ++sweep) {
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int i = 0; i < NMAX; ++i) {
         if (i >= n) break;
         F r = F(0);
-KANTOR_BK_UNROLL
+        KANTOR_BK_UNROLL
         for (int j = 0; j < NMAX; ++j)
           if (j < n) r += K[i * NMAX + j] * v[j];
         u[i] = bk_rcp(bk_max(r, F(8.673617379884035e-19)));
       }
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j) {
         if (j >= n) break;
         F cs = F(0);
-KANTOR_BK_UNROLL
+        KANTOR_BK_UNROLL
         for (int i = 0; i < NMAX; ++i)
           if (i < n) cs += K[i * NMAX + j] * u[i];
         v[j] = bk_rcp(bk_max(cs, F(8.673617379884035e-19)));
@@ -450,14 +450,14 @@ KANTOR_BK_UNROLL
     }
     const F ref = bk_log2(v[n - 1]);
     F drift = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       b[j] += bk_log2(v[j]) - ref;
       drift = bk_max(drift, bk_abs(b[j] - bK[j]));
     }
     if (!(drift <= drift_limit)) {
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j) bK[j] = b[j];
       msum = build_kernel<NMAX>(L, bK, n, K);
     }
@@ -465,7 +465,7 @@ KANTOR_BK_UNROLL
   scaled_eval<NMAX, false>(K, msum, b, bK, n, c, H, psi, psi_scale, static_cast<F*>(nullptr));
   auto col_err = [&](const F* cc) {
     F e = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) e += bk_abs(cc[j] - F(1));
     return e;
@@ -480,11 +480,11 @@ KANTOR_BK_UNROLL
     // (H holds diag(c) - T^T T, accumulated row by row without cancellation).
     F d[NMAX];
     F g_dot_d = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX - 1; ++j)
       if (j < n - 1) d[j] = (F(1) - c[j]) * F(1.0 / kLn2);
     cholesky_solve<NMAX>(H, d, n - 1);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX - 1; ++j) {
       if (j >= n - 1) break;
       // Clamp (NaN-safe: max/min return the non-NaN operand) to the trust bound.
@@ -499,12 +499,12 @@ KANTOR_BK_UNROLL
     F t = F(1);
     bool accepted = false;
     F b0[NMAX];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) b0[j] = b[j];
     const F psi0 = psi, scale0 = psi_scale;
     for (int ls = 0; ls < 12; ++ls) {
       F drift = F(0);
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j) {
         if (j >= n) break;
         b[j] = b0[j] + t * d[j];
@@ -512,12 +512,11 @@ KANTOR_BK_UNROLL
       }
       // Far from the kernel's reference point the row sums leave their safe range: rebuild K.
       if (!(drift <= drift_limit)) {
-KANTOR_BK_UNROLL
+        KANTOR_BK_UNROLL
         for (int j = 0; j < NMAX; ++j) bK[j] = b[j];
         msum = build_kernel<NMAX>(L, bK, n, K);
       }
-      scaled_eval<NMAX, false>(K, msum, b, bK, n, c, H, psi, psi_scale,
-                               static_cast<F*>(nullptr));
+      scaled_eval<NMAX, false>(K, msum, b, bK, n, c, H, psi, psi_scale, static_cast<F*>(nullptr));
       const F slack = F(8) * Num<F>::eps() * (scale0 + psi_scale);
       if (psi <= psi0 + F(1e-4) * t * g_dot_d + slack) {
         accepted = true;
@@ -536,7 +535,7 @@ KANTOR_BK_UNROLL
   // Output: the row softmax at the final b. Rows sum to 1 up to rounding; columns to err.
   F T[NMAX * NMAX];
   scaled_eval<NMAX, true>(K, msum, b, bK, n, c, H, psi, psi_scale, T);
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int k = 0; k < NMAX * NMAX; ++k) L[k] = T[k];
   return res;
 }
@@ -546,17 +545,17 @@ KANTOR_BK_UNROLL
 /// row/column with no mass would otherwise give 0/0 = NaN; it stays 0.
 template <int NMAX, class F>
 KANTOR_BK_HD void normalize_step(F* X, int n, bool rows, F add, F* dens) {
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int a = 0; a < NMAX; ++a) {
     if (a >= n) break;
     F s = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX; ++k)
       if (k < n) s += rows ? X[a * NMAX + k] : X[k * NMAX + a];
     const F d = bk_max(s + add, Num<F>::min_normal());
     if (dens) dens[a] = d;
     const F inv = bk_rcp(d);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX; ++k) {
       if (k >= n) continue;
       if (rows)
@@ -569,9 +568,9 @@ KANTOR_BK_UNROLL
 
 /// Description of a truncated (fixed-iteration) map as a sequence of normalization steps.
 struct TruncatedMap {
-  bool deepseek;      // init = row softmax + 1e-6, denominators + 1e-6
-  bool row_first;     // order of each sweep (DeepSeek: column step right after the softmax)
-  int iterations;     // sweeps (DeepSeek: repeat)
+  bool deepseek;   // init = row softmax + 1e-6, denominators + 1e-6
+  bool row_first;  // order of each sweep (DeepSeek: column step right after the softmax)
+  int iterations;  // sweeps (DeepSeek: repeat)
   // Number of normalization steps after the initialization.
   KANTOR_BK_HD int steps() const { return deepseek ? 2 * iterations - 1 : 2 * iterations; }
   // Whether step s (0-based) normalizes rows.
@@ -593,40 +592,40 @@ template <int NMAX, class F>
 KANTOR_BK_HD int truncated_init(F* X, int n, const TruncatedMap& map) {
   F mx = neg_inf<F>();
   bool bad = false;
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int k = 0; k < NMAX * NMAX; ++k) {
     if ((k / NMAX) >= n || (k % NMAX) >= n) continue;
     bad |= is_nan_or_pos_inf(X[k]);
     mx = bk_max(mx, X[k]);
   }
   if (bad) return kInvalidInput;
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F m = mx;
     if (map.deepseek) {
       m = neg_inf<F>();
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) m = bk_max(m, X[i * NMAX + j]);
     }
     // Guard: all -inf (matrix or row): exp(-inf - (-inf)) = NaN; the row has no mass.
     const bool empty = !(m > neg_inf<F>());
     F s = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       // DeepSeek: accurate exp (its map is matched to 1e-6); Sinkhorn: the SFU exp2.
-      const F e = empty ? F(0)
-                        : map.deepseek ? bk_exp(X[i * NMAX + j] - m)
-                                       : bk_exp2((X[i * NMAX + j] - m) * F(kLog2e));
+      const F e = empty          ? F(0)
+                  : map.deepseek ? bk_exp(X[i * NMAX + j] - m)
+                                 : bk_exp2((X[i * NMAX + j] - m) * F(kLog2e));
       X[i * NMAX + j] = e;
       s += e;
     }
     if (map.deepseek) {
       // s >= 1 unless the row is empty (then the softmax row is taken as 0).
       const F inv = empty ? F(0) : bk_rcp(s);
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) X[i * NMAX + j] = X[i * NMAX + j] * inv + F(kDeepSeekEps);
     }
@@ -644,11 +643,11 @@ template <int NMAX, bool kRows, bool kAdd, class F>
 KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, F* den_u, F* den_v, int n, F add) {
   F* w = kRows ? u : v;
   F* den = kRows ? den_u : den_v;
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int a = 0; a < NMAX; ++a) {
     if (a >= n) break;
     F s = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX; ++k)
       if (k < n) s += kRows ? K[a * NMAX + k] * v[k] : K[k * NMAX + a] * u[k];
     const F d = bk_max(kAdd ? s + add * den[a] : s, Num<F>::floor());
@@ -663,7 +662,7 @@ KANTOR_BK_HD int truncated_forward(F* X, int n, const TruncatedMap& map) {
   const int st = truncated_init<NMAX>(X, n, map);
   if (st == kInvalidInput) return st;
   F u[NMAX], v[NMAX], du[NMAX], dv[NMAX];
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int k = 0; k < NMAX; ++k) u[k] = v[k] = du[k] = dv[k] = F(1);
   const F add = map.template add<F>();
   if (map.deepseek) {
@@ -684,10 +683,10 @@ KANTOR_BK_UNROLL
       scale_step<NMAX, true, false>(X, u, v, du, dv, n, add);
     }
   }
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) X[i * NMAX + j] = u[i] * X[i * NMAX + j] * v[j];
   }
@@ -701,10 +700,10 @@ KANTOR_BK_UNROLL
 template <int NMAX, class F>
 KANTOR_BK_HD void truncated_backward(const F* R, F* G, int n, const TruncatedMap& map) {
   F X0[NMAX * NMAX];
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int k = 0; k < NMAX * NMAX; ++k) X0[k] = R[k];
   if (truncated_init<NMAX>(X0, n, map) == kInvalidInput) {
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX * NMAX; ++k) G[k] = F(0);
     return;
   }
@@ -712,18 +711,18 @@ KANTOR_BK_UNROLL
   const F add = map.template add<F>();
   for (int s = steps - 1; s >= 0; --s) {
     F X[NMAX * NMAX];
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX * NMAX; ++k) X[k] = X0[k];
     for (int r = 0; r < s; ++r)
       normalize_step<NMAX>(X, n, map.step_is_rows(r), add, static_cast<F*>(nullptr));
     F d[NMAX];
     const bool rows = map.step_is_rows(s);
     normalize_step<NMAX>(X, n, rows, add, d);  // X is now Y_s
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int a = 0; a < NMAX; ++a) {
       if (a >= n) break;
       F dot = F(0);
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int k = 0; k < NMAX; ++k) {
         if (k >= n) continue;
         const int idx = rows ? a * NMAX + k : k * NMAX + a;
@@ -731,7 +730,7 @@ KANTOR_BK_UNROLL
       }
       // Guard: a floored denominator (no mass) means the step is locally constant (output 0).
       const F inv = d[a] > Num<F>::min_normal() ? bk_rcp(d[a]) : F(0);
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int k = 0; k < NMAX; ++k) {
         if (k >= n) continue;
         const int idx = rows ? a * NMAX + k : k * NMAX + a;
@@ -741,19 +740,19 @@ KANTOR_BK_UNROLL
   }
   // Through the initialization. Sinkhorn: X0 = exp(R - max), dR = dX0 * X0 (the max cancels).
   // DeepSeek: X0 = S + eps, S = row softmax: dR_ij = S_ij (dX0_ij - sum_k dX0_ik S_ik).
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     if (!map.deepseek) {
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) G[i * NMAX + j] *= X0[i * NMAX + j];
     } else {
       F dot = F(0);
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) dot += G[i * NMAX + j] * (X0[i * NMAX + j] - F(kDeepSeekEps));
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX; ++j)
         if (j < n) G[i * NMAX + j] = (X0[i * NMAX + j] - F(kDeepSeekEps)) * (G[i * NMAX + j] - dot);
     }
@@ -768,18 +767,18 @@ template <int NMAX, class F>
 KANTOR_BK_HD void implicit_backward(const F* P, F* G, int n) {
   constexpr int kH = (NMAX - 1) * NMAX / 2;
   F rinv[NMAX], mur[NMAX], c[NMAX], y[NMAX], A[kH];
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX; ++j) {
     c[j] = F(0);
     y[j] = F(0);
   }
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int k = 0; k < kH; ++k) A[k] = F(0);
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F r = F(0), mu = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       const F p = P[i * NMAX + j];
@@ -794,37 +793,37 @@ KANTOR_BK_UNROLL
     mur[i] = mu;
   }
   // A = diag(c) - P^T diag(1/r) P, rhs = mu_c - P^T diag(1/r) mu_r on the first n-1 columns.
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     const F w = rinv[i];
     const F wm = w * mur[i];
     int k = 0;
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX - 1; ++j) {
       const F pij = j < n ? P[i * NMAX + j] : F(0);
       if (j < n - 1) y[j] -= pij * wm;
-KANTOR_BK_UNROLL
+      KANTOR_BK_UNROLL
       for (int l = j; l < NMAX - 1; ++l) {
         if (j < n - 1 && l < n - 1) A[k] -= w * pij * P[i * NMAX + l];
         ++k;
       }
     }
   }
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX - 1; ++j)
     if (j < n - 1) A[packed<NMAX>(j, j)] += c[j];
   cholesky_solve<NMAX>(A, y, n - 1);
   y[n - 1] = F(0);
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F py = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) py += P[i * NMAX + j] * y[j];
     const F x = rinv[i] * (mur[i] - py);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j)
       if (j < n) G[i * NMAX + j] = P[i * NMAX + j] * (G[i * NMAX + j] - x - y[j]);
   }
@@ -834,14 +833,14 @@ KANTOR_BK_UNROLL
 template <int NMAX, class F>
 KANTOR_BK_HD F marginal_error(const F* P, int n) {
   F c[NMAX];
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX; ++j) c[j] = F(0);
   F err = F(0);
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
     F r = F(0);
-KANTOR_BK_UNROLL
+    KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       r += P[i * NMAX + j];
@@ -849,7 +848,7 @@ KANTOR_BK_UNROLL
     }
     err += bk_abs(r - F(1));
   }
-KANTOR_BK_UNROLL
+  KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX; ++j)
     if (j < n) err += bk_abs(c[j] - F(1));
   return err;

@@ -22,9 +22,12 @@ namespace kantor {
 
 std::string to_string(BirkhoffMethod m) {
   switch (m) {
-    case BirkhoffMethod::kNewton: return "newton";
-    case BirkhoffMethod::kSinkhorn: return "sinkhorn";
-    case BirkhoffMethod::kDeepSeek: return "deepseek";
+    case BirkhoffMethod::kNewton:
+      return "newton";
+    case BirkhoffMethod::kSinkhorn:
+      return "sinkhorn";
+    case BirkhoffMethod::kDeepSeek:
+      return "deepseek";
   }
   return "unknown";
 }
@@ -36,9 +39,7 @@ BirkhoffMethod parse_birkhoff_method(const std::string& s, const std::string& wh
   throw InvalidArgument(what + ": expected newton, sinkhorn or deepseek, got '" + s + "'");
 }
 
-std::string to_string(SinkhornOrder o) {
-  return o == SinkhornOrder::kRowFirst ? "row" : "column";
-}
+std::string to_string(SinkhornOrder o) { return o == SinkhornOrder::kRowFirst ? "row" : "column"; }
 
 SinkhornOrder parse_sinkhorn_order(const std::string& s, const std::string& what) {
   if (s == "row") return SinkhornOrder::kRowFirst;
@@ -60,8 +61,9 @@ bool BirkhoffOptions::is_valid(std::string* why) const {
     return fail("max_newton_iterations must be in 1..1000, got " +
                 std::to_string(max_newton_iterations));
   if (gradient == BirkhoffGradient::kUnrolled && method == BirkhoffMethod::kNewton)
-    return fail("the unrolled gradient exists only for the truncated methods (sinkhorn, "
-                "deepseek); use the implicit gradient for newton");
+    return fail(
+        "the unrolled gradient exists only for the truncated methods (sinkhorn, "
+        "deepseek); use the implicit gradient for newton");
   return true;
 }
 
@@ -99,8 +101,8 @@ inline void store(float& d, double v) { d = float(v); }
 inline void store(bfloat16& d, double v) { d = to_bfloat16(float(v)); }
 
 template <class T>
-void check_view(const Context& ctx, const BatchView<T>& v, const char* name,
-                std::int64_t batch, int n) {
+void check_view(const Context& ctx, const BatchView<T>& v, const char* name, std::int64_t batch,
+                int n) {
   if (v.space != ctx.memory_space())
     throw InvalidArgument(std::string(name) + " is in " + to_string(v.space) +
                           " memory but the context runs on " + to_string(ctx.backend()) +
@@ -119,8 +121,7 @@ void check_shape(std::int64_t batch, int n, const char* name) {
     throw InvalidArgument(std::string(name) + ": n = " + std::to_string(n) +
                           " is outside the supported range 2..16");
   if (batch < 0)
-    throw InvalidArgument(std::string(name) + ": batch must be >= 0, got " +
-                          std::to_string(batch));
+    throw InvalidArgument(std::string(name) + ": batch must be >= 0, got " + std::to_string(batch));
 }
 
 void check_options(const BirkhoffOptions& o) {
@@ -138,8 +139,8 @@ void cpu_forward_range(const T* in, T* out, std::int64_t b0, std::int64_t b1, in
                        const BirkhoffOptions& o, double tol, std::uint8_t* status) {
   using namespace birkhoff;
   double X[NMAX * NMAX];
-  const TruncatedMap map{o.method == BirkhoffMethod::kDeepSeek,
-                         o.order == SinkhornOrder::kRowFirst, default_iterations(o.iterations)};
+  const TruncatedMap map{o.method == BirkhoffMethod::kDeepSeek, o.order == SinkhornOrder::kRowFirst,
+                         default_iterations(o.iterations)};
   const std::int64_t nn = std::int64_t(n) * n;
   for (std::int64_t b = b0; b < b1; ++b) {
     std::fill(X, X + NMAX * NMAX, 0.0);
@@ -165,12 +166,12 @@ void cpu_forward_range(const T* in, T* out, std::int64_t b0, std::int64_t b1, in
 }
 
 template <int NMAX, class T>
-void cpu_backward_range(const T* P, const T* R, const T* G, T* D, std::int64_t b0,
-                        std::int64_t b1, int n, const BirkhoffOptions& o) {
+void cpu_backward_range(const T* P, const T* R, const T* G, T* D, std::int64_t b0, std::int64_t b1,
+                        int n, const BirkhoffOptions& o) {
   using namespace birkhoff;
   double A[NMAX * NMAX], Gm[NMAX * NMAX];
-  const TruncatedMap map{o.method == BirkhoffMethod::kDeepSeek,
-                         o.order == SinkhornOrder::kRowFirst, default_iterations(o.iterations)};
+  const TruncatedMap map{o.method == BirkhoffMethod::kDeepSeek, o.order == SinkhornOrder::kRowFirst,
+                         default_iterations(o.iterations)};
   const std::int64_t nn = std::int64_t(n) * n;
   const bool implicit = o.gradient == BirkhoffGradient::kImplicit;
   for (std::int64_t b = b0; b < b1; ++b) {
@@ -198,9 +199,8 @@ template <class T>
 void cpu_run_chunks(const Context& ctx, std::int64_t batch,
                     const std::function<void(std::int64_t, std::int64_t)>& fn) {
   const std::int64_t chunks = (batch + kCpuChunk - 1) / kCpuChunk;
-  ctx.impl().pool->run(chunks, [&](std::int64_t c) {
-    fn(c * kCpuChunk, std::min(batch, (c + 1) * kCpuChunk));
-  });
+  ctx.impl().pool->run(
+      chunks, [&](std::int64_t c) { fn(c * kCpuChunk, std::min(batch, (c + 1) * kCpuChunk)); });
 }
 
 template <class T>
@@ -249,11 +249,10 @@ BirkhoffSummary forward_impl(const Context& ctx, BatchView<const T> logits, Batc
     std::vector<std::uint8_t> status(std::size_t(std::max<std::int64_t>(B, 0)));
     cpu_run_chunks<T>(ctx, B, [&](std::int64_t b0, std::int64_t b1) {
       if (n == 4)
-        cpu_forward_range<4>(logits.data, out.data, b0, b1, n, options, s.tolerance,
-                             status.data());
+        cpu_forward_range<4>(logits.data, out.data, b0, b1, n, options, s.tolerance, status.data());
       else
-        cpu_forward_range<birkhoff::kMaxN>(logits.data, out.data, b0, b1, n, options,
-                                           s.tolerance, status.data());
+        cpu_forward_range<birkhoff::kMaxN>(logits.data, out.data, b0, b1, n, options, s.tolerance,
+                                           status.data());
     });
     if (options.compute_summary && B > 0) {
       std::vector<double> err(std::size_t(B), 0.0);
@@ -286,16 +285,17 @@ BirkhoffSummary forward_impl(const Context& ctx, BatchView<const T> logits, Batc
 }
 
 template <class T>
-void backward_impl(const Context& ctx, BatchView<const T> P, BatchView<const T> G,
-                   BatchView<T> D, const BirkhoffOptions& options, BatchView<const T> R) {
+void backward_impl(const Context& ctx, BatchView<const T> P, BatchView<const T> G, BatchView<T> D,
+                   const BirkhoffOptions& options, BatchView<const T> R) {
   check_options(options);
   const bool implicit = options.gradient == BirkhoffGradient::kImplicit;
   const BatchView<const T>& primary = implicit ? P : R;
   check_shape(G.batch, G.n, "project_birkhoff_backward: grad_P");
   check_view(ctx, G, "project_birkhoff_backward: grad_P", G.batch, G.n);
   check_view(ctx, D, "project_birkhoff_backward: grad_logits", G.batch, G.n);
-  check_view(ctx, primary, implicit ? "project_birkhoff_backward: P"
-                                    : "project_birkhoff_backward: logits (unrolled gradient)",
+  check_view(ctx, primary,
+             implicit ? "project_birkhoff_backward: P"
+                      : "project_birkhoff_backward: logits (unrolled gradient)",
              G.batch, G.n);
   const int n = G.n;
   const std::int64_t B = G.batch;
@@ -341,9 +341,8 @@ void project_birkhoff_backward(const Context& ctx, BatchView<const float> P,
   backward_impl<float>(ctx, P, grad_P, grad_logits, options, logits);
 }
 void project_birkhoff_backward(const Context& ctx, BatchView<const bfloat16> P,
-                               BatchView<const bfloat16> grad_P,
-                               BatchView<bfloat16> grad_logits, const BirkhoffOptions& options,
-                               BatchView<const bfloat16> logits) {
+                               BatchView<const bfloat16> grad_P, BatchView<bfloat16> grad_logits,
+                               const BirkhoffOptions& options, BatchView<const bfloat16> logits) {
   backward_impl<bfloat16>(ctx, P, grad_P, grad_logits, options, logits);
 }
 
@@ -353,8 +352,8 @@ void fill_normal(const Context& ctx, BatchView<float> out, double mean, double s
   const std::int64_t count = out.elements();
   if (count == 0) return;
   if (ctx.backend() == Backend::kCuda) {
-    birkhoff::cuda_fill_normal(out.data, count, Storage::kFloat32, float(mean), float(stddev),
-                               seed, ctx.cuda_stream());
+    birkhoff::cuda_fill_normal(out.data, count, Storage::kFloat32, float(mean), float(stddev), seed,
+                               ctx.cuda_stream());
     return;
   }
   std::mt19937_64 gen(seed);
@@ -384,8 +383,8 @@ BirkhoffTiming time_birkhoff(const Context& ctx, const BirkhoffBenchConfig& cfg)
     const auto t1 = std::chrono::steady_clock::now();
     if (cfg.backward)
       project_birkhoff_backward(ctx, batch_view<const float>(P, cfg.n),
-                                batch_view<const float>(G, cfg.n), batch_view<float>(D, cfg.n),
-                                o, batch_view<const float>(R, cfg.n));
+                                batch_view<const float>(G, cfg.n), batch_view<float>(D, cfg.n), o,
+                                batch_view<const float>(R, cfg.n));
     const auto t2 = std::chrono::steady_clock::now();
     if (r < cfg.warmup) continue;
     fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());

@@ -47,12 +47,14 @@ kantor::BirkhoffOptions to_options(const kantor_birkhoff_options* o) {
   kantor_birkhoff_default_options(&d);
   if (!o) o = &d;
   if (o->method < 0 || o->method > 2)
-    throw kantor::InvalidArgument("options.method must be 0 (newton), 1 (sinkhorn) or 2 "
-                                  "(deepseek), got " + std::to_string(o->method));
+    throw kantor::InvalidArgument(
+        "options.method must be 0 (newton), 1 (sinkhorn) or 2 "
+        "(deepseek), got " +
+        std::to_string(o->method));
   kantor::BirkhoffOptions r;
   r.method = kantor::BirkhoffMethod(o->method);
-  r.order = o->column_first ? kantor::SinkhornOrder::kColumnFirst
-                            : kantor::SinkhornOrder::kRowFirst;
+  r.order =
+      o->column_first ? kantor::SinkhornOrder::kColumnFirst : kantor::SinkhornOrder::kRowFirst;
   r.iterations = o->iterations;
   r.tolerance = o->tolerance;
   r.max_newton_iterations = o->max_newton_iterations > 0 ? o->max_newton_iterations : 30;
@@ -66,20 +68,20 @@ kantor::BirkhoffOptions to_options(const kantor_birkhoff_options* o) {
 kantor::birkhoff::Storage to_storage(kantor_dtype t) {
   if (t == KANTOR_DTYPE_FLOAT32) return kantor::birkhoff::Storage::kFloat32;
   if (t == KANTOR_DTYPE_BFLOAT16) return kantor::birkhoff::Storage::kBFloat16;
-  throw kantor::InvalidArgument("dtype must be KANTOR_DTYPE_FLOAT32 or KANTOR_DTYPE_BFLOAT16, "
-                                "got " + std::to_string(int(t)));
+  throw kantor::InvalidArgument(
+      "dtype must be KANTOR_DTYPE_FLOAT32 or KANTOR_DTYPE_BFLOAT16, "
+      "got " +
+      std::to_string(int(t)));
 }
 
 void check_shape(std::int64_t batch, int n) {
   if (n < 2 || n > 16)
     throw kantor::InvalidArgument("n = " + std::to_string(n) + " is outside 2..16");
-  if (batch < 0)
-    throw kantor::InvalidArgument("batch must be >= 0, got " + std::to_string(batch));
+  if (batch < 0) throw kantor::InvalidArgument("batch must be >= 0, got " + std::to_string(batch));
 }
 
 void check_ptr(const void* p, std::int64_t batch, const char* name) {
-  if (batch > 0 && !p)
-    throw kantor::InvalidArgument(std::string(name) + " is NULL but batch > 0");
+  if (batch > 0 && !p) throw kantor::InvalidArgument(std::string(name) + " is NULL but batch > 0");
 }
 
 }  // namespace
@@ -113,8 +115,8 @@ kantor_status kantor_birkhoff_forward(const void* logits, void* out, int64_t bat
     a.method = o.method;
     a.row_first = o.order == kantor::SinkhornOrder::kRowFirst;
     a.iterations = o.iterations > 0 ? o.iterations : 20;
-    a.tolerance = float(o.tolerance > 0 ? o.tolerance : (dtype == KANTOR_DTYPE_BFLOAT16 ? 3e-2
-                                                                                       : 1e-5));
+    a.tolerance =
+        float(o.tolerance > 0 ? o.tolerance : (dtype == KANTOR_DTYPE_BFLOAT16 ? 3e-2 : 1e-5));
     a.max_newton_iterations = o.max_newton_iterations;
     kantor::birkhoff::DeviceStats st;
     kantor::birkhoff::cuda_forward(a, stream, stats ? &st : nullptr);
@@ -128,8 +130,7 @@ kantor_status kantor_birkhoff_forward(const void* logits, void* out, int64_t bat
 }
 
 kantor_status kantor_birkhoff_backward(const void* P, const void* logits, const void* grad_P,
-                                       void* grad_logits, int64_t batch, int n,
-                                       kantor_dtype dtype,
+                                       void* grad_logits, int64_t batch, int n, kantor_dtype dtype,
                                        const kantor_birkhoff_options* options, void* stream) {
   return guarded([&] {
     check_shape(batch, n);

@@ -75,7 +75,8 @@ TEST(CpuBirkhoff, RowsOfVeryDifferentScalesAndLargeLogits) {
   auto R = test::random_logits(B * n * n, 1.0, 5);
   for (std::int64_t b = 0; b < B; ++b)
     for (int i = 0; i < n; ++i)
-      for (int j = 0; j < n; ++j) R[std::size_t((b * n + i) * n + j)] *= float(std::pow(10.0, i - 1));
+      for (int j = 0; j < n; ++j)
+        R[std::size_t((b * n + i) * n + j)] *= float(std::pow(10.0, i - 1));
   auto R10 = test::random_logits(B * n * n, 10.0, 6);
   R.insert(R.end(), R10.begin(), R10.end());
   std::vector<float> P(R.size());
@@ -275,9 +276,9 @@ TEST(CpuBirkhoff, Bfloat16Storage) {
   auto Rf = test::random_logits(100 * n * n, 1.0, 91);
   std::vector<bfloat16> R(Rf.size()), P(Rf.size());
   for (std::size_t k = 0; k < Rf.size(); ++k) R[k] = to_bfloat16(Rf[k]);
-  BirkhoffSummary s = project_birkhoff(
-      ctx, BatchView<const bfloat16>{R.data(), 100, n, MemorySpace::kHost},
-      BatchView<bfloat16>{P.data(), 100, n, MemorySpace::kHost}, {});
+  BirkhoffSummary s =
+      project_birkhoff(ctx, BatchView<const bfloat16>{R.data(), 100, n, MemorySpace::kHost},
+                       BatchView<bfloat16>{P.data(), 100, n, MemorySpace::kHost}, {});
   EXPECT_EQ(s.not_converged, 0);
   EXPECT_GT(s.worst_error, 1e-5);  // bf16 rounding is visible: the summary is of stored values
   for (int b = 0; b < 100; ++b) {
@@ -347,8 +348,7 @@ TEST(CpuBirkhoff, BadArgumentsThrow) {
                InvalidArgument);
   BirkhoffOptions o;
   o.gradient = BirkhoffGradient::kUnrolled;  // newton has no unrolled gradient
-  EXPECT_THROW(project_birkhoff_backward(ctx, cview(a, 4), cview(a, 4), view(a, 4), o,
-                                         cview(a, 4)),
+  EXPECT_THROW(project_birkhoff_backward(ctx, cview(a, 4), cview(a, 4), view(a, 4), o, cview(a, 4)),
                InvalidArgument);
   o = {};
   o.tolerance = -1;
@@ -359,10 +359,10 @@ TEST(CpuBirkhoff, BadArgumentsThrow) {
 
 bool cuda_available() { return KANTOR_CUDA_ENABLED && !cuda_devices().empty(); }
 
-#define KANTOR_REQUIRE_CUDA()                                                   \
-  do {                                                                          \
-    if (!KANTOR_CUDA_ENABLED) GTEST_SKIP() << "built without CUDA";             \
-    if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device visible";       \
+#define KANTOR_REQUIRE_CUDA()                                             \
+  do {                                                                    \
+    if (!KANTOR_CUDA_ENABLED) GTEST_SKIP() << "built without CUDA";       \
+    if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device visible"; \
   } while (0)
 
 template <class T>
@@ -445,7 +445,8 @@ TEST_P(CudaBirkhoffSizes, BackwardMatchesCpuEngine) {
   auto G = test::random_logits(1000 * n * n, 1.0, 400 + n);
   std::vector<float> P(R.size()), Dc(R.size());
   project_birkhoff(c, cview(R, n), view(P, n), {});
-  DeviceCopy<float> dP(g, P, n), dG(g, G, n), dR(g, R, n), dD(g, std::vector<float>(R.size(), NAN), n);
+  DeviceCopy<float> dP(g, P, n), dG(g, G, n), dR(g, R, n),
+      dD(g, std::vector<float>(R.size(), NAN), n);
   for (int variant = 0; variant < 3; ++variant) {
     BirkhoffOptions o;
     if (variant > 0) {
@@ -539,20 +540,19 @@ TEST(CudaBirkhoff, CApiMatchesCppApi) {
   const int n = 4;
   auto R = test::random_logits(777 * n * n, 1.0, 800);
   auto G = test::random_logits(777 * n * n, 1.0, 801);
-  DeviceCopy<float> dR(g, R, n), dG(g, G, n), dP(g, R, n), dD(g, R, n), dP2(g, R, n),
-      dD2(g, R, n);
+  DeviceCopy<float> dR(g, R, n), dG(g, G, n), dP(g, R, n), dD(g, R, n), dP2(g, R, n), dD2(g, R, n);
   project_birkhoff(g, dR.c(), dP.v(), {});
   project_birkhoff_backward(g, dP.c(), dG.c(), dD.v(), {});
   kantor_birkhoff_options o;
   kantor_birkhoff_default_options(&o);
   kantor_birkhoff_stats st;
-  ASSERT_EQ(kantor_birkhoff_forward(dR.buf.data(), dP2.buf.data(), 777, n, KANTOR_DTYPE_FLOAT32,
-                                    &o, g.cuda_stream(), &st),
+  ASSERT_EQ(kantor_birkhoff_forward(dR.buf.data(), dP2.buf.data(), 777, n, KANTOR_DTYPE_FLOAT32, &o,
+                                    g.cuda_stream(), &st),
             KANTOR_STATUS_OK)
       << kantor_birkhoff_last_error();
   EXPECT_EQ(st.not_converged, 0);
-  ASSERT_EQ(kantor_birkhoff_backward(dP2.buf.data(), nullptr, dG.buf.data(), dD2.buf.data(), 777,
-                                     n, KANTOR_DTYPE_FLOAT32, &o, g.cuda_stream()),
+  ASSERT_EQ(kantor_birkhoff_backward(dP2.buf.data(), nullptr, dG.buf.data(), dD2.buf.data(), 777, n,
+                                     KANTOR_DTYPE_FLOAT32, &o, g.cuda_stream()),
             KANTOR_STATUS_OK);
   EXPECT_EQ(dP.host(g), dP2.host(g));
   EXPECT_EQ(dD.host(g), dD2.host(g));

@@ -174,11 +174,11 @@ void cuda_fill_normal(void* out, std::int64_t count, Storage storage, float mean
   const std::int64_t pairs = (count + 1) / 2;
   const unsigned grid = unsigned((pairs + 255) / 256);
   if (storage == Storage::kFloat32)
-    fill_normal_kernel<float><<<grid, 256, 0, s>>>(static_cast<float*>(out), count, mean,
-                                                   stddev, seed);
+    fill_normal_kernel<float>
+        <<<grid, 256, 0, s>>>(static_cast<float*>(out), count, mean, stddev, seed);
   else
-    fill_normal_kernel<Bf16><<<grid, 256, 0, s>>>(static_cast<Bf16*>(out), count, mean, stddev,
-                                                  seed);
+    fill_normal_kernel<Bf16>
+        <<<grid, 256, 0, s>>>(static_cast<Bf16*>(out), count, mean, stddev, seed);
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 
@@ -287,8 +287,8 @@ BirkhoffTiming cuda_time(const BirkhoffBenchConfig& cfg, void* stream_ptr) {
       KANTOR_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
       std::vector<double> g;
       for (int r = 0; r < cfg.warmup + cfg.runs; ++r) {
-        cuda_fill_normal(Rs.p, count * kCalls, st, 0.f, float(cfg.scale),
-                         5000 + std::uint64_t(r), s);
+        cuda_fill_normal(Rs.p, count * kCalls, st, 0.f, float(cfg.scale), 5000 + std::uint64_t(r),
+                         s);
         KANTOR_CUDA_TRY(cudaEventRecord(e0.e, s));
         KANTOR_CUDA_TRY(cudaGraphLaunch(exec, s));
         KANTOR_CUDA_TRY(cudaEventRecord(e1.e, s));
