@@ -382,6 +382,41 @@ TEST(Solver, CallbacksAbortStopAndRecord) {
   }
 }
 
+// Shifted potentials fh = f - c|x|^2 in the caller's (uncentred) coordinates; argument checks of
+// the public barycentric_map.
+TEST(Solver, ShiftedPotentialsAndMapArguments) {
+  Rng rng(61);
+  PointData<double> d = make_point_data<double>(2, gaussian_cloud(rng, 7, 2, 3.0),
+                                                gaussian_cloud(rng, 5, 2, -1.0), {}, {}, 0.2, 0.5);
+  Context ctx = cpu_context();
+  Potentials<double> pot;
+  ASSERT_TRUE(solve_sinkhorn(ctx, d.problem(), SinkhornOptions{}, &pot).converged());
+  std::vector<double> fh, gh;
+  to_shifted(ctx, d.problem(), pot, &fh, &gh);
+  ASSERT_EQ(fh.size(), 7u);
+  ASSERT_EQ(gh.size(), 5u);
+  for (int i = 0; i < 7; ++i) {
+    const double sq = d.x[2 * i] * d.x[2 * i] + d.x[2 * i + 1] * d.x[2 * i + 1];
+    // The library may contract the squares into FMAs (C++ allows it): a few roundings apart.
+    EXPECT_NEAR(fh[i], pot.f.data()[i] - 0.5 * sq, tol<double>(8) * (1 + sq + std::abs(fh[i])));
+  }
+  for (int j = 0; j < 5; ++j) {
+    const double sq = d.y[2 * j] * d.y[2 * j] + d.y[2 * j + 1] * d.y[2 * j + 1];
+    EXPECT_NEAR(gh[j], pot.g.data()[j] - 0.5 * sq, tol<double>(8) * (1 + sq + std::abs(gh[j])));
+  }
+  std::vector<double> map(7 * 2);
+  EXPECT_THROW(barycentric_map(ctx, d.problem(), pot, Precision::kFp64,
+                               host_matrix<double>(map.data(), 7, 1)),
+               InvalidArgument);
+  Potentials<double> wrong;
+  wrong.f = Buffer<double>(ctx, 6);
+  wrong.g = Buffer<double>(ctx, 5);
+  EXPECT_THROW(barycentric_map(ctx, d.problem(), wrong, Precision::kFp64,
+                               host_matrix<double>(map.data(), 7, 2)),
+               InvalidArgument);
+  EXPECT_THROW(to_shifted(ctx, d.problem(), wrong, &fh, &gh), InvalidArgument);
+}
+
 TEST(Solver, IterationBudget) {
   Rng rng(42);
   PointData<double> d = make_point_data<double>(2, gaussian_cloud(rng, 20, 2),
