@@ -25,7 +25,8 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
       "the doubly stochastic matrices, P = diag(u) exp(L) diag(v)\n\noptions");
   desc.add_options()("help,h", "show this help")(
       "input", po::value(&input), "logits file, .npy (float32/float64) of shape [B, n, n]")(
-      "output", po::value(&output), "write P here (.npy float32, or .csv with B*n rows)")(
+      "output", po::value(&output),
+      "write P here (.npy float32 [B, n, n], or .csv with B*n rows of n)")(
       "method", po::value(&method), "newton (converged) | sinkhorn | deepseek (truncated)")(
       "order", po::value(&order), "sinkhorn sweep order: row | column")(
       "iterations", po::value(&iterations), "sinkhorn sweeps / deepseek repeat (default 20)")(
@@ -83,7 +84,13 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
   const std::vector<float> out = to_host(ctx, P.cview());
   if (!output.empty()) {
     std::vector<double> d(out.begin(), out.end());
-    io::write_array(output, {B, std::int64_t(n), std::int64_t(n)}, d.data(), true);
+    // .csv holds 2-D arrays: the B matrices stacked as B*n rows of n columns.
+    const bool csv = output.size() >= 4 && (output.compare(output.size() - 4, 4, ".csv") == 0 ||
+                                            output.compare(output.size() - 4, 4, ".CSV") == 0);
+    if (csv)
+      io::write_array(output, {B * n, std::int64_t(n)}, d.data(), true);
+    else
+      io::write_array(output, {B, std::int64_t(n), std::int64_t(n)}, d.data(), true);
   }
   if (json) {
     JsonObject j;
