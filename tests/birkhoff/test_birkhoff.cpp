@@ -290,6 +290,32 @@ TEST(CpuBirkhoff, Bfloat16Storage) {
   }
 }
 
+TEST(CpuBirkhoff, Bfloat16BackwardMatchesFloat32Backward) {
+  Context ctx = cpu_context();
+  const int n = 4;
+  auto R = test::random_logits(50 * n * n, 1.0, 93);
+  auto G = test::random_logits(50 * n * n, 1.0, 94);
+  std::vector<float> P(R.size()), D(R.size());
+  project_birkhoff(ctx, cview(R, n), view(P, n), {});
+  // Inputs rounded to bf16 once; the float32 run on the same rounded values is the reference.
+  std::vector<bfloat16> Pb(R.size()), Gb(R.size()), Db(R.size());
+  for (std::size_t k = 0; k < R.size(); ++k) {
+    Pb[k] = to_bfloat16(P[k]);
+    Gb[k] = to_bfloat16(G[k]);
+    P[k] = to_float(Pb[k]);
+    G[k] = to_float(Gb[k]);
+  }
+  project_birkhoff_backward(ctx, cview(P, n), cview(G, n), view(D, n), {});
+  project_birkhoff_backward(ctx, BatchView<const bfloat16>{Pb.data(), 50, n, MemorySpace::kHost},
+                            BatchView<const bfloat16>{Gb.data(), 50, n, MemorySpace::kHost},
+                            BatchView<bfloat16>{Db.data(), 50, n, MemorySpace::kHost}, {});
+  double scale = 0;
+  for (float d : D) scale = std::max(scale, double(std::fabs(d)));
+  ASSERT_GT(scale, 1e-3);
+  for (std::size_t k = 0; k < D.size(); ++k)
+    EXPECT_NEAR(to_float(Db[k]), D[k], 4e-3 * std::fabs(D[k]) + 1e-6);
+}
+
 // Matrices with -inf: the first has a projection (zero diagonal, derangements exist), the rest
 // have none (row of -inf, column of -inf, no positive diagonal, all -inf), then one with NaN.
 std::vector<float> special_matrices(int n) {
