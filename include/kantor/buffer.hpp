@@ -19,6 +19,7 @@ void copy_bytes(const Context& ctx, void* dst, MemorySpace dst_space, const void
                 MemorySpace src_space, std::size_t bytes);
 void fill_bytes(const Context& ctx, void* dst, MemorySpace space, int value, std::size_t bytes);
 void check_same_size(std::int64_t src, std::int64_t dst);  // throws InvalidArgument
+[[noreturn]] void check_non_negative_size(std::int64_t size);  // throws InvalidArgument
 }  // namespace detail
 
 /// Owning array of `size` T in `space`. Move-only. The Context must outlive the buffer.
@@ -29,6 +30,7 @@ class Buffer {
   Buffer() = default;
   Buffer(const Context& ctx, std::int64_t size, MemorySpace space)
       : ctx_(&ctx), size_(size), space_(space) {
+    if (size < 0) detail::check_non_negative_size(size);
     if (size > 0)
       data_ = static_cast<T*>(detail::allocate_bytes(ctx, space, sizeof(T) * std::size_t(size)));
   }

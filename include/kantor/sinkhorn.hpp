@@ -61,7 +61,7 @@ struct SinkhornOptions {
   /// its three problems share one schedule.)
   double initial_epsilon = 0;
   /// Stop when the L1 marginal error <= tolerance at the target eps. 0 = the default of the
-  /// precision: 1e-9 (fp64), 1e-5 (fp32), 1e-4 (tf32), 1e-2 (bf16).
+  /// precision: 1e-9 (fp64), 1e-4 (fp32), 1e-4 (tf32), 1e-2 (bf16).
   double tolerance = 0;
   /// Iteration budget, annealing steps included. An iteration is one f and one g update.
   std::int64_t max_iterations = 10000;

@@ -57,4 +57,8 @@ void check_same_size(std::int64_t src, std::int64_t dst) {
                           " elements but destination has " + std::to_string(dst));
 }
 
+void check_non_negative_size(std::int64_t size) {
+  throw InvalidArgument("Buffer: size must be >= 0, got " + std::to_string(size));
+}
+
 }  // namespace kantor::detail
