@@ -636,9 +636,12 @@ KANTOR_BK_HD int truncated_init(F* X, int n, const TruncatedMap& map) {
 /// One scaling step of P = diag(u) K diag(v). Row step: P_i <- P_i / (rowsum_i + add) is
 /// u_i <- 1 / ((K v)_i + add / u_i); the state keeps den = 1/u (den_i <- (K v)_i + add den_i), so a
 /// step costs n^2 FMAs and n reciprocals. Column step likewise with K^T u, v, den_v.
-/// Guard: the denominator is floored at 1e-30 (a row or column without mass, or one whose sum
-/// underflows, would give 1/0 = inf and then inf * 0 = NaN); with the floor u, v <= 1e30 and
-/// u_i K_ij v_j stays finite because K_ij v_j <= den_i.
+/// Guard: every denominator is at least 1e-30 (Num::floor): a row or column without mass, or one
+/// whose sum underflows, would give 1/0 = inf and then inf * 0 = NaN. With the floor u, v <= 1e30
+/// and u_i K_ij v_j stays finite because K_ij v_j <= den_i. Sinkhorn (no add) starts the sum at
+/// the floor, d = 1e-30 + sum_k K_ak v_k: the floor is the first FMA's addend (no instruction,
+/// where max(sum, 1e-30) cost n per step), and d equals the sum to rounding once the sum exceeds
+/// 2^-75 (float; 2^-946 in double). DeepSeek takes max(sum + add den, 1e-30).
 template <int NMAX, bool kRows, bool kAdd, class F>
 KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, F* den_u, F* den_v, int n, F add) {
   F* w = kRows ? u : v;
@@ -646,11 +649,11 @@ KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, F* den_u, F* den_v, int n, 
   KANTOR_BK_UNROLL
   for (int a = 0; a < NMAX; ++a) {
     if (a >= n) break;
-    F s = F(0);
+    F s = kAdd ? F(0) : Num<F>::floor();
     KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX; ++k)
       if (k < n) s += kRows ? K[a * NMAX + k] * v[k] : K[k * NMAX + a] * u[k];
-    const F d = bk_max(kAdd ? s + add * den[a] : s, Num<F>::floor());
+    const F d = kAdd ? bk_max(s + add * den[a], Num<F>::floor()) : s;
     den[a] = d;
     w[a] = bk_rcp(d);
   }
