@@ -258,6 +258,9 @@ KANTOR_BK_HD void scaled_eval(const F* K, F msum, const F* b, const F* bK, int n
     KANTOR_BK_UNROLL
     for (int k = 0; k < kH; ++k) H[k] = F(0);
   }
+  F glast[NMAX];  // sum_i t_ij t_i,n-1 for j < n-1
+  KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX; ++j) glast[j] = F(0);
   KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
@@ -272,31 +275,35 @@ KANTOR_BK_HD void scaled_eval(const F* K, F msum, const F* b, const F* bK, int n
         c[j] += e[j];
     }
     if (!kWriteT) {
-      // Row i adds diag(t) - t t^T. Its diagonal t_j (1 - t_j) is formed as t_j * sum_{k != j}
-      // t_k (prefix + suffix sums): 1 - t_j cancels catastrophically when t_j ~ 1
-      // (near-permutation P at large logit scales), which made the fp32 Hessian singular and
-      // Newton stall at Err ~ 1e-4.
-      F epre[NMAX];
-      F acc = F(0);
-      KANTOR_BK_UNROLL
-      for (int j = 0; j < NMAX; ++j) {
-        if (j >= n) break;
-        epre[j] = acc;
-        acc += e[j];
-      }
-      F esuf = F(0);
-      KANTOR_BK_UNROLL
-      for (int j = NMAX - 1; j >= 0; --j) {
-        if (j >= n) continue;
-        if (j < n - 1) H[packed<NMAX>(j, j)] += e[j] * (epre[j] + esuf);
-        esuf += e[j];
-      }
+      // Row i adds -t t^T off the diagonal; the products with the dropped column n-1 go to glast.
       KANTOR_BK_UNROLL
       for (int j = 0; j < NMAX - 1; ++j) {
+        if (j >= n - 1) break;
+        glast[j] += e[j] * e[n - 1];
         KANTOR_BK_UNROLL
         for (int l = j + 1; l < NMAX - 1; ++l)
           if (l < n - 1) H[packed<NMAX>(j, l)] -= e[j] * e[l];
       }
+    }
+  }
+  if (!kWriteT) {
+    // Diagonal: sum_i t_ij (1 - t_ij) = sum_i t_ij sum_{k != j} t_ik (rows of T sum to 1)
+    // = sum_{k != j} G_jk with G = T^T T, a sum of nonnegative terms. 1 - t_ij cancels
+    // catastrophically when t_ij ~ 1 (near-permutation P at large logit scales), which made the
+    // fp32 Hessian singular and Newton stall at Err ~ 1e-4. The G_jk are the accumulated
+    // off-diagonals (-H_jk) and glast: no per-row diagonal work (for n = 4, 9 instead of ~36
+    // FADD/FFMA per evaluation).
+    KANTOR_BK_UNROLL
+    for (int j = 0; j < NMAX - 1; ++j) {
+      if (j >= n - 1) break;
+      F g = glast[j];
+      KANTOR_BK_UNROLL
+      for (int k = 0; k < NMAX - 1; ++k) {
+        if (k >= n - 1) break;
+        if (k < j) g -= H[packed<NMAX>(k, j)];
+        if (k > j) g -= H[packed<NMAX>(j, k)];
+      }
+      H[packed<NMAX>(j, j)] = g;
     }
   }
 }
