@@ -25,9 +25,7 @@
 #include "kantor/info.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/sinkhorn.hpp"
-#if KANTOR_CUDA_ENABLED
-#include "lib/cuda/lse_timer.hpp"
-#endif
+#include "kantor/timer.hpp"
 
 namespace kantor::cli {
 namespace {
@@ -103,21 +101,11 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   ctx.synchronize();
   for (int r = 0; r < o.repeats; ++r) {
     reset();
-    if (ctx.backend() == Backend::kCuda) {
-#if KANTOR_CUDA_ENABLED
-      cuda::LseEventTimer timer;
-      timer.start(ctx.cuda_stream());
-      iterate();
-      timer.stop(ctx.cuda_stream());
-      t.ms.push_back(timer.elapsed_ms());
-#endif
-    } else {
-      const auto t0 = std::chrono::steady_clock::now();
-      iterate();
-      ctx.synchronize();
-      t.ms.push_back(
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
+    StreamTimer timer(ctx);  // CUDA events on the context's stream, or the steady clock
+    timer.start();
+    iterate();
+    timer.stop();
+    t.ms.push_back(timer.elapsed_ms());
   }
   // Sanity value of the last repeat's potentials (not timed).
   oracle->marginal_error(eps, f.data(), g.data(), err.data());

@@ -141,6 +141,16 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
          << " arithmetic; rescale the clouds or the cost scale";
       throw InvalidArgument(os.str());
     }
+    // Guard: eps must survive the conversion to T, and the scores (up to c*D^2/eps) must stay
+    // finite in T; otherwise every update divides by 0 or overflows.
+    const double lowest = double(std::numeric_limits<T>::min());
+    if (!(double(T(epsilon)) >= lowest) || !(cmax / epsilon < double(std::numeric_limits<T>::max()) / 4)) {
+      std::ostringstream os;
+      os << "problem.epsilon = " << epsilon << " is out of range for " << to_string(s.precision)
+         << " arithmetic with a largest cost c*D^2 = " << cmax
+         << " (need eps >= " << lowest << " and c*D^2/eps representable)";
+      throw InvalidArgument(os.str());
+    }
   }
   // Annealing starts at c*D^2 unless told otherwise; a warm start resumes at the target.
   double eps = epsilon;
@@ -158,13 +168,18 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   s.seconds_setup = std::chrono::duration<double>(t_iter - t_start).count();
 
   std::int64_t at_target = 0;  // iterations done at the target eps
+  double last_eps = eps;       // eps of the last iteration run: the potentials' eps
   bool first = true;
   s.termination = TerminationType::kMaxIterations;
   while (s.iterations < options.max_iterations) {
     const bool annealing = eps > epsilon;
-    const bool check = !annealing && (at_target + 1) % options.check_every == 0;
+    // Checks run every check_every iterations during annealing too (NaN detection, callbacks such
+    // as a Ctrl-C abort), but only a check at the target eps can declare convergence.
+    const bool check = annealing ? (s.iterations + 1) % options.check_every == 0
+                                 : (at_target + 1) % options.check_every == 0;
     double* err = check ? scalars.data() : nullptr;
     const double eps_now = eps;
+    last_eps = eps_now;
     const T e = T(eps);
     if (options.schedule == Schedule::kAlternating) {
       oracle.update_f(e, g, f, nullptr);
@@ -206,7 +221,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
       s.message = "a callback stopped the solve at iteration " + std::to_string(s.iterations);
       break;
     }
-    if (merr <= s.tolerance) {
+    if (!annealing && merr <= s.tolerance) {
       s.termination = TerminationType::kConverged;
       std::ostringstream os;
       os << "marginal error " << std::setprecision(3) << merr << " <= tolerance " << s.tolerance;
@@ -224,7 +239,9 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   s.seconds_iterations = std::chrono::duration<double>(t_costs - t_iter).count();
 
   // Values of the returned plan, all in the memory space, then one copy to the host.
-  const T e = T(epsilon);
+  // They are evaluated at the eps the potentials belong to: the target, unless the solve stopped
+  // (callback, budget) while still annealing.
+  const T e = T(last_eps);
   oracle.marginal_error(e, f, g, scalars.data());
   oracle.dual_value(f, g, scalars.data() + 1);
   const std::vector<double> head = to_host(ctx, scalars.cview());
@@ -237,9 +254,14 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   s.primal_cost = st[1];
   // eps KL(P | a b) = sum P (f + g - C) - eps (sum P - 1), so the regularized cost is
   // <P,C> + eps KL = sum P (f + g) - eps (sum P - 1).
-  s.regularized_cost = st[2] - epsilon * (st[0] - 1.0);
+  s.regularized_cost = st[2] - last_eps * (st[0] - 1.0);
   s.dual_gap = s.regularized_cost - s.dual_cost;
-  pot->epsilon = epsilon;
+  pot->epsilon = last_eps;
+  if (last_eps != epsilon) {
+    std::ostringstream os;
+    os << "; stopped while annealing: potentials and values are at eps = " << last_eps;
+    s.message += os.str();
+  }
   // IterationRecord promises a record at the end too: add one when the last iteration was not
   // a check (budget spent between checks or while annealing). Its error is the returned plan's,
   // measured at the target eps.

@@ -20,6 +20,7 @@ void copy_bytes(const Context& ctx, void* dst, MemorySpace dst_space, const void
 void fill_bytes(const Context& ctx, void* dst, MemorySpace space, int value, std::size_t bytes);
 void check_same_size(std::int64_t src, std::int64_t dst);  // throws InvalidArgument
 [[noreturn]] void check_non_negative_size(std::int64_t size);  // throws InvalidArgument
+[[noreturn]] void throw_too_large(std::int64_t size, std::size_t element_bytes);  // OutOfMemory
 }  // namespace detail
 
 /// Owning array of `size` T in `space`. Move-only. The Context must outlive the buffer.
@@ -31,6 +32,8 @@ class Buffer {
   Buffer(const Context& ctx, std::int64_t size, MemorySpace space)
       : ctx_(&ctx), size_(size), space_(space) {
     if (size < 0) detail::check_non_negative_size(size);
+    // Guard: sizeof(T) * size must not wrap around into a small, successful allocation.
+    if (std::uint64_t(size) > SIZE_MAX / sizeof(T)) detail::throw_too_large(size, sizeof(T));
     if (size > 0)
       data_ = static_cast<T*>(detail::allocate_bytes(ctx, space, sizeof(T) * std::size_t(size)));
   }

@@ -11,5 +11,6 @@
 #include "kantor/potentials.hpp"
 #include "kantor/problem.hpp"
 #include "kantor/sinkhorn.hpp"
+#include "kantor/timer.hpp"
 #include "kantor/types.hpp"
 #include "kantor/view.hpp"

@@ -57,6 +57,11 @@ void check_same_size(std::int64_t src, std::int64_t dst) {
                           " elements but destination has " + std::to_string(dst));
 }
 
+void throw_too_large(std::int64_t size, std::size_t element_bytes) {
+  throw OutOfMemory("cannot allocate " + std::to_string(size) + " elements of " +
+                    std::to_string(element_bytes) + " bytes (the byte count overflows)");
+}
+
 void check_non_negative_size(std::int64_t size) {
   throw InvalidArgument("Buffer: size must be >= 0, got " + std::to_string(size));
 }

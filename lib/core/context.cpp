@@ -14,8 +14,12 @@ Context::Impl::~Impl() {
 }
 
 Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>()) {
-  if (options.threads < 0)
-    throw InvalidArgument("ContextOptions::threads must be >= 0 (0 = all cores), got " +
+  // Guard: thousands of worker threads exhaust the process limit of small machines (seen: a
+  // CLI run with --threads 3000 left the host unable to fork) and never help a CPU pass.
+  constexpr int kMaxThreads = 1024;
+  if (options.threads < 0 || options.threads > kMaxThreads)
+    throw InvalidArgument("ContextOptions::threads must be in [0, " +
+                          std::to_string(kMaxThreads) + "] (0 = all cores), got " +
                           std::to_string(options.threads));
   if (options.device < 0)
     throw InvalidArgument("ContextOptions::device must be >= 0, got " +

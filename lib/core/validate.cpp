@@ -54,6 +54,10 @@ double check_weights(const VectorView<const T>& w, std::int64_t expected, const 
   }
   if (!(total > 0))
     throw InvalidArgument(std::string("problem.") + name + ": total mass is 0 (all weights zero)");
+  // Guard: an overflowing total would normalize every weight to 0.
+  if (!std::isfinite(total))
+    throw InvalidArgument(std::string("problem.") + name +
+                          ": total mass overflows double (rescale the weights)");
   return total;
 }
 

@@ -3,7 +3,19 @@
 namespace kantor::cpu {
 
 ThreadPool::ThreadPool(int threads) {
-  for (int t = 1; t < threads; ++t) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (int t = 1; t < threads; ++t) workers_.emplace_back([this] { worker_loop(); });
+  } catch (...) {
+    // Guard: a thread that cannot be created (process or memory limit) must not leave the
+    // workers already started waiting on a condition variable that is being destroyed.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& w : workers_) w.join();
+    throw;
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -75,4 +75,27 @@ void memset_async(void* dst, int value, std::size_t bytes, void* stream) {
   KANTOR_CUDA_TRY(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
 }
 
+void* event_create() {
+  cudaEvent_t e = nullptr;
+  KANTOR_CUDA_TRY(cudaEventCreate(&e));
+  return e;
+}
+
+void event_destroy(void* event) noexcept {
+  if (event) cudaEventDestroy(static_cast<cudaEvent_t>(event));
+}
+
+void event_record(void* event, void* stream) {
+  KANTOR_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(event),
+                                  static_cast<cudaStream_t>(stream)));
+}
+
+double event_elapsed_ms(void* start, void* stop) {
+  KANTOR_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)));
+  float ms = 0;
+  KANTOR_CUDA_TRY(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start),
+                                       static_cast<cudaEvent_t>(stop)));
+  return double(ms);
+}
+
 }  // namespace kantor::cuda

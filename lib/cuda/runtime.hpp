@@ -29,4 +29,11 @@ void device_free(void* p) noexcept;
 void memcpy_async(void* dst, const void* src, std::size_t bytes, int kind, void* stream);
 void memset_async(void* dst, int value, std::size_t bytes, void* stream);
 
+/// CUDA events (opaque cudaEvent_t) for stream-ordered timing.
+void* event_create();
+void event_destroy(void* event) noexcept;
+void event_record(void* event, void* stream);
+/// Milliseconds from `start` to `stop`; waits for `stop`.
+double event_elapsed_ms(void* start, void* stop);
+
 }  // namespace kantor::cuda

@@ -20,5 +20,9 @@ void* device_malloc(std::size_t) { not_compiled(); }
 void device_free(void*) noexcept {}
 void memcpy_async(void*, const void*, std::size_t, int, void*) { not_compiled(); }
 void memset_async(void*, int, std::size_t, void*) { not_compiled(); }
+void* event_create() { not_compiled(); }
+void event_destroy(void*) noexcept {}
+void event_record(void*, void*) { not_compiled(); }
+double event_elapsed_ms(void*, void*) { not_compiled(); }
 
 }  // namespace kantor::cuda

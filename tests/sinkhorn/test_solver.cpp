@@ -343,6 +343,7 @@ TEST(Solver, CallbacksAbortStopAndRecord) {
   Context ctx = cpu_context();
   {
     SinkhornOptions opt;
+    opt.anneal = false;  // annealing checks are covered by CallbacksRunWhileAnnealing
     opt.check_every = 7;
     std::vector<IterationRecord> seen;
     int second_calls = 0;
@@ -372,6 +373,7 @@ TEST(Solver, CallbacksAbortStopAndRecord) {
   }
   {
     SinkhornOptions opt;
+    opt.anneal = false;
     opt.record_iterations = false;
     opt.callbacks.push_back(
         [](const IterationRecord&) { return CallbackResult::kStopSuccessfully; });
@@ -417,6 +419,36 @@ TEST(Solver, ShiftedPotentialsAndMapArguments) {
   EXPECT_THROW(to_shifted(ctx, d.problem(), wrong, &fh, &gh), InvalidArgument);
 }
 
+TEST(Solver, CallbacksRunWhileAnnealing) {
+  Rng rng(43);
+  PointData<double> d = make_point_data<double>(2, gaussian_cloud(rng, 20, 2),
+                                                gaussian_cloud(rng, 20, 2, 1.0), {}, {}, 1e-3);
+  Context ctx = cpu_context();
+  SinkhornOptions opt;
+  opt.check_every = 2;
+  opt.scaling = 0.9;  // a long schedule: many checks above the target eps
+  std::vector<IterationRecord> seen;
+  opt.callbacks.push_back([&](const IterationRecord& r) {
+    seen.push_back(r);
+    return CallbackResult::kContinue;
+  });
+  const SinkhornSummary s = solve_sinkhorn(ctx, d.problem(), opt);
+  ASSERT_GT(s.annealing_iterations, 4);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.front().iteration, 2);
+  EXPECT_GT(seen.front().epsilon, 1e-3);  // called while annealing
+  // A small marginal error above the target eps never ends the solve: convergence is declared
+  // only at the target.
+  if (s.converged()) EXPECT_EQ(seen.back().epsilon, 1e-3);
+  {
+    SinkhornOptions abort_opt = opt;
+    abort_opt.callbacks = {[](const IterationRecord&) { return CallbackResult::kAbort; }};
+    const SinkhornSummary a = solve_sinkhorn(ctx, d.problem(), abort_opt);
+    EXPECT_EQ(a.termination, TerminationType::kUserAbort);
+    EXPECT_EQ(a.iterations, 2);  // aborted at the first check, still annealing
+  }
+}
+
 TEST(Solver, IterationBudget) {
   Rng rng(42);
   PointData<double> d = make_point_data<double>(2, gaussian_cloud(rng, 20, 2),
@@ -429,8 +461,9 @@ TEST(Solver, IterationBudget) {
   EXPECT_EQ(s.iterations, 13);
   EXPECT_GT(s.marginal_error, s.tolerance);
   EXPECT_TRUE(std::isfinite(s.dual_cost));
-  // One record per check, plus one at the end (13 is not a multiple of check_every).
-  const std::int64_t checks = (13 - s.annealing_iterations) / opt.check_every;
+  // One record per check (every check_every iterations, annealing included), plus one at the end
+  // (13 is not a multiple of check_every).
+  const std::int64_t checks = 13 / opt.check_every;
   ASSERT_EQ(std::int64_t(s.records.size()), checks + 1);
   EXPECT_EQ(s.records.back().iteration, 13);
   EXPECT_EQ(s.records.back().marginal_error, s.marginal_error);
@@ -442,7 +475,8 @@ TEST(Solver, IterationBudget) {
   opt.tolerance = 1e-3;
   const SinkhornSummary sf = solve_sinkhorn(ctx, df.problem(), opt);
   ASSERT_FALSE(sf.records.empty());
-  for (const auto& r : sf.records) EXPECT_EQ(r.epsilon, 0.01);
+  for (const auto& r : sf.records)
+    if (r.iteration > sf.annealing_iterations) EXPECT_EQ(r.epsilon, 0.01);
 }
 
 // NaN potentials are a numerical outcome, reported in the Summary, not an exception.
