@@ -2,7 +2,10 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
+#include <sstream>
 
 #include "apps/cli_common.hpp"
 #include "apps/commands.hpp"
@@ -14,6 +17,21 @@
 namespace po = boost::program_options;
 
 namespace kantor::cli {
+namespace {
+
+// The shortest decimal that reads back as v (1e+39, not 1.0000000000000001e+39).
+std::string shortest(double v) {
+  std::ostringstream os;
+  for (int digits = 1; digits <= 17; ++digits) {
+    os.str("");
+    os.precision(digits);
+    os << v;
+    if (std::strtod(os.str().c_str(), nullptr) == v) break;
+  }
+  return os.str();
+}
+
+}  // namespace
 
 int cmd_birkhoff(const std::vector<std::string>& args) {
   std::string input, output, method = "newton", order = "row", backend = "auto";
@@ -34,14 +52,15 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
       "backend", po::value(&backend), "cpu | cuda | auto")(
       "threads", po::value(&threads), "CPU threads (0 = all cores)")("json", po::bool_switch(&json),
                                                                      "print the summary as JSON");
-  po::variables_map vm;
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  po::notify(vm);
+  po::variables_map vm = parse_command_line(args, desc);
   if (vm.count("help")) {
     std::cout << desc << "\n";
     return kExitOk;
   }
+  po::notify(vm);
   if (input.empty()) throw InvalidArgument("--input is required (an [B, n, n] .npy file)");
+  if (vm.count("output") && output.empty())
+    throw InvalidArgument("--output: empty file name (expected a .npy or .csv path)");
 
   BirkhoffOptions o;
   o.method = parse_birkhoff_method(method, "--method");
@@ -50,6 +69,8 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
   o.tolerance = tolerance;
   std::string why;
   if (!o.is_valid(&why)) throw InvalidArgument(why);
+  // Refuse an unwritable output before any work.
+  if (!output.empty()) io::check_writable_array_path(output, "--output");
 
   const io::Array a = io::read_array(input);
   if (a.shape.size() != 3)
@@ -67,12 +88,24 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
   std::vector<float> host(a.data.size());
   for (std::size_t k = 0; k < a.data.size(); ++k) {
     const double v = a.data[k];
-    // -inf is a legal logit (a forbidden entry); NaN and +inf are not.
-    if (std::isnan(v) || v == HUGE_VAL)
-      throw InvalidArgument("--input '" + input + "': element " + std::to_string(k) + " (matrix " +
-                            std::to_string(k / (n * n)) + ") is " +
-                            (std::isnan(v) ? "NaN" : "+inf"));
     host[k] = float(v);
+    // -inf is a legal logit (a forbidden entry); NaN, +inf and a finite value beyond the float32
+    // range (which would become +-inf and silently zero the matrix or forbid the entry) are not.
+    if (std::isfinite(host[k]) || v == -std::numeric_limits<double>::infinity()) continue;
+    const std::size_t nn = std::size_t(n) * std::size_t(n);
+    const std::string where = "--input '" + input + "': matrix " + std::to_string(k / nn) +
+                              ", row " + std::to_string(k % nn / std::size_t(n)) + ", column " +
+                              std::to_string(k % std::size_t(n)) + ": ";
+    if (std::isnan(v))
+      throw InvalidArgument(where +
+                            "logit is NaN (expected a number, or -inf to forbid the entry)");
+    if (std::isinf(v))
+      throw InvalidArgument(where +
+                            "logit is +inf (expected a finite number, or -inf to forbid "
+                            "the entry)");
+    throw InvalidArgument(where + "logit " + shortest(v) + " overflows float32 (expected |L| <= " +
+                          shortest(std::numeric_limits<float>::max()) +
+                          ", or exactly -inf to forbid the entry)");
   }
 
   Context ctx(ContextOptions{parse_backend(backend, "--backend"), threads});

@@ -8,11 +8,13 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -147,6 +149,10 @@ double check_weights(const std::vector<double>& w, std::int64_t points, const st
   }
   if (!(total > 0))
     throw InvalidArgument(name + ": all weights are zero (expected a positive total mass)");
+  if (!std::isfinite(total))
+    throw InvalidArgument(name + ": the weights sum to " + fmt(total) +
+                          ", beyond the float64 range (expected a finite total mass; rescale "
+                          "the weights)");
   return total;
 }
 
@@ -167,8 +173,14 @@ void check_and_finish(Input* in) {
                           in->b_name + " sums to " + fmt(mb) +
                           " (balanced OT needs equal totals to 1e-6 relative)");
   if (has_a != has_b) {  // uniform weights on the other side, with the same total
-    if (has_a) in->b.assign(std::size_t(in->m), ma / double(in->m));
-    if (has_b) in->a.assign(std::size_t(in->n), mb / double(in->n));
+    if (has_a) {
+      in->b.assign(std::size_t(in->m), ma / double(in->m));
+      in->b_name = "uniform target weights (total mass of " + in->a_name + ")";
+    }
+    if (has_b) {
+      in->a.assign(std::size_t(in->n), mb / double(in->n));
+      in->a_name = "uniform source weights (total mass of " + in->b_name + ")";
+    }
   }
 }
 
@@ -222,24 +234,41 @@ PotentialPaths potential_paths(const std::string& prefix) {
 }
 
 struct OutputFile {
+  std::string option;  // "--output-map", for messages
   std::string path;
   std::vector<std::int64_t> shape;
   std::vector<double> data;
   bool float32 = false;
 };
 
-/// Writes every file atomically; if one fails, the ones already written by this call are
-/// removed so that a failed command leaves no partial set of outputs.
+/// Writes every file to a temporary name next to it first, and renames them into place only once
+/// all were written: a failed write removes the temporaries and leaves every existing file under
+/// the output names untouched. (A rename failing midway, after the up-front checks, leaves the
+/// outputs renamed before it complete and in place.)
 void write_outputs(const std::vector<OutputFile>& files) {
-  std::vector<std::string> done;
-  try {
-    for (const OutputFile& f : files) {
-      io::write_array(f.path, f.shape, f.data.data(), f.float32);
-      done.push_back(f.path);
+  const std::string suffix = ".tmp." + std::to_string(::getpid());
+  std::vector<std::string> temps;
+  auto remove_temps = [&](std::size_t from) {
+    for (std::size_t i = from; i < temps.size(); ++i) ::unlink(temps[i].c_str());
+  };
+  for (const OutputFile& f : files) {
+    // The temporary keeps the extension, which picks the format.
+    const std::string tmp = f.path + suffix + io::extension(f.path);
+    try {
+      io::write_array(tmp, f.shape, f.data.data(), f.float32);
+    } catch (const IoError& e) {
+      remove_temps(0);
+      throw IoError(f.option + ": cannot write '" + f.path + "': " + e.what());
     }
-  } catch (...) {
-    for (const std::string& p : done) ::unlink(p.c_str());
-    throw;
+    temps.push_back(tmp);
+  }
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (::rename(temps[i].c_str(), files[i].path.c_str()) != 0) {
+      const int err = errno;
+      remove_temps(i);
+      throw IoError(files[i].option + ": cannot write '" + files[i].path + "': rename from '" +
+                    temps[i] + "' failed: " + std::strerror(err));
+    }
   }
 }
 
@@ -248,22 +277,61 @@ std::vector<double> to_double(const std::vector<T>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
-/// Converts float64 data to T; a finite value that overflows float32 is a caller error.
+/// Converts float64 data minus `shift` (per column; empty: none) to T; a finite value that
+/// overflows float32 is a caller error, reported with its value as read.
 template <class T>
 std::vector<T> convert(const std::vector<double>& v, const std::string& name, const char* what,
-                       std::int64_t cols, Precision precision) {
+                       std::int64_t cols, Precision precision,
+                       const std::vector<double>& shift = {}) {
   std::vector<T> out(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
-    out[i] = T(v[i]);
+    out[i] = T(shift.empty() ? v[i] : v[i] - shift[i % std::size_t(cols)]);
     if (!std::isfinite(double(out[i])))
-      throw InvalidArgument(name + ": " + what + " " + fmt(v[i]) + " at index " +
-                            (cols > 1 ? std::to_string(i / std::size_t(cols)) + ", " +
-                                            std::to_string(i % std::size_t(cols))
-                                      : std::to_string(i)) +
-                            " overflows float32 (precision " + to_string(precision) +
-                            "; use --precision fp64)");
+      throw InvalidArgument(
+          name + ": " + what + " " + fmt(v[i]) + " at index " +
+          (cols > 1 ? std::to_string(i / std::size_t(cols)) + ", " +
+                          std::to_string(i % std::size_t(cols))
+                    : std::to_string(i)) +
+          (std::is_same<T, float>::value
+               ? " overflows float32 (precision " + to_string(precision) + "; use --precision fp64)"
+               : std::string(" is not a finite float64 (precision ") + to_string(precision) + ")"));
   }
   return out;
+}
+
+/// The joint bounding box of x and y in float64: its midpoint per coordinate, its widest side.
+struct Box {
+  std::vector<double> mid;
+  double width = 0;
+};
+
+Box bounding_box(const Input& in) {
+  Box box;
+  box.mid.resize(std::size_t(in.d));
+  for (std::int64_t k = 0; k < in.d; ++k) {
+    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+    for (std::int64_t i = 0; i < in.n; ++i) {
+      lo = std::min(lo, in.x[std::size_t(i * in.d + k)]);
+      hi = std::max(hi, in.x[std::size_t(i * in.d + k)]);
+    }
+    for (std::int64_t j = 0; j < in.m; ++j) {
+      lo = std::min(lo, in.y[std::size_t(j * in.d + k)]);
+      hi = std::max(hi, in.y[std::size_t(j * in.d + k)]);
+    }
+    box.mid[std::size_t(k)] = lo / 2 + hi / 2;  // no overflow near +-DBL_MAX
+    box.width = std::max(box.width, hi - lo);
+  }
+  return box;
+}
+
+/// A float32 solve needs the total masses finite in float32.
+void check_float_mass(const std::vector<double>& w, const std::string& name, Precision precision) {
+  double total = 0;
+  for (const double v : w) total += v;
+  if (!(total <= double(std::numeric_limits<float>::max())))
+    throw InvalidArgument(name + ": the weights sum to " + fmt(total) +
+                          ", beyond the float32 range (precision " + to_string(precision) +
+                          "; use --precision fp64 or rescale the weights)");
 }
 
 // ---- progress on a terminal ---------------------------------------------------------------
@@ -382,10 +450,21 @@ void check_cost_range(const Input& in, double cost_scale, double max_value, Prec
 template <class T>
 int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision precision) {
   constexpr bool is_float = std::is_same<T, float>::value;
-  const std::vector<T> x = convert<T>(in.x, in.x_name, "coordinate", in.d, precision);
-  const std::vector<T> y = convert<T>(in.y, in.y_name, "coordinate", in.d, precision);
+  // In float32 the points are first centred in float64 on the midpoint of their joint bounding
+  // box: far from the origin (1e8 + N(0, 1)) the float conversion would round away the spread.
+  // The cost is translation invariant, so the potentials are unchanged; the map is shifted back.
+  // Centred, a coordinate overflows float32 only where the costs do: that check comes first.
+  check_cost_range(in, st.cost_scale, std::numeric_limits<T>::max(), precision);
+  const Box box = is_float ? bounding_box(in) : Box{};
+  const std::vector<double>& shift = box.mid;
+  const std::vector<T> x = convert<T>(in.x, in.x_name, "coordinate", in.d, precision, shift);
+  const std::vector<T> y = convert<T>(in.y, in.y_name, "coordinate", in.d, precision, shift);
   const std::vector<T> a = convert<T>(in.a, in.a_name, "weight", 1, precision);
   const std::vector<T> b = convert<T>(in.b, in.b_name, "weight", 1, precision);
+  if (is_float) {
+    check_float_mass(in.a, in.a_name, precision);
+    check_float_mass(in.b, in.b_name, precision);
+  }
   Problem<T> p;
   p.x = host_matrix(x.data(), in.n, in.d);
   p.y = host_matrix(y.data(), in.m, in.d);
@@ -394,7 +473,6 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   p.epsilon = st.epsilon;
   p.cost_scale = st.cost_scale;
   validate(p);
-  check_cost_range(in, st.cost_scale, std::numeric_limits<T>::max(), precision);
 
   SinkhornOptions options = st.options;
   options.precision = precision;
@@ -425,13 +503,26 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   std::vector<OutputFile> outputs;
   if (!st.potentials_prefix.empty()) {
     const PotentialPaths paths = potential_paths(st.potentials_prefix);
-    outputs.push_back({paths.f, {in.n}, to_double(to_host(ctx, pot.f.cview())), is_float});
-    outputs.push_back({paths.g, {in.m}, to_double(to_host(ctx, pot.g.cview())), is_float});
+    outputs.push_back(
+        {"--output-potentials", paths.f, {in.n}, to_double(to_host(ctx, pot.f.cview())), is_float});
+    outputs.push_back(
+        {"--output-potentials", paths.g, {in.m}, to_double(to_host(ctx, pot.g.cview())), is_float});
   }
   if (!st.map_path.empty()) {
     std::vector<T> map(std::size_t(in.n * in.d));
     barycentric_map(ctx, p, pot, precision, host_matrix(map.data(), in.n, in.d));
-    outputs.push_back({st.map_path, {in.n, in.d}, to_double(map), is_float});
+    std::vector<double> out = to_double(map);
+    // Back to the original coordinates. Where the points lie farther from the origin than the
+    // widest side of their box, float32 would round the map coarser than the solve: float64.
+    double offset = 0;
+    for (const double c : shift) offset = std::max(offset, std::abs(c));
+    for (std::size_t i = 0; i < out.size() && !shift.empty(); ++i)
+      out[i] += shift[i % std::size_t(in.d)];
+    outputs.push_back({"--output-map",
+                       st.map_path,
+                       {in.n, in.d},
+                       std::move(out),
+                       is_float && offset <= box.width});
   }
   write_outputs(outputs);
 
@@ -536,7 +627,8 @@ int cmd_solve(const std::vector<std::string>& args) {
     ("output-potentials", po::value(&potentials_prefix)->value_name("PREFIX"),
      "write f and g to PREFIX_f.npy, PREFIX_g.npy (PREFIX ending in .csv/.npy picks the format)")
     ("output-map", po::value(&map_path)->value_name("FILE"),
-     "write the barycentric map T(x_i) (n x d) to FILE (.npy or .csv)")
+     "write the barycentric map T(x_i) (n x d) to FILE (.npy or .csv; float32 .npy for fp32 "
+     "solves unless the points lie farther from the origin than their spread)")
     ("json", po::bool_switch(&json), "print one JSON object instead of the report")
     ("quiet", po::bool_switch(&quiet), "no progress line on stderr")
     ("demo", po::bool_switch(&demo),

@@ -26,10 +26,11 @@ struct Array {
 
 /// Reads a .npy or .csv file (chosen by extension, case-insensitive) into doubles. .npy: dtype
 /// '<f4' or '<f8', fortran_order False, any rank, format versions 1.0, 2.0 and 3.0. .csv:
-/// comma-separated numbers (spaces and tabs around fields are ignored, blank lines and lines
-/// starting with '#' are skipped), every row the same length, an optional first line of
-/// non-numeric column names; the result is 2-D (rows x columns). NaN/Inf are read as such (the
-/// caller validates). Throws IoError: "cannot open 'path': reason" for a missing or unreadable
+/// comma-separated decimal numbers, inf or nan (no hexadecimal floats; spaces and tabs around
+/// fields are ignored, blank lines and lines starting with '#' are skipped), every row the same
+/// length, an optional first line of non-empty, non-numeric column names; the result is 2-D
+/// (rows x columns). NaN/Inf are read as such (the caller validates). A .npy header must give
+/// each of its keys once. Throws IoError: "cannot open 'path': reason" for a missing or unreadable
 /// file, otherwise "'path': what is wrong (what was expected)".
 Array read_array(const std::string& path);
 

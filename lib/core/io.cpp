@@ -122,6 +122,9 @@ class NpyHeaderParser {
       skip_ws();
       expect(':');
       skip_ws();
+      if ((key == "descr" && have_descr) || (key == "fortran_order" && have_fortran) ||
+          (key == "shape" && have_shape))
+        bad("duplicate key '" + key + "' (expected each of descr, fortran_order and shape once)");
       if (key == "descr") {
         if (peek() == '[')
           bad("structured dtype " + excerpt(rest(), 40) +
@@ -358,8 +361,43 @@ std::vector<std::string> split_fields(const std::string& line) {
 
 enum class FieldStatus { kOk, kEmpty, kNotANumber, kOutOfRange };
 
+bool equals_ignoring_case(const char* s, std::size_t len, const char* word) {
+  if (std::strlen(word) != len) return false;
+  for (std::size_t i = 0; i < len; ++i)
+    if (std::tolower(static_cast<unsigned char>(s[i])) != word[i]) return false;
+  return true;
+}
+
+// A decimal literal: [+-] digits [. digits] [(e|E) [+-] digits] with at least one mantissa
+// digit, or [+-] inf / infinity / nan in any case. strtod also takes hexadecimal floats
+// ("0x1p3") and "nan(chars)", which a .csv of numbers never means.
+bool is_decimal_literal(const std::string& field) {
+  const char* s = field.c_str();
+  std::size_t i = 0, n = field.size();
+  if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
+  if (equals_ignoring_case(s + i, n - i, "inf") || equals_ignoring_case(s + i, n - i, "infinity") ||
+      equals_ignoring_case(s + i, n - i, "nan"))
+    return true;
+  std::size_t digits = 0;
+  while (i < n && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
+  if (i < n && s[i] == '.') {
+    ++i;
+    while (i < n && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++digits;
+  }
+  if (digits == 0) return false;
+  if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    if (i < n && (s[i] == '+' || s[i] == '-')) ++i;
+    std::size_t exp_digits = 0;
+    while (i < n && std::isdigit(static_cast<unsigned char>(s[i]))) ++i, ++exp_digits;
+    if (exp_digits == 0) return false;
+  }
+  return i == n;
+}
+
 FieldStatus parse_number(const std::string& field, double* value) {
   if (field.empty()) return FieldStatus::kEmpty;
+  if (!is_decimal_literal(field)) return FieldStatus::kNotANumber;
   errno = 0;
   char* end = nullptr;
   const double v = std::strtod(field.c_str(), &end);
@@ -396,12 +434,16 @@ Array read_csv(const std::string& path) {
     const std::int64_t nf = std::int64_t(fields.size());
     std::vector<double> values(fields.size());
     std::vector<FieldStatus> status(fields.size());
-    // A header is a first line of names: no field is a number or starts like one ("1;2" is a
-    // malformed row, not a column name).
+    // A header is a first line of names: no field is empty, a number or starts like one ("1;2"
+    // is a malformed row, not a column name; ",," is a row of empty fields).
     bool names_only = true;
     for (std::size_t k = 0; k < fields.size(); ++k) {
       status[k] = parse_number(fields[k], &values[k]);
-      const char c0 = fields[k].empty() ? 'a' : fields[k][0];
+      if (fields[k].empty()) {
+        names_only = false;
+        continue;
+      }
+      const char c0 = fields[k][0];
       if (status[k] == FieldStatus::kOk || std::isdigit(static_cast<unsigned char>(c0)) ||
           c0 == '+' || c0 == '-' || c0 == '.')
         names_only = false;
@@ -428,7 +470,8 @@ Array read_csv(const std::string& path) {
       if (status[k] == FieldStatus::kEmpty) fail(path, where + ": empty field (expected a number)");
       if (status[k] == FieldStatus::kOutOfRange)
         fail(path, where + ": '" + excerpt(fields[k]) + "' is out of the float64 range");
-      fail(path, where + ": cannot parse '" + excerpt(fields[k]) + "' as a number");
+      fail(path, where + ": cannot parse '" + excerpt(fields[k]) +
+                     "' as a number (expected a decimal number, inf or nan)");
     }
     out.data.insert(out.data.end(), values.begin(), values.end());
     ++rows;

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -648,8 +649,9 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
        {"--target-weights '" + a + "' has 30 weights", "has 40 points"}},
       {xy + " --source-weights " + w2d + " --epsilon 0.1",
        {"--source-weights", "'" + w2d + "' has shape (15, 2)"}},
+      // fp32 centres the points in float64 first: only a spread beyond float32 is refused.
       {" --source " + big + " --target " + y + " --epsilon 0.1 --precision fp32",
-       {"--source '" + big + "'", "overflows float32"}},
+       {"--source '" + big + "'", "exceed the float32 range (precision fp32)"}},
       {" --source " + huge + " --target " + y + " --epsilon 0.1 --backend cpu",
        {"--source '" + huge + "' and --target '" + y + "'", "exceed the float64 range"}},
       {" --source " + big + " --target " + y + " --epsilon 0.1 --precision fp64",
@@ -851,6 +853,173 @@ TEST_F(CliTest, InfoJsonAndText) {
   EXPECT_NE(r.out.find("CUDA devices"), std::string::npos) << r.out;
   EXPECT_EQ(run("info --bogus").code, 2);
   EXPECT_EQ(run("info extra").code, 2);
+}
+
+// ---- review findings ----------------------------------------------------------------------
+
+// n x d standard normal points (Box-Muller on the LCG) shifted by `shift` in every coordinate.
+Cloud normal_cloud(Lcg& rng, std::int64_t n, std::int64_t d, double shift) {
+  Cloud c{n, d, std::vector<double>(std::size_t(n * d))};
+  for (double& v : c.p) {
+    const double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
+    v = shift + std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+  return c;
+}
+
+// Coordinates near 1e8 do not survive a float32 conversion (spacing 8): an fp32 solve must
+// centre them in float64 first, and write the map back in the original coordinates.
+TEST_F(CliTest, Fp32SolveFarFromTheOriginMatchesFp64) {
+  Lcg rng(11);
+  const Cloud x = normal_cloud(rng, 50, 3, 1e8), y = normal_cloud(rng, 60, 3, 1e8);
+  const std::string files =
+      " --source " + save("far.npy", x) + " --target " + save("fary.npy", y) + " --epsilon 0.1";
+  const Json j64 =
+      run_json(kSolveCpu + files + " --precision fp64 --output-map " + out_dir_ + "/map64.npy");
+  const Json j32 =
+      run_json(kSolveCpu + files + " --precision fp32 --output-map " + out_dir_ + "/map32.npy");
+  EXPECT_TRUE(j64["converged"].b);
+  EXPECT_TRUE(j32["converged"].b);
+  EXPECT_GT(j64["dual_cost"].num, 0.5);  // two N(0, 1) samples in R^3: about 1.1
+  EXPECT_LT(rel(j32["dual_cost"].num, j64["dual_cost"].num), 1e-4)
+      << "fp32 " << j32["dual_cost"].num << " vs fp64 " << j64["dual_cost"].num;
+  // The translation does not change the solution: both match the float64 reference.
+  const Reference ref = reference_sinkhorn(x, y, {}, {}, 0.1);
+  EXPECT_LT(rel(j64["dual_cost"].num, ref.dual), 1e-6);
+  const io::Array m64 = io::read_array(out_dir_ + "/map64.npy");
+  const io::Array m32 = io::read_array(out_dir_ + "/map32.npy");
+  ASSERT_EQ(m32.shape, (std::vector<std::int64_t>{50, 3}));
+  ASSERT_EQ(m64.shape, m32.shape);
+  EXPECT_EQ(m32.dtype, "float64") << "float32 would round coordinates near 1e8 to multiples of 8";
+  for (std::size_t k = 0; k < m32.data.size(); ++k) {
+    EXPECT_NEAR(m32.data[k], m64.data[k], 2e-3) << k;  // original coordinates, fp32 accuracy
+    EXPECT_NEAR(m32.data[k], 1e8, 10.0) << k;
+  }
+}
+
+TEST_F(CliTest, CsvFirstLineOfEmptyFieldsIsAMalformedRowNotAHeader) {
+  const std::string e = save_text("e.csv", ",,\n1,2,3\n");
+  const std::string y = save("y3.npy", Cloud{2, 3, {0, 0, 0, 1, 1, 1}});
+  const Result r = run(kSolveCpu + " --source " + e + " --target " + y + " --epsilon 0.1");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("--source: '" + e + "': line 1, column 1: empty field"), std::string::npos)
+      << r.err;
+}
+
+TEST_F(CliTest, WeightsWhoseTotalOverflowsAreRejectedByName) {
+  const Fixture30x40 p = make_problem();
+  const std::string xy = " --source " + save("x.npy", p.x) + " --target " + save("y.npy", p.y);
+  const std::string huge = save("huge_w.npy", std::vector<double>(30, 1e308));
+  // Only --source-weights: the total is not finite in float64.
+  for (const std::string prec : {"fp64", "fp32"}) {
+    const Result r =
+        run(kSolveCpu + xy + " --epsilon 0.1 --precision " + prec + " --source-weights " + huge);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.err.find("--source-weights '" + huge + "'"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("sum to inf"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find(": : "), std::string::npos) << "empty name: " << r.err;
+  }
+  // Finite in float64 but beyond float32: named, with the precision in use.
+  const std::string big = save("big_w.npy", std::vector<double>(30, 2e37));
+  Result r = run(kSolveCpu + xy + " --epsilon 0.1 --precision fp32 --source-weights " + big);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("--source-weights '" + big + "'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(precision fp32;"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("(precision fp64"), std::string::npos) << r.err;
+  // The same in fp64 is a valid problem.
+  r = run(kSolveCpu + xy + " --epsilon 0.1 --precision fp64 --source-weights " + big);
+  EXPECT_EQ(r.code, 0) << r.err;
+}
+
+TEST_F(CliTest, FailedMultiOutputRunKeepsPreExistingFiles) {
+  const Fixture30x40 p = make_problem();
+  const std::string xy = " --source " + save("x.npy", p.x) + " --target " + save("y.npy", p.y);
+  const std::vector<double> old_f = {1, 2, 3}, old_g = {4, 5};
+  io::write_array(out_dir_ + "/pot_f.npy", {3}, old_f.data());
+  io::write_array(out_dir_ + "/pot_g.npy", {2}, old_g.data());
+  // A map name that passes the up-front check but whose temporary file name is too long for the
+  // file system: the map is the last output, so its write fails after the potentials'.
+  const std::string long_map = out_dir_ + "/" + std::string(246, 'm') + ".npy";
+  const Result r = run(kSolveCpu + xy + " --epsilon 0.1 --output-potentials " + out_dir_ +
+                       "/pot --output-map " + long_map);
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("cannot write"), std::string::npos) << r.err;
+  EXPECT_EQ(io::read_array(out_dir_ + "/pot_f.npy").data, old_f);
+  EXPECT_EQ(io::read_array(out_dir_ + "/pot_g.npy").data, old_g);
+  std::vector<std::string> left = list_dir(out_dir_);
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"pot_f.npy", "pot_g.npy"}));
+}
+
+// An [B, n, n] float64 logits file.
+std::string save_logits(const std::string& path, std::int64_t batch, std::int64_t n,
+                        const std::vector<double>& v) {
+  io::write_array(path, {batch, n, n}, v.data());
+  return path;
+}
+
+TEST_F(CliTest, BirkhoffRejectsLogitsThatOverflowFloat32) {
+  std::vector<double> v(2 * 16, 0.0);
+  v[1 * 16 + 3 * 4 + 0] = -1e39;  // matrix 1, row 3, column 0
+  const std::string neg = save_logits(path("neg.npy"), 2, 4, v);
+  Result r = run("birkhoff --backend cpu --input " + neg);
+  EXPECT_EQ(r.code, 2) << r.out;
+  for (const std::string e : {"--input '" + neg + "'", std::string("matrix 1, row 3, column 0"),
+                              std::string("-1e+39"), std::string("float32")})
+    EXPECT_NE(r.err.find(e), std::string::npos) << "expected '" << e << "' in: " << r.err;
+  v[1 * 16 + 3 * 4 + 0] = 0;
+  v[0 * 16 + 1 * 4 + 2] = 1e39;  // matrix 0, row 1, column 2
+  const std::string pos = save_logits(path("pos.npy"), 2, 4, v);
+  r = run("birkhoff --backend cpu --input " + pos + " --output " + out_dir_ + "/p.npy");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.err.find("matrix 0, row 1, column 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("1e+39"), std::string::npos) << r.err;
+  EXPECT_TRUE(list_dir(out_dir_).empty());
+  // NaN and +inf are named by position too; an exact -inf is a forbidden entry and is fine.
+  v[0 * 16 + 1 * 4 + 2] = std::nan("");
+  r = run("birkhoff --backend cpu --input " + save_logits(path("nan.npy"), 2, 4, v));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("matrix 0, row 1, column 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("NaN"), std::string::npos) << r.err;
+  v[0 * 16 + 1 * 4 + 2] = -INFINITY;
+  r = run("birkhoff --backend cpu --input " + save_logits(path("ninf.npy"), 2, 4, v) +
+          " --output " + out_dir_ + "/p.npy");
+  EXPECT_EQ(r.code, 0) << r.err;
+  const io::Array P = io::read_array(out_dir_ + "/p.npy");
+  ASSERT_EQ(P.data.size(), 32u);
+  EXPECT_EQ(P.data[6], 0.0);
+  EXPECT_NEAR(P.data[0] + P.data[1] + P.data[2] + P.data[3], 1.0, 1e-4);
+}
+
+TEST_F(CliTest, BirkhoffParsesItsCommandLineStrictly) {
+  const std::string bk = save_logits(path("bk.npy"), 1, 4, std::vector<double>(16, 0.0));
+  const std::vector<BadCase> cases = {
+      {" --input " + bk + " stray", {"unexpected argument 'stray'"}},
+      {" --input " + bk + " --tol 1e-3", {"'--tol'"}},
+      {" --input " + bk + " --iter 3", {"'--iter'"}},
+      {" --input " + bk + " --bogus", {"unrecognised option '--bogus'"}},
+      {" --input " + bk + " --tolerance abc", {"--tolerance: invalid value 'abc'"}},
+      {" --input " + bk + " --output " + path("no/dir/p.npy"),
+       {"--output: cannot write '" + path("no/dir/p.npy") + "'"}},
+      {" --input " + bk + " --output " + out_dir_ + "/p.txt",
+       {"--output", "unknown file type '.txt'"}},
+      {" --input " + bk + " --output ''", {"--output: empty file name"}},
+      // The output is checked before the input is read.
+      {" --input " + path("missing.npy") + " --output " + path("no/dir/p.npy"),
+       {"--output: cannot write"}},
+  };
+  for (const BadCase& c : cases) {
+    const Result r = run("birkhoff --backend cpu" + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\nstdout: " << r.out;
+    EXPECT_EQ(r.out, "") << c.args;
+    EXPECT_EQ(r.err.rfind("kantor birkhoff: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+    for (const std::string& e : c.expected)
+      EXPECT_NE(r.err.find(e), std::string::npos) << "expected '" << e << "' in: " << r.err;
+    EXPECT_TRUE(list_dir(out_dir_).empty()) << c.args << " left output files";
+  }
+  const Result ok = run("birkhoff --backend cpu --input " + bk + " --tolerance 1e-3");
+  EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
 }  // namespace

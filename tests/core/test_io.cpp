@@ -484,4 +484,79 @@ TEST_F(IoTest, CheckWritableArrayPath) {
   EXPECT_FALSE(exists(path("fine.csv")));  // checking creates nothing
 }
 
+// Review findings: a key given twice in the .npy header, hexadecimal floats in a .csv, and a
+// first .csv line of empty fields (not a header: a malformed row).
+TEST_F(IoTest, NpyHeaderWithADuplicateKeyIsRejected) {
+  const std::string d6 = raw(std::vector<double>(6, 1.0));
+  const std::vector<BadNpy> cases = {
+      {"dup_descr",
+       npy(1, "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), 'descr': '<f8'}", d6),
+       "duplicate key 'descr'"},
+      {"dup_shape",
+       npy(1, "{'descr': '<f8', 'shape': (2, 3), 'fortran_order': False, 'shape': (6,)}", d6),
+       "duplicate key 'shape'"},
+      {"dup_fortran",
+       npy(1, "{'descr': '<f8', 'fortran_order': True, 'shape': (6,), 'fortran_order': False}", d6),
+       "duplicate key 'fortran_order'"},
+  };
+  for (const BadNpy& c : cases) {
+    const std::string p = write_bytes(std::string(c.name) + ".npy", c.bytes);
+    const std::string msg = io_error([&] { io::read_array(p); });
+    EXPECT_HAS(msg, "'" + p + "'");
+    EXPECT_HAS(msg, c.expected);
+  }
+}
+
+TEST_F(IoTest, CsvAcceptsOnlyDecimalNumbersInfAndNan) {
+  const std::vector<BadCsv> cases = {
+      {"1,2\n0x1p3,4\n", "line 2, column 1: cannot parse '0x1p3' as a number (expected a decimal"},
+      {"1,0X10\n", "line 1, column 2: cannot parse '0X10'"},
+      {"1,2\n-0x.8p1,4\n", "line 2, column 1: cannot parse '-0x.8p1'"},
+      {"1,nan(123)\n", "line 1, column 2: cannot parse 'nan(123)'"},
+      {"1,.\n", "line 1, column 2: cannot parse '.'"},
+      {"1,1e\n", "line 1, column 2: cannot parse '1e'"},
+      {"1,infx\n", "line 1, column 2: cannot parse 'infx'"},
+  };
+  int i = 0;
+  for (const BadCsv& c : cases) {
+    const std::string p = write_bytes("hex" + std::to_string(i++) + ".csv", c.text);
+    const std::string msg = io_error([&] { io::read_array(p); });
+    EXPECT_HAS(msg, "'" + p + "'");
+    EXPECT_HAS(msg, c.expected);
+  }
+  // Every decimal spelling strtod takes (and inf / infinity / nan in any case) still reads.
+  const io::Array a = io::read_array(
+      write_bytes("dec.csv", "+1.5,-.25,3.,1E2\n2e-1,-INF,Infinity,NaN\n-nan,+inf,0,-0\n"));
+  ASSERT_EQ(a.shape, (std::vector<std::int64_t>{3, 4}));
+  EXPECT_EQ(a.data[0], 1.5);
+  EXPECT_EQ(a.data[1], -0.25);
+  EXPECT_EQ(a.data[2], 3.0);
+  EXPECT_EQ(a.data[3], 100.0);
+  EXPECT_EQ(a.data[4], 0.2);
+  EXPECT_EQ(a.data[5], -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(a.data[6], std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(a.data[7]));
+  EXPECT_TRUE(std::isnan(a.data[8]));
+  EXPECT_EQ(a.data[9], std::numeric_limits<double>::infinity());
+}
+
+TEST_F(IoTest, CsvFirstLineOfEmptyFieldsIsNotAHeader) {
+  const std::vector<BadCsv> cases = {
+      {",,\n1,2,3\n", "line 1, column 1: empty field"},
+      {"  ,\t, \n1,2,3\n", "line 1, column 1: empty field"},
+      {",\n1,2\n", "line 1, column 1: empty field"},
+      {"x,,z\n1,2,3\n", "line 1"},  // a header needs a name in every column
+  };
+  int i = 0;
+  for (const BadCsv& c : cases) {
+    const std::string p = write_bytes("eh" + std::to_string(i++) + ".csv", c.text);
+    const std::string msg = io_error([&] { io::read_array(p); });
+    EXPECT_HAS(msg, "'" + p + "'");
+    EXPECT_HAS(msg, c.expected);
+  }
+  // A real header still works.
+  EXPECT_EQ(io::read_array(write_bytes("ok.csv", "a,b,c\n1,2,3\n")).shape,
+            (std::vector<std::int64_t>{1, 3}));
+}
+
 }  // namespace
