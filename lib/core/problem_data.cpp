@@ -64,6 +64,16 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& p) {
   copy_centred(p.y, &out.y);
   out.a = normalized_weights(p.a, out.n);
   out.b = normalized_weights(p.b, out.m);
+  // Guard: a zero weight masks its point (log 0 = -inf, which every engine's pass treats as a
+  // masked key and never as a NaN source).
+  auto logs = [](const std::vector<T>& w) {
+    std::vector<T> l(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i)
+      l[i] = w[i] > 0 ? std::log(w[i]) : -std::numeric_limits<T>::infinity();
+    return l;
+  };
+  out.la = logs(out.a);
+  out.lb = logs(out.b);
   return out;
 }
 

@@ -17,6 +17,7 @@ struct PreparedProblem {
   std::vector<T> x, y;        // centred, row-major n x d and m x d
   std::vector<double> center; // d: what was subtracted
   std::vector<T> a, b;        // normalized weights
+  std::vector<T> la, lb;      // their logs; -inf for a zero weight (a masked point)
   double diameter = 0;        // diagonal of the joint bounding box
 };
 

@@ -38,8 +38,8 @@ class CpuOracle final : public Oracle<T> {
     const T c = T(c_);
     xn_ = c * x_.rowwise().squaredNorm();
     yn_ = c * y_.rowwise().squaredNorm();
-    la_ = log_weights(a_);
-    lb_ = log_weights(b_);
+    la_ = Eigen::Map<const Vec<T>>(prep.la.data(), prep.n);
+    lb_ = Eigen::Map<const Vec<T>>(prep.lb.data(), prep.m);
     tn_.resize(x_.rows());
     tm_.resize(y_.rows());
     self_ = x_.rows() == y_.rows() && x_ == y_ && a_ == b_;
@@ -169,14 +169,6 @@ class CpuOracle final : public Oracle<T> {
   }
 
  private:
-  static Vec<T> log_weights(const Vec<T>& w) {
-    Vec<T> l(w.size());
-    // Guard: a zero weight masks its point (log 0 = -inf, which the pass treats as masked).
-    for (std::int64_t i = 0; i < w.size(); ++i)
-      l[i] = w[i] > 0 ? std::log(w[i]) : -std::numeric_limits<T>::infinity();
-    return l;
-  }
-
   Vec<T> f_side_bias(T eps, const T* g) const {
     return (Eigen::Map<const Vec<T>>(g, m()) - yn_) / eps + lb_;
   }

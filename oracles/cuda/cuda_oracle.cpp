@@ -73,8 +73,8 @@ class CudaOracle final : public Oracle<T> {
     if (tf32) ys_values_ = upload(padded(prep.y, m_, ld_simt_, false));
     a_ = upload(prep.a);
     b_ = upload(prep.b);
-    la_ = upload(log_weights(prep.a));
-    lb_ = upload(log_weights(prep.b));
+    la_ = upload(prep.la);
+    lb_ = upload(prep.lb);
     if (kernel_ == LseKernel::kTf32) {
       // TF32-rounded copies and c|x~|^2 from the same rounded values (docs/numerics.md 2).
       ld_upd_ = cuda::tf32_padded_dim(int(d_));
@@ -268,14 +268,6 @@ class CudaOracle final : public Oracle<T> {
     }
     return out;
   }
-  static std::vector<T> log_weights(const std::vector<T>& w) {
-    std::vector<T> l(w.size());
-    // Guard: a zero weight masks its point (log 0 = -inf; the kernels treat -inf as masked).
-    for (std::size_t i = 0; i < w.size(); ++i)
-      l[i] = w[i] > 0 ? std::log(w[i]) : -std::numeric_limits<T>::infinity();
-    return l;
-  }
-
   const T* upd_x() const { return kernel_ == LseKernel::kTf32 ? xt_.data() : xs_.data(); }
   const T* upd_y() const { return kernel_ == LseKernel::kTf32 ? yt_.data() : ys_.data(); }
 
@@ -290,39 +282,27 @@ class CudaOracle final : public Oracle<T> {
     p.err_partials = err ? err_partials_.data() : nullptr;
     return p;
   }
-  // f side: queries x, keys y with potential g; writes f.
-  LseSide<T> side_f(const T* g, T* f) {
+  // One side of an update. f side: queries x, keys y with potential g, writes f. g side: the
+  // clouds' roles swapped.
+  LseSide<T> side(bool f_side, const T* key_pot, T* pot) {
+    const bool tf32 = kernel_ == LseKernel::kTf32;
     LseSide<T> s;
-    s.queries = upd_x();
-    s.keys = upd_y();
-    s.key_pot = g;
-    s.key_norm = kernel_ == LseKernel::kTf32 ? yn_.data() : nullptr;
-    s.key_logw = lb_.data();
-    s.query_norm = kernel_ == LseKernel::kTf32 ? xn_.data() : nullptr;
-    s.query_w = a_.data();
-    s.pot = f;
-    s.part_max = pm_f_.data();
-    s.part_sum = ps_f_.data();
-    s.rows = n_;
-    s.nkeys = m_;
+    s.queries = f_side ? upd_x() : upd_y();
+    s.keys = f_side ? upd_y() : upd_x();
+    s.key_pot = key_pot;
+    s.key_norm = tf32 ? (f_side ? yn_.data() : xn_.data()) : nullptr;
+    s.key_logw = f_side ? lb_.data() : la_.data();
+    s.query_norm = tf32 ? (f_side ? xn_.data() : yn_.data()) : nullptr;
+    s.query_w = f_side ? a_.data() : b_.data();
+    s.pot = pot;
+    s.part_max = f_side ? pm_f_.data() : pm_g_.data();
+    s.part_sum = f_side ? ps_f_.data() : ps_g_.data();
+    s.rows = f_side ? n_ : m_;
+    s.nkeys = f_side ? m_ : n_;
     return s;
   }
-  LseSide<T> side_g(const T* f, T* g) {
-    LseSide<T> s;
-    s.queries = upd_y();
-    s.keys = upd_x();
-    s.key_pot = f;
-    s.key_norm = kernel_ == LseKernel::kTf32 ? xn_.data() : nullptr;
-    s.key_logw = la_.data();
-    s.query_norm = kernel_ == LseKernel::kTf32 ? yn_.data() : nullptr;
-    s.query_w = b_.data();
-    s.pot = g;
-    s.part_max = pm_g_.data();
-    s.part_sum = ps_g_.data();
-    s.rows = m_;
-    s.nkeys = n_;
-    return s;
-  }
+  LseSide<T> side_f(const T* g, T* f) { return side(true, g, f); }
+  LseSide<T> side_g(const T* f, T* g) { return side(false, f, g); }
   LseValuePass<T> value_pass(T eps, bool f_side, const T* f, const T* g, ValueMode mode) {
     LseValuePass<T> p;
     LseSide<T>& s = p.side;
