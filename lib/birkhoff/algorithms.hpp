@@ -654,18 +654,10 @@ KANTOR_BK_HD int truncated_init(F* X, int n, const TruncatedMap& map) {
 /// the floor, d = 1e-30 + sum_k K_ak v_k: the floor is the first FMA's addend (no instruction,
 /// where max(sum, 1e-30) cost n per step), and d equals the sum to rounding once the sum exceeds
 /// 2^-75 (float; 2^-946 in double). DeepSeek takes max(sum + add den, 1e-30).
-/// Sinkhorn inverts d_0 and d_1 as a pair: with p = d_0 d_1, 1/d_0 = d_1 / p and 1/d_1 = d_0 / p,
-/// one SFU reciprocal and three multiplies instead of two reciprocals (~1 ulp more rounding).
-/// n = 4, per warp and step: 4 reciprocals took 32 SFU cycles against 20 issue slots; paired,
-/// 3 take 24 against 27 (DeepSeek's step already issues 28: pairing would not pay there).
-/// Guard: the pair is used only for p in (1e-30, 1e30). Outside, p could underflow to 0 (1/0 =
-/// inf) or overflow to inf (1/p = 0, then 0 * inf = NaN); inside, 1/p is a normal number and
-/// both results are 1/d to ~2 ulp.
 template <int NMAX, bool kRows, bool kAdd, class F>
 KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, F* den_u, F* den_v, int n, F add) {
   F* w = kRows ? u : v;
   F* den = kRows ? den_u : den_v;
-  F d[NMAX];
   KANTOR_BK_UNROLL
   for (int a = 0; a < NMAX; ++a) {
     if (a >= n) break;
@@ -673,23 +665,9 @@ KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, F* den_u, F* den_v, int n, 
     KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX; ++k)
       if (k < n) s += kRows ? K[a * NMAX + k] * v[k] : K[k * NMAX + a] * u[k];
-    d[a] = kAdd ? bk_max(s + add * den[a], Num<F>::floor()) : s;
-    den[a] = d[a];
-  }
-  const F p = d[0] * d[1];
-  if (!kAdd && n >= 2 && p > F(1e-30) && p < F(1e30)) {
-    const F r = bk_rcp(p);
-    w[0] = r * d[1];
-    w[1] = r * d[0];
-    KANTOR_BK_UNROLL
-    for (int a = 2; a < NMAX; ++a)
-      if (a < n) w[a] = bk_rcp(d[a]);
-  } else {
-    // The max is a no-op (d >= 1e-30 already). It keeps this rare path a separate branch: without
-    // it nvcc predicates both paths, and predicated-off MUFU instructions still take issue slots.
-    KANTOR_BK_UNROLL
-    for (int a = 0; a < NMAX; ++a)
-      if (a < n) w[a] = bk_rcp(bk_max(d[a], Num<F>::floor()));
+    const F d = kAdd ? bk_max(s + add * den[a], Num<F>::floor()) : s;
+    den[a] = d;
+    w[a] = bk_rcp(d);
   }
 }
 
