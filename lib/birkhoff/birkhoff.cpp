@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <type_traits>
@@ -122,6 +123,12 @@ void check_shape(std::int64_t batch, int n, const char* name) {
                           " is outside the supported range 2..16");
   if (batch < 0)
     throw InvalidArgument(std::string(name) + ": batch must be >= 0, got " + std::to_string(batch));
+  // Guard: batch * n * n elements (and their bytes) must fit in 64 bits, or sizes wrap around.
+  const std::int64_t max_batch = std::numeric_limits<std::int64_t>::max() / (16 * n * n);
+  if (batch > max_batch)
+    throw InvalidArgument(std::string(name) + ": batch " + std::to_string(batch) +
+                          " is too large (at most " + std::to_string(max_batch) + " for n = " +
+                          std::to_string(n) + ")");
 }
 
 void check_options(const BirkhoffOptions& o) {

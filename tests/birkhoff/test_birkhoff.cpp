@@ -379,6 +379,15 @@ TEST(CpuBirkhoff, BadArgumentsThrow) {
   o = {};
   o.tolerance = -1;
   EXPECT_THROW(project_birkhoff(ctx, cview(a, 4), view(a, 4), o), InvalidArgument);
+  // A batch whose element count overflows 64 bits is refused, not wrapped into a small one.
+  BirkhoffBenchConfig huge;
+  huge.n = 16;
+  huge.batch = 72057594037927937LL;  // 2^56 + 1: batch * 256 wraps to 256
+  EXPECT_THROW(time_birkhoff(ctx, huge), InvalidArgument);
+  EXPECT_THROW(project_birkhoff(ctx, BatchView<const float>{a.data(), huge.batch, 4,
+                                                            MemorySpace::kHost},
+                                BatchView<float>{b.data(), huge.batch, 4, MemorySpace::kHost}, {}),
+               InvalidArgument);
 }
 
 // ---- CUDA engine against the CPU engine ---------------------------------------------------
