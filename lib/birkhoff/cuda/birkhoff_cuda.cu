@@ -108,26 +108,28 @@ void cuda_forward(const ForwardArgs& a, void* stream_ptr, DeviceStats* stats) {
   p.tol_accept = 0.5f * a.tolerance;
   p.max_iter = a.max_newton_iterations;
   const bool fast = a.n == 4 && aligned16(a.logits) && aligned16(a.out);
-  unsigned long long* d_stats = nullptr;
+  // Stream-ordered scratch for the summary counters, freed on every exit path (a throwing CUDA
+  // call included).
+  struct StatsScratch {
+    unsigned long long* p = nullptr;
+    cudaStream_t s = nullptr;
+    ~StatsScratch() {
+      if (p) cudaFreeAsync(p, s);
+    }
+  } scratch{nullptr, s};
   if (stats) {
-    KANTOR_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&d_stats),
+    KANTOR_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&scratch.p),
                                     kStatsWords * sizeof(unsigned long long), s));
-    KANTOR_CUDA_TRY(cudaMemsetAsync(d_stats, 0, kStatsWords * sizeof(unsigned long long), s));
-    p.stats = d_stats;
+    KANTOR_CUDA_TRY(cudaMemsetAsync(scratch.p, 0, kStatsWords * sizeof(unsigned long long), s));
+    p.stats = scratch.p;
   }
-  try {
-    if (a.storage == Storage::kFloat32)
-      launch_forward<float>(p, fast, s);
-    else
-      launch_forward<Bf16>(p, fast, s);
-  } catch (...) {
-    if (d_stats) cudaFreeAsync(d_stats, s);
-    throw;
-  }
+  if (a.storage == Storage::kFloat32)
+    launch_forward<float>(p, fast, s);
+  else
+    launch_forward<Bf16>(p, fast, s);
   if (!stats) return;
   unsigned long long h[kStatsWords];
-  KANTOR_CUDA_TRY(cudaMemcpyAsync(h, d_stats, sizeof(h), cudaMemcpyDeviceToHost, s));
-  KANTOR_CUDA_TRY(cudaFreeAsync(d_stats, s));
+  KANTOR_CUDA_TRY(cudaMemcpyAsync(h, scratch.p, sizeof(h), cudaMemcpyDeviceToHost, s));
   KANTOR_CUDA_TRY(cudaStreamSynchronize(s));
   const unsigned maxbits = unsigned(h[0]);
   float worst;
@@ -270,9 +272,26 @@ BirkhoffTiming cuda_time(const BirkhoffBenchConfig& cfg, void* stream_ptr) {
   if (cfg.graphs && bytes * kCalls <= (std::size_t(4) << 30)) {
     DeviceBuffer Rs(bytes * kCalls);
     for (int pass = 0; pass < (cfg.backward ? 2 : 1); ++pass) {
-      cudaGraph_t graph = nullptr;
-      cudaGraphExec_t exec = nullptr;
+      // Graph objects and the capture state are released on every exit path: a throw inside the
+      // capture must not leave the context's stream capturing (every later call would fail).
+      struct GraphGuard {
+        cudaStream_t s;
+        bool capturing = false;
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        ~GraphGuard() {
+          if (capturing) {
+            cudaGraph_t g = nullptr;
+            cudaStreamEndCapture(s, &g);
+            if (g) cudaGraphDestroy(g);
+            cudaGetLastError();  // the error that unwound us is already being reported
+          }
+          if (exec) cudaGraphExecDestroy(exec);
+          if (graph) cudaGraphDestroy(graph);
+        }
+      } guard{s};
       KANTOR_CUDA_TRY(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      guard.capturing = true;
       for (int c = 0; c < kCalls; ++c) {
         ForwardArgs f = fa;
         f.logits = static_cast<char*>(Rs.p) + bytes * c;
@@ -283,8 +302,10 @@ BirkhoffTiming cuda_time(const BirkhoffBenchConfig& cfg, void* stream_ptr) {
           cuda_backward(b, s);
         }
       }
-      KANTOR_CUDA_TRY(cudaStreamEndCapture(s, &graph));
-      KANTOR_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
+      guard.capturing = false;
+      KANTOR_CUDA_TRY(cudaStreamEndCapture(s, &guard.graph));
+      KANTOR_CUDA_TRY(cudaGraphInstantiate(&guard.exec, guard.graph, 0));
+      cudaGraphExec_t exec = guard.exec;
       std::vector<double> g;
       for (int r = 0; r < cfg.warmup + cfg.runs; ++r) {
         cuda_fill_normal(Rs.p, count * kCalls, st, 0.f, float(cfg.scale), 5000 + std::uint64_t(r),
@@ -297,8 +318,6 @@ BirkhoffTiming cuda_time(const BirkhoffBenchConfig& cfg, void* stream_ptr) {
         KANTOR_CUDA_TRY(cudaEventElapsedTime(&a, e0.e, e1.e));
         if (r >= cfg.warmup) g.push_back(a / kCalls);
       }
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
       double med, lo, hi;
       summarize(g, med, lo, hi);
       (pass == 0 ? t.graph_forward_ms_median : t.graph_both_ms_median) = med;
