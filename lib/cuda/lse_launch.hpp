@@ -11,13 +11,17 @@ void launch_lse_simt(const LsePass<float>& p, void* stream);
 void launch_lse_simt(const LsePass<double>& p, void* stream);
 /// LSE partials by the TF32 tensor-core kernel.
 void launch_lse_tf32(const LsePass<float>& p, void* stream);
+/// LSE partials by the bf16 tensor-core kernel (p.ld in {16, 32, 64}, packed bf16 clouds).
+void launch_lse_bf16(const LsePass<float>& p, void* stream);
 /// Finalize (+ error reduction) of a pass whose partials are written (p.alpha set).
 void finish_lse_pass(const LsePass<float>& p, void* stream);
 /// Rows per block of each kernel.
 int simt_block_rows();
 int tf32_block_rows(int ld);
+int bf16_block_rows(int ld);
 /// Resident blocks per SM of the kernel that serves padded width `ld` (occupancy query).
 int simt_blocks_per_sm(int ld, bool is_double);
 int tf32_blocks_per_sm(int ld);
+int bf16_blocks_per_sm(int ld);
 
 }  // namespace kantor::cuda

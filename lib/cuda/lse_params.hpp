@@ -1,8 +1,9 @@
 // Streaming log-sum-exp passes of the CUDA point-cloud engine: parameter structs (PODs passed by
 // value to the kernels) and the non-template launchers. Plain C++: no CUDA types here, streams
 // are opaque cudaStream_t pointers. Kernels: lib/cuda/lse_simt.cuh (CUDA cores, exact
-// differences), lib/cuda/lse_tf32.cuh (mma.sync TF32), lib/cuda/lse_finalize.cuh (merges,
-// potentials, scalar reductions). Design and tile rule: docs/cuda-engine.md.
+// differences), lib/cuda/lse_tf32.cuh (mma.sync TF32), lib/cuda/lse_bf16.cuh (mma.sync bf16),
+// lib/cuda/lse_finalize.cuh (merges, potentials, scalar reductions). Design and tile rule:
+// docs/cuda-engine.md.
 //
 // Conventions (docs/numerics.md section 2, in the exp2 domain). Every pass reduces, for each
 // query row i over keys j, scores in "u units" u_ij with exp-argument alpha * u_ij (log2 units):
@@ -10,7 +11,8 @@
 //                             alpha = log2(e) c / eps,           query norm term q_i = 0;
 //   tf32 path (shifted form): u_ij = beta_j + <x~_i, y~_j>,      beta_j = (g_j - c|y~_j|^2 +
 //                             eps log b_j) / (2c), alpha = 2 log2(e) c / eps, q_i = c |x~_i|^2,
-// where x~, y~ are the TF32-rounded centred coordinates (norms from the same rounded values).
+// where x~, y~ are the TF32-rounded centred coordinates (norms from the same rounded values);
+//   bf16 path: the tf32 shifted form with x~, y~ rounded to bf16 (round to nearest even).
 // Then T_f(g)_i = q_i - eps ln2 (alpha M_i + log2 S_i), M_i = max_j u_ij,
 // S_i = sum_j exp2(alpha (u_ij - M_i)). The g side swaps the clouds.
 #pragma once
@@ -22,12 +24,14 @@ namespace kantor::cuda {
 /// One direction of an LSE pass: `rows` queries against `keys` keys.
 template <class T>
 struct LseSide {
-  const T* queries = nullptr;     ///< rows x ld, padded with zero columns (TF32-rounded on tf32)
-  const T* keys = nullptr;        ///< keys x ld
+  /// rows x ld, padded with zero columns (TF32-rounded on tf32). bf16: rows x ld/2 32-bit words
+  /// of packed bf16 pairs (element 2w in the low half of word w), stored in float-typed memory.
+  const T* queries = nullptr;
+  const T* keys = nullptr;        ///< keys x ld (bf16: packed like queries)
   const T* key_pot = nullptr;     ///< potential of the keys (g for the f side)
-  const T* key_norm = nullptr;    ///< c |y~_j|^2 (tf32 path); null on the exact path
+  const T* key_norm = nullptr;    ///< c |y~_j|^2 (tf32, bf16); null on the exact path
   const T* key_logw = nullptr;    ///< log weights of the keys, -inf for a zero weight (masked)
-  const T* query_norm = nullptr;  ///< q_i (tf32 path); null on the exact path
+  const T* query_norm = nullptr;  ///< q_i (tf32, bf16); null on the exact path
   const T* query_w = nullptr;     ///< weights of the rows (marginal error)
   T* pot = nullptr;               ///< potential of the rows: old value read, new value written
   T* part_max = nullptr;          ///< splits x rows partial maxima (workspace)
@@ -81,12 +85,17 @@ struct LseValuePass {
 };
 
 /// Which kernel runs the LSE of a pass.
-enum class LseKernel : int { kSimt = 0, kTf32 = 1 };
+enum class LseKernel : int { kSimt = 0, kTf32 = 1, kBf16 = 2 };
+
+/// Largest d the bf16 kernel serves (padded widths 16, 32, 64; wider d is refused).
+constexpr int kBf16MaxDim = 64;
 
 /// Padded dimension the CUDA-core kernels need for dimension d (zero columns are exact).
 int simt_padded_dim(int d);
 /// Padded dimension the TF32 kernels need for dimension d.
 int tf32_padded_dim(int d);
+/// Padded dimension the bf16 kernel needs for d <= kBf16MaxDim (16, 32 or 64); -1 above.
+int bf16_padded_dim(int d);
 /// Rows per block of the kernel serving padded width ld (the unit of the split-K decision).
 int lse_block_rows(LseKernel kernel, int ld);
 /// Key-range splits (split-K) for a pass of `rows_total` rows over `nkeys` keys with the kernel

@@ -1,5 +1,5 @@
-// run_lse_pass: LSE kernel (CUDA cores or TF32) + finalize (+ error reduction); split-K choice;
-// dual value. All asynchronous on the given stream.
+// run_lse_pass: LSE kernel (CUDA cores, TF32 or bf16) + finalize (+ error reduction); split-K
+// choice; dual value. All asynchronous on the given stream.
 #include <algorithm>
 
 #include "lib/cuda/check.hpp"
@@ -9,7 +9,14 @@
 namespace kantor::cuda {
 
 int lse_block_rows(LseKernel kernel, int ld) {
-  return kernel == LseKernel::kTf32 ? tf32_block_rows(ld) : simt_block_rows();
+  switch (kernel) {
+    case LseKernel::kTf32:
+      return tf32_block_rows(ld);
+    case LseKernel::kBf16:
+      return bf16_block_rows(ld);
+    default:
+      return simt_block_rows();
+  }
 }
 
 int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_total,
@@ -22,8 +29,9 @@ int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_to
   // 3 waves at 99%.)
   constexpr std::int64_t kMinKeysPerSplit = 512;
   constexpr int kMaxSplits = 64;
-  const int per_sm =
-      kernel == LseKernel::kTf32 ? tf32_blocks_per_sm(ld) : simt_blocks_per_sm(ld, is_double);
+  const int per_sm = kernel == LseKernel::kTf32   ? tf32_blocks_per_sm(ld)
+                     : kernel == LseKernel::kBf16 ? bf16_blocks_per_sm(ld)
+                                                  : simt_blocks_per_sm(ld, is_double);
   const std::int64_t slots = std::int64_t(std::max(current_sm_count(), 1)) * std::max(per_sm, 1);
   const std::int64_t rb =
       (rows_total + lse_block_rows(kernel, ld) - 1) / lse_block_rows(kernel, ld);
@@ -75,11 +83,14 @@ void finish_pass(const LsePass<T>& p, cudaStream_t st) {
 
 void run_lse_pass(LseKernel kernel, const LsePass<float>& p, void* stream) {
   LsePass<float> q = p;
-  const double a =
-      (kernel == LseKernel::kTf32 ? 2.0 : 1.0) * kLog2e * double(p.cost_scale) / double(p.eps);
+  // Shifted form (tf32, bf16): alpha = 2 log2(e) c / eps; exact form: log2(e) c / eps.
+  const bool shifted = kernel == LseKernel::kTf32 || kernel == LseKernel::kBf16;
+  const double a = (shifted ? 2.0 : 1.0) * kLog2e * double(p.cost_scale) / double(p.eps);
   q.alpha = float(a);
   if (kernel == LseKernel::kTf32)
     launch_lse_tf32(q, stream);
+  else if (kernel == LseKernel::kBf16)
+    launch_lse_bf16(q, stream);
   else
     launch_lse_simt(q, stream);
   finish_pass(q, static_cast<cudaStream_t>(stream));

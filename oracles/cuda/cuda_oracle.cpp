@@ -1,8 +1,8 @@
 // CUDA point-cloud oracle. Setup (once): prepare_problem_data on the host (validation, centring,
 // normalized weights), then device copies of the centred clouds zero-padded for the kernels, log
-// weights, TF32-rounded copies and their norms (tf32), and a workspace sized for the largest
-// split-K pass. Passes: lib/cuda/lse_params.hpp (conventions), docs/cuda-engine.md (design).
-// Nothing here synchronizes; scalars are written as double into device memory.
+// weights, TF32- or bf16-rounded copies and their norms (tf32, bf16), and a workspace sized for the
+// largest split-K pass. Passes: lib/cuda/lse_params.hpp (conventions), docs/cuda-engine.md
+// (design). Nothing here synchronizes; scalars are written as double into device memory.
 #include "oracles/cuda/cuda_oracle.hpp"
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "lib/core/problem_data.hpp"
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_params.hpp"
+#include "oracles/cuda/bf16_round.hpp"
 
 namespace kantor {
 namespace {
@@ -44,16 +46,22 @@ float round_tf32(float x) {
   return r;
 }
 
+/// How the stored copies of the coordinates are rounded.
+enum class Rounding { kNone, kTf32, kBf16 };
+
 template <class T>
 class CudaOracle final : public Oracle<T> {
  public:
   CudaOracle(const Context& ctx, const Problem<T>& p, Precision precision)
       : ctx_(ctx), stream_(ctx.impl().stream), precision_(precision), c_(p.cost_scale) {
-    if (precision == Precision::kBf16)
+    kernel_ = precision == Precision::kTf32   ? LseKernel::kTf32
+              : precision == Precision::kBf16 ? LseKernel::kBf16
+                                              : LseKernel::kSimt;
+    // Guard: the bf16 kernel is instantiated for padded widths 16, 32, 64 only.
+    if (kernel_ == LseKernel::kBf16 && p.x.cols > cuda::kBf16MaxDim)
       throw InvalidArgument(
-          "precision bf16 is not implemented by the CUDA engine yet; use tf32 (tensor cores, "
-          "fp32 accumulation), fp32 or fp64");
-    kernel_ = precision == Precision::kTf32 ? LseKernel::kTf32 : LseKernel::kSimt;
+          "precision bf16 on the CUDA engine serves d <= " + std::to_string(cuda::kBf16MaxDim) +
+          " (got d = " + std::to_string(p.x.cols) + "); use tf32 for wider clouds");
     const PreparedProblem<T> prep = prepare_problem_data(p);
     n_ = prep.n;
     m_ = prep.m;
@@ -61,16 +69,18 @@ class CudaOracle final : public Oracle<T> {
     center_ = prep.center;
     diameter_ = prep.diameter;
 
-    // Exact-difference copies (every value pass; the updates on fp32/fp64). On tf32 they hold
-    // the TF32-rounded coordinates, so that value passes (P v, <P,C>, marginal errors) see the
+    // Exact-difference copies (every value pass; the updates on fp32/fp64). On tf32 / bf16 they
+    // hold the rounded coordinates, so that value passes (P v, <P,C>, marginal errors) see the
     // same cost C~ = c|x~ - y~|^2 as the updates: the potentials are optimal for C~, and pairing
     // them with the unrounded C would leave a plan whose marginals are off by ~|C~ - C|/eps.
-    const bool tf32 = kernel_ == LseKernel::kTf32;
+    const Rounding rnd = kernel_ == LseKernel::kTf32   ? Rounding::kTf32
+                         : kernel_ == LseKernel::kBf16 ? Rounding::kBf16
+                                                       : Rounding::kNone;
     ld_simt_ = cuda::simt_padded_dim(int(d_));
-    xs_ = upload(padded(prep.x, n_, ld_simt_, tf32));
-    ys_ = upload(padded(prep.y, m_, ld_simt_, tf32));
+    xs_ = upload(padded(prep.x, n_, ld_simt_, rnd));
+    ys_ = upload(padded(prep.y, m_, ld_simt_, rnd));
     // Unrounded centred y: the values of the barycentric map.
-    if (tf32) ys_values_ = upload(padded(prep.y, m_, ld_simt_, false));
+    if (rnd != Rounding::kNone) ys_values_ = upload(padded(prep.y, m_, ld_simt_, Rounding::kNone));
     a_ = upload(prep.a);
     b_ = upload(prep.b);
     la_ = upload(prep.la);
@@ -78,10 +88,20 @@ class CudaOracle final : public Oracle<T> {
     if (kernel_ == LseKernel::kTf32) {
       // TF32-rounded copies and c|x~|^2 from the same rounded values (docs/numerics.md 2).
       ld_upd_ = cuda::tf32_padded_dim(int(d_));
-      const std::vector<T> xt = padded(prep.x, n_, ld_upd_, true);
-      const std::vector<T> yt = padded(prep.y, m_, ld_upd_, true);
+      const std::vector<T> xt = padded(prep.x, n_, ld_upd_, Rounding::kTf32);
+      const std::vector<T> yt = padded(prep.y, m_, ld_upd_, Rounding::kTf32);
       xt_ = upload(xt);
       yt_ = upload(yt);
+      xn_ = upload(norms(xt, n_, ld_upd_));
+      yn_ = upload(norms(yt, m_, ld_upd_));
+    } else if (kernel_ == LseKernel::kBf16) {
+      // bf16-rounded copies (ld/2 words of packed pairs per row, the MMA operands) and c|x~|^2
+      // in double from the same rounded values; ld = 16, 32 or 64 (zero columns are exact).
+      ld_upd_ = cuda::bf16_padded_dim(int(d_));
+      const std::vector<T> xt = padded(prep.x, n_, ld_upd_, Rounding::kBf16);
+      const std::vector<T> yt = padded(prep.y, m_, ld_upd_, Rounding::kBf16);
+      xt_ = upload(pack_bf16(xt));
+      yt_ = upload(pack_bf16(yt));
       xn_ = upload(norms(xt, n_, ld_upd_));
       yn_ = upload(norms(yt, m_, ld_upd_));
     } else {
@@ -122,12 +142,16 @@ class CudaOracle final : public Oracle<T> {
          << " rows + row-LSE, d padded to " << ld_upd_;
     else if (kernel_ == LseKernel::kTf32)
       os << "cuda lse tf32 mma.sync m16n8k8 128x64, d padded to " << ld_upd_;
+    else if (kernel_ == LseKernel::kBf16)
+      os << "cuda lse bf16 mma.sync m16n8k16 128x64 (fp32 accumulation), d padded to " << ld_upd_;
     else
       os << "cuda lse cuda-core exact " << to_string(precision_) << " 128x"
          << (std::is_same<T, double>::value ? 16 : 32) << ", d padded to " << ld_upd_;
     os << ", split-K f/g/sym " << splits_f_ << "/" << splits_g_ << "/" << splits_sym_
        << "; value passes cuda-core exact differences"
-       << (kernel_ == LseKernel::kTf32 ? " of the TF32-rounded clouds" : "")
+       << (kernel_ == LseKernel::kTf32   ? " of the TF32-rounded clouds"
+           : kernel_ == LseKernel::kBf16 ? " of the bf16-rounded clouds"
+                                         : "")
        << ", double arithmetic";
     return os.str();
   }
@@ -248,14 +272,29 @@ class CudaOracle final : public Oracle<T> {
                        sizeof(T) * h.size());
     return buf;
   }
-  static std::vector<T> padded(const std::vector<T>& src, std::int64_t rows, int ld, bool tf32) {
+  static std::vector<T> padded(const std::vector<T>& src, std::int64_t rows, int ld, Rounding r) {
     const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
     std::vector<T> out(std::size_t(rows * ld), T(0));
     for (std::int64_t i = 0; i < rows; ++i)
       for (std::int64_t k = 0; k < d; ++k) {
         const T v = src[std::size_t(i * d + k)];
-        out[std::size_t(i * ld + k)] = tf32 ? T(round_tf32(float(v))) : v;
+        out[std::size_t(i * ld + k)] = r == Rounding::kTf32   ? T(round_tf32(float(v)))
+                                       : r == Rounding::kBf16 ? T(bf16::round(float(v)))
+                                                              : v;
       }
+    return out;
+  }
+  /// bf16-valued rows x ld (ld even) -> rows x ld/2 words, word w = bf16(v[2w]) | bf16(v[2w+1])
+  /// << 16 (the little-endian bf16 array), each word's bits stored in one T (float only).
+  static std::vector<T> pack_bf16(const std::vector<T>& v) {
+    std::vector<T> out(v.size() / 2, T(0));
+    if constexpr (std::is_same<T, float>::value) {
+      for (std::size_t w = 0; w < out.size(); ++w) {
+        const std::uint32_t word =
+            std::uint32_t(bf16::bits(v[2 * w])) | (std::uint32_t(bf16::bits(v[2 * w + 1])) << 16);
+        std::memcpy(&out[w], &word, 4);
+      }
+    }
     return out;
   }
   std::vector<T> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
@@ -268,8 +307,8 @@ class CudaOracle final : public Oracle<T> {
     }
     return out;
   }
-  const T* upd_x() const { return kernel_ == LseKernel::kTf32 ? xt_.data() : xs_.data(); }
-  const T* upd_y() const { return kernel_ == LseKernel::kTf32 ? yt_.data() : ys_.data(); }
+  const T* upd_x() const { return kernel_ != LseKernel::kSimt ? xt_.data() : xs_.data(); }
+  const T* upd_y() const { return kernel_ != LseKernel::kSimt ? yt_.data() : ys_.data(); }
 
   LsePass<T> pass(T eps, T relax, double* err, int splits) {
     LsePass<T> p;
@@ -285,7 +324,7 @@ class CudaOracle final : public Oracle<T> {
   // One side of an update. f side: queries x, keys y with potential g, writes f. g side: the
   // clouds' roles swapped.
   LseSide<T> side(bool f_side, const T* key_pot, T* pot) {
-    const bool tf32 = kernel_ == LseKernel::kTf32;
+    const bool tf32 = kernel_ != LseKernel::kSimt;  // shifted form: tf32 and bf16
     LseSide<T> s;
     s.queries = f_side ? upd_x() : upd_y();
     s.keys = f_side ? upd_y() : upd_x();
@@ -344,6 +383,8 @@ std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>
                                             Precision precision) {
   if (precision == Precision::kTf32 && !std::is_same<T, float>::value)
     throw InvalidArgument("precision tf32 needs float data");
+  if (precision == Precision::kBf16 && !std::is_same<T, float>::value)
+    throw InvalidArgument("precision bf16 needs float data");
   return std::make_unique<CudaOracle<T>>(ctx, problem, precision);
 }
 

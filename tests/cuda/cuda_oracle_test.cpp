@@ -1,7 +1,8 @@
 // The CUDA engine against independent references: every Oracle pass and full solves against the
 // CPU engine in float64 on the same inputs (same fixed iteration counts), and one update at
 // n = m = 100,000 against a float64 recomputation of sampled rows on the host. Tolerances per
-// precision (relative, norm-wise): fp64 1e-12, fp32 1e-5, tf32 3e-4. Skips without a GPU.
+// precision (relative, norm-wise): fp64 1e-12, fp32 1e-5, tf32 3e-4, bf16 2^-8. Skips without a
+// GPU, except the host-side checks of the bf16 rounding (Bf16Rounding).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "kantor/info.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/sinkhorn.hpp"
+#include "oracles/cuda/bf16_round.hpp"
 
 namespace kantor {
 namespace {
@@ -37,7 +39,7 @@ bool have_gpu() {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (or a CPU-only build)"
 
 // Kernel exactness: the CUDA engine against the CPU fp64 engine on the inputs the engine sees
-// (engine_inputs): fp64 1e-12, fp32 and tf32 1e-5 (fp32 accumulation).
+// (engine_inputs): fp64 1e-12, fp32, tf32 and bf16 1e-5 (fp32 accumulation).
 double tol_kernel(Precision p) { return p == Precision::kFp64 ? 1e-12 : 1e-5; }
 
 // Accuracy against the unrounded inputs (includes the TF32 rounding of the coordinates).
@@ -49,6 +51,17 @@ double tol_potentials(Precision p) {
       return 1e-5;
     case Precision::kTf32:
       return 3e-4;
+    case Precision::kBf16:
+      // bf16 keeps 8 significant bits (7 stored): round to nearest even moves each coordinate
+      // by |dx| <= 2^-8 |x| (tf32: 2^-11 |x|). To first order dC_ij = 2c <x_i - y_j, dx_i - dy_j>,
+      // so |dC_ij| <= 2c |x_i - y_j| (|dx_i| + |dy_j|) <= 2^-7 c |x_i - y_j| (|x_i| + |y_j|), a few
+      // 2^-8 of the cost scale in the worst case; with independent rounding errors of either sign
+      // (RMS about 2^-8 / sqrt(3) per coordinate) the RMS of dC is ~0.8 * 2^-8 of the RMS cost
+      // for centred clouds (|x| ~ |x - y| / sqrt(2)). A potential is a soft minimum over keys,
+      // so it moves by a weighted average of dC_ij (no more than max |dC_ij|): norm-wise,
+      // potentials and costs agree to 2^-8 of the RMS cost. The tf32 bound 3e-4 is the same rule
+      // at 2^-11 (0.6 * 2^-11); bf16 keeps the full 2^-8 as margin for the 8x larger rounding.
+      return std::ldexp(1.0, -8);
     default:
       return 0;
   }
@@ -62,6 +75,7 @@ double tol_marginal(Precision p) {
     case Precision::kFp32:
       return 1e-3;
     case Precision::kTf32:
+    case Precision::kBf16:
       return 1e-3;
     default:
       return 0;
@@ -114,6 +128,9 @@ HostData make_data(const Case& c, unsigned seed) {
   return h;
 }
 
+// Whether precision p stores rounded coordinates (tensor-core operands).
+bool rounds_inputs(Precision p) { return p == Precision::kTf32 || p == Precision::kBf16; }
+
 // float -> TF32, round to nearest with ties away from zero (cvt.rna.tf32.f32).
 float round_tf32(float x) {
   std::uint32_t u;
@@ -127,10 +144,16 @@ float round_tf32(float x) {
   return r;
 }
 
-// The inputs as the engine of precision p sees them, in double: float data for fp32/tf32, and
-// for tf32 the TF32-rounded coordinates after the engine's centring (midpoint of the joint
+// The centred float coordinate v as the engine of precision p stores it: TF32-rounded on tf32,
+// bf16-rounded (ties to even, the engine's own function) on bf16, unchanged otherwise.
+float engine_round(Precision p, float v) {
+  return p == Precision::kTf32 ? round_tf32(v) : p == Precision::kBf16 ? bf16::round(v) : v;
+}
+
+// The inputs as the engine of precision p sees them, in double: float data for fp32/tf32/bf16,
+// and for tf32/bf16 the rounded coordinates after the engine's centring (midpoint of the joint
 // bounding box, lib/core/problem_data.cpp). The CPU fp64 engine on these inputs is the exact
-// reference of the kernels; the TF32 rounding of the inputs themselves is measured separately.
+// reference of the kernels; the rounding of the inputs themselves is measured separately.
 HostData engine_inputs(const HostData& h, Precision p) {
   HostData r = h;
   if (p == Precision::kFp64) return r;
@@ -149,12 +172,12 @@ HostData engine_inputs(const HostData& h, Precision p) {
     for (std::int64_t i = 0; i < r.n; ++i) {
       double& e = r.x[std::size_t(i * r.d + k)];
       const float fc = float(e - center);
-      e = double(p == Precision::kTf32 ? round_tf32(fc) : fc) + center;
+      e = double(engine_round(p, fc)) + center;
     }
     for (std::int64_t j = 0; j < r.m; ++j) {
       double& e = r.y[std::size_t(j * r.d + k)];
       const float fc = float(e - center);
-      e = double(p == Precision::kTf32 ? round_tf32(fc) : fc) + center;
+      e = double(engine_round(p, fc)) + center;
     }
   }
   return r;
@@ -333,7 +356,7 @@ void check_passes(const Case& c, Precision p, unsigned seed) {
     dev->barycentric_map(eps, fd.data(), gd.data(),
                          MatrixView<T>{od.data(), c.n, c.d, c.d, MemorySpace::kDevice});
     std::vector<double> got = host_copy(gpu, od);
-    if (p == Precision::kTf32) {
+    if (rounds_inputs(p)) {
       // The engine weighs the unrounded y by the plan of the rounded cost: the reference is
       // (P Y)_i / (P 1)_i with Y the engine's unrounded float coordinates (rows with P 1 = 0,
       // zero weights, are left out).
@@ -411,13 +434,96 @@ TEST(CudaOracle, PassesTf32) {
   for (const Case& c : pass_cases()) check_passes<float>(c, Precision::kTf32, seed++);
 }
 
-TEST(CudaOracle, Bf16IsRefusedClearly) {
+// bf16 serves d <= 64 (padded widths 16, 32, 64): the pass cases within that range.
+TEST(CudaOracle, PassesBf16) {
   SKIP_WITHOUT_GPU();
-  Case c{10, 10, 3, 0.1};
-  const HostData h = make_data(c, 3);
-  Cast<float> ht = cast<float>(h, c);
+  unsigned seed = 250;
+  for (const Case& c : pass_cases())
+    if (c.d <= 64) check_passes<float>(c, Precision::kBf16, seed++);
+  // Every padded width (16, 32, 64) with d just above the previous width.
+  const std::vector<Case> widths = {{70, 45, 17, 0.5}, {33, 129, 33, 1.0, 1.0, true}};
+  for (const Case& c : widths) check_passes<float>(c, Precision::kBf16, seed++);
+}
+
+TEST(CudaOracle, Bf16RefusesWideCloudsAndDoubleData) {
+  SKIP_WITHOUT_GPU();
   Context gpu({Backend::kCuda});
-  EXPECT_THROW(make_oracle(gpu, ht.problem, Precision::kBf16), InvalidArgument);
+  {  // d = 65 > 64: no bf16 kernel serves it
+    Case c{10, 12, 65, 1.0};
+    const HostData h = make_data(c, 3);
+    Cast<float> ht = cast<float>(h, c);
+    EXPECT_THROW(make_oracle(gpu, ht.problem, Precision::kBf16), InvalidArgument);
+  }
+  {  // double data
+    Case c{10, 12, 3, 0.1};
+    const HostData h = make_data(c, 4);
+    Cast<double> hd = cast<double>(h, c);
+    EXPECT_THROW(make_oracle(gpu, hd.problem, Precision::kBf16), InvalidArgument);
+  }
+  {  // d = 64 is served, and the description names the kernel
+    Case c{10, 12, 64, 1.0};
+    const HostData h = make_data(c, 5);
+    Cast<float> ht = cast<float>(h, c);
+    auto o = make_oracle(gpu, ht.problem, Precision::kBf16);
+    EXPECT_NE(o->description().find("bf16"), std::string::npos) << o->description();
+    EXPECT_EQ(o->precision(), Precision::kBf16);
+  }
+}
+
+// The engine's float -> bf16 rounding against hand-computed bit patterns (host only).
+TEST(Bf16Rounding, BitPatterns) {
+  auto bits_of = [](float x) {
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  auto from_bits = [](std::uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+  };
+  // Exact values keep their high half.
+  EXPECT_EQ(bf16::bits(1.0f), 0x3f80u);
+  EXPECT_EQ(bf16::bits(-2.0f), 0xc000u);
+  EXPECT_EQ(bf16::bits(0.0f), 0x0000u);
+  EXPECT_EQ(bf16::bits(-0.0f), 0x8000u);
+  // Below / above the halfway point: down / up.
+  EXPECT_EQ(bf16::bits(from_bits(0x3f807fffu)), 0x3f80u);
+  EXPECT_EQ(bf16::bits(from_bits(0x3f808001u)), 0x3f81u);
+  // Ties to even: 0x3f80'8000 (even 0x3f80 stays), 0x3f81'8000 (odd 0x3f81 goes up to 0x3f82).
+  EXPECT_EQ(bf16::bits(from_bits(0x3f808000u)), 0x3f80u);
+  EXPECT_EQ(bf16::bits(from_bits(0x3f818000u)), 0x3f82u);
+  EXPECT_EQ(bf16::bits(from_bits(0xbf818000u)), 0xbf82u);  // sign does not matter
+  // Carry into the exponent: 1.99609375 + a bit (0x3fff'8001) rounds to 2.0 (0x4000).
+  EXPECT_EQ(bf16::bits(from_bits(0x3fff8001u)), 0x4000u);
+  EXPECT_EQ(bf16::bits(from_bits(0x3fff8000u)), 0x4000u);  // tie, odd 0x3fff goes up
+  // 1 + 2^-8 is the tie between 1 and 1 + 2^-7: even (1) wins; 1 + 3 * 2^-8 goes to 1 + 2^-6.
+  EXPECT_EQ(bf16::round(1.0f + std::ldexp(1.0f, -8)), 1.0f);
+  EXPECT_EQ(bf16::round(1.0f + 3 * std::ldexp(1.0f, -8)), 1.0f + std::ldexp(1.0f, -6));
+  // Overflow: the largest float rounds to +inf; +-inf stay; NaN stays NaN (quiet).
+  EXPECT_EQ(bf16::bits(from_bits(0x7f7fffffu)), 0x7f80u);
+  EXPECT_EQ(bf16::bits(std::numeric_limits<float>::infinity()), 0x7f80u);
+  EXPECT_EQ(bf16::bits(-std::numeric_limits<float>::infinity()), 0xff80u);
+  EXPECT_TRUE(std::isnan(bf16::round(from_bits(0x7f800001u))));
+  EXPECT_TRUE(std::isnan(bf16::round(std::numeric_limits<float>::quiet_NaN())));
+  // Round trip: every bf16 pattern (finite) converts to float and back unchanged.
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    if ((b & 0x7f80u) == 0x7f80u) continue;  // inf / NaN
+    ASSERT_EQ(bf16::bits(bf16::to_float(std::uint16_t(b))), b) << std::hex << b;
+  }
+  // Against an independent rounding (frexp, nearbyint in round-to-nearest-even) on normal
+  // floats: same value, relative error <= 2^-8.
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd(0.f, 100.f);
+  for (int i = 0; i < 100000; ++i) {
+    const float x = nd(rng);
+    if (x == 0.f) continue;
+    int e = 0;
+    const double mant = std::frexp(double(x), &e);  // x = mant 2^e, 0.5 <= |mant| < 1
+    const double ref = std::ldexp(std::nearbyint(std::ldexp(mant, 8)), e - 8);
+    ASSERT_EQ(double(bf16::round(x)), ref) << x << " bits " << std::hex << bits_of(x);
+    ASSERT_LE(std::abs(ref - x), std::ldexp(std::abs(double(x)), -8));
+  }
 }
 
 // Full solves, fixed iteration count (tolerance unreachable), annealing on: CUDA vs CPU fp64.
@@ -459,9 +565,12 @@ void check_solve(const Case& c, Precision p, Schedule schedule, std::int64_t ite
   for (std::size_t j = 0; j < gd.size(); ++j) both_d.push_back(gd[j] + t), both_r.push_back(gr[j]);
   const double tol = exact_inputs ? tol_kernel(p) : tol_potentials(p);
   EXPECT_LE(rel_err(both_d, both_r, scale), tol) << "potentials";
-  // Costs: tf32 scores are fp32 sums of expanded products (c|x|^2 + c|y|^2 - 2c<x, y>), whose
-  // rounding (~1e-7 of |x|^2) moves P by that over eps; costs are held to the tf32 bound 3e-4.
-  const double tolc = p == Precision::kTf32 ? tol_potentials(p) : tol;
+  // Costs: tf32/bf16 scores are fp32 sums of expanded products (c|x|^2 + c|y|^2 - 2c<x, y>), whose
+  // rounding (~1e-7 of |x|^2) moves P by that over eps; costs are held to the tf32 bound 3e-4
+  // (bf16 against the unrounded inputs: its own bound, which includes the coordinate rounding).
+  const double tolc = !rounds_inputs(p) ? tol
+                      : exact_inputs    ? tol_potentials(Precision::kTf32)
+                                        : tol_potentials(p);
   EXPECT_LE(rel_scalar(sd.dual_cost, sr.dual_cost), tolc) << "dual " << sr.dual_cost;
   EXPECT_LE(rel_scalar(sd.primal_cost, sr.primal_cost), tolc) << "primal " << sr.primal_cost;
   if (exact_inputs)
@@ -505,6 +614,30 @@ TEST(CudaSinkhorn, SolvesMatchCpuTf32) {
   }
 }
 
+TEST(CudaSinkhorn, SolvesMatchCpuBf16) {
+  SKIP_WITHOUT_GPU();
+  unsigned seed = 550;
+  // d in {3, 2, 16, 64} with n != m, n = 1, zero weights and a tiny annealed eps (d <= 64 only).
+  for (const Case& c : solve_cases()) {
+    if (c.d > 64) continue;
+    check_solve<float>(c, Precision::kBf16, Schedule::kAlternating, 40, seed++);
+    check_solve<float>(c, Precision::kBf16, Schedule::kSymmetric, 40, seed++);
+  }
+}
+
+// bf16 against the unrounded inputs: bound tol_potentials(kBf16) = 2^-8 of the RMS cost (the
+// derivation is at tol_potentials), the eps / RMS cost ratios of the tf32 test (~0.05), where
+// the first-order analysis holds (|dC| / eps stays well below 1).
+TEST(CudaSinkhorn, Bf16AccuracyAgainstUnroundedFp64) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<Case> cases = {{211, 173, 3, 0.5, 4.0}, {90, 120, 16, 2.0}, {80, 64, 64, 8.0}};
+  unsigned seed = 650;
+  for (const Case& c : cases) {
+    check_solve<float>(c, Precision::kBf16, Schedule::kAlternating, 40, seed++, false);
+    check_solve<float>(c, Precision::kBf16, Schedule::kSymmetric, 40, seed++, false);
+  }
+}
+
 // TF32 against the unrounded inputs: the rounding of the coordinates to 10 mantissa bits moves
 // each cost by ~2^-11 of its scale, so potentials (in units of the RMS cost) and costs agree to
 // ~3e-4 when eps is not far below that scale (here eps / RMS cost ~ 0.05).
@@ -520,9 +653,10 @@ TEST(CudaSinkhorn, Tf32AccuracyAgainstUnroundedFp64) {
 
 // n = m = 100,000: one f-update on the GPU against a float64 recomputation of sampled rows on the
 // host, f_i = -eps LSE_j [log b_j + (g_j - |x_i - y_j|^2)/eps], from the inputs the engine sees
-// (float; for tf32 the TF32-rounded centred coordinates): relative error <= 1e-5. For tf32 also
+// (float; for tf32/bf16 the rounded centred coordinates): relative error <= 1e-5. For tf32 also
 // against the unrounded float inputs: <= 2^-10, the first-order effect of rounding coordinates to
-// 10 mantissa bits (|dC| <= 2 |x - y| |dx - dy| with |dx| <= 2^-11 |x|).
+// 10 mantissa bits (|dC| <= 2 |x - y| |dx - dy| with |dx| <= 2^-11 |x|); for bf16 (7 mantissa
+// bits, |dx| <= 2^-8 |x|) the same rule gives 2^-7.
 void check_large(std::int64_t d, Precision p) {
   SCOPED_TRACE("d=" + std::to_string(d) + " " + to_string(p));
   const std::int64_t n = 100000, m = 100000;
@@ -555,9 +689,9 @@ void check_large(std::int64_t d, Precision p) {
   copy(gpu, VectorView<const float>{g.data(), m, MemorySpace::kHost}, gd.view());
   dev->update_f(float(eps), gd.data(), fd.data(), nullptr);
   const std::vector<float> f = to_host(gpu, fd.cview());
-  // Coordinates as the engine sees them (tf32: rounded after centring on the box midpoint).
+  // Coordinates as the engine sees them (tf32/bf16: rounded after centring on the box midpoint).
   std::vector<double> xe(x.begin(), x.end()), ye(y.begin(), y.end());
-  if (p == Precision::kTf32) {
+  if (rounds_inputs(p)) {
     for (std::int64_t k = 0; k < d; ++k) {
       double lo = 1e300, hi = -1e300;
       for (std::int64_t i = 0; i < n; ++i)
@@ -568,9 +702,11 @@ void check_large(std::int64_t d, Precision p) {
         hi = std::max(hi, ye[std::size_t(j * d + k)]);
       const double ctr = 0.5 * (lo + hi);
       for (std::int64_t i = 0; i < n; ++i)
-        xe[std::size_t(i * d + k)] = double(round_tf32(float(xe[std::size_t(i * d + k)] - ctr)));
+        xe[std::size_t(i * d + k)] =
+            double(engine_round(p, float(xe[std::size_t(i * d + k)] - ctr)));
       for (std::int64_t j = 0; j < m; ++j)
-        ye[std::size_t(j * d + k)] = double(round_tf32(float(ye[std::size_t(j * d + k)] - ctr)));
+        ye[std::size_t(j * d + k)] =
+            double(engine_round(p, float(ye[std::size_t(j * d + k)] - ctr)));
     }
   }
   double bsum = 0;
@@ -600,17 +736,19 @@ void check_large(std::int64_t d, Precision p) {
     const double fi = double(f[std::size_t(i)]);
     const double r = row_ref(xe, ye, i);
     worst = std::max(worst, std::abs(fi - r) / std::max(std::abs(r), 1.0));
-    if (p == Precision::kTf32) {
+    if (rounds_inputs(p)) {
       const double ru = row_ref(xo, yo, i);
       worst_unrounded = std::max(worst_unrounded, std::abs(fi - ru) / std::max(std::abs(ru), 1.0));
     }
   }
   EXPECT_LE(worst, 1e-5) << "max relative row error over 48 sampled rows";
-  if (p == Precision::kTf32)
-    EXPECT_LE(worst_unrounded, std::ldexp(1.0, -10)) << "against the unrounded inputs";
+  // Unrounded inputs: 2 u of the coordinates' rounding (tf32 u = 2^-11, bf16 u = 2^-8).
+  if (rounds_inputs(p))
+    EXPECT_LE(worst_unrounded, std::ldexp(1.0, p == Precision::kBf16 ? -7 : -10))
+        << "against the unrounded inputs";
   std::printf("[ info     ] d=%lld %s: max row error %.3g (engine inputs), %.3g (unrounded)\n",
               (long long)d, to_string(p).c_str(), worst,
-              p == Precision::kTf32 ? worst_unrounded : worst);
+              rounds_inputs(p) ? worst_unrounded : worst);
 }
 
 TEST(CudaLarge, UpdateRowsMatchHostFloat64) {
@@ -619,6 +757,11 @@ TEST(CudaLarge, UpdateRowsMatchHostFloat64) {
     check_large(d, Precision::kFp32);
     check_large(d, Precision::kTf32);
   }
+}
+
+TEST(CudaLarge, UpdateRowsMatchHostFloat64Bf16) {
+  SKIP_WITHOUT_GPU();
+  for (std::int64_t d : {3, 64}) check_large(d, Precision::kBf16);
 }
 
 }  // namespace
