@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "lib/cuda/lse_common.cuh"
+#include "lib/cuda/lse_mma_rows.cuh"
 #include "lib/cuda/lse_params.hpp"
 #include "lib/cuda/lse_simt.cuh"
 
@@ -167,51 +168,11 @@ __global__ void __launch_bounds__(128) lse_tf32_kernel(LsePass<float> p, int blo
         }
       }
     }
-    // Online (max, sum) per owned row h (0: row g, 1: row g+8), values acc[..][2h], [2h+1].
-#pragma unroll
-    for (int mt = 0; mt < Tile::kMTiles; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float tmax = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < Tile::kNTiles; ++nt)
-          tmax = fmaxf(tmax, fmaxf(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
-        if (tmax > m[mt][h]) {
-          // Guard: m = -inf (first unmasked tile) gives exp2(-inf) = 0 times a zero sum.
-          s[mt][h] *= fast_exp2(alpha * (m[mt][h] - tmax));
-          m[mt][h] = tmax;
-        }
-        // Guard: m = -inf means every key so far was masked: add nothing (no -inf - -inf).
-        if (m[mt][h] != -INFINITY) {
-          const float nam = -alpha * m[mt][h];
-          float ts = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < Tile::kNTiles; ++nt)
-            ts += fast_exp2(fmaf(alpha, acc[mt][nt][2 * h], nam)) +
-                  fast_exp2(fmaf(alpha, acc[mt][nt][2 * h + 1], nam));
-          s[mt][h] += ts;
-        }
-      }
-    }
+    // Online (max, sum) of the thread's rows over this key tile (lib/cuda/lse_mma_rows.cuh).
+    fold_mma_tile(acc, alpha, m, s);
   }
-  // Merge the quad's partial states (lanes 4g..4g+3 own the same rows), then write.
-#pragma unroll
-  for (int mt = 0; mt < Tile::kMTiles; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m[mt][h], o);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s[mt][h], o);
-        merge_max_sum(m[mt][h], s[mt][h], m2, s2, alpha);
-      }
-      const std::int64_t i = row0 + wrow + mt * 16 + g + 8 * h;
-      if (t == 0 && i < sd.rows) {
-        sd.part_max[std::int64_t(blockIdx.y) * sd.rows + i] = m[mt][h];
-        sd.part_sum[std::int64_t(blockIdx.y) * sd.rows + i] = s[mt][h];
-      }
-    }
-  }
+  // Merge the quad's partial states, then write the row partials.
+  write_mma_rows(m, s, alpha, sd, row0 + wrow, g, t);
 }
 
 /// 16-byte (4-byte) asynchronous copy global -> shared (sm_80+); src_size 0 writes zeros.
@@ -347,32 +308,8 @@ __global__ void __launch_bounds__(128) lse_tf32_pipe_kernel(LsePass<float> p, in
         }
       }
     }
-    // Online (max, sum) per owned row h (0: row g, 1: row g+8), values acc[..][2h], [2h+1].
-#pragma unroll
-    for (int mt = 0; mt < Tile::kMTiles; ++mt) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float tmax = -INFINITY;
-#pragma unroll
-        for (int nt = 0; nt < Tile::kNTiles; ++nt)
-          tmax = fmaxf(tmax, fmaxf(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]));
-        if (tmax > m[mt][h]) {
-          // Guard: m = -inf (first unmasked tile) gives exp2(-inf) = 0 times a zero sum.
-          s[mt][h] *= fast_exp2(alpha * (m[mt][h] - tmax));
-          m[mt][h] = tmax;
-        }
-        // Guard: m = -inf means every key so far was masked: add nothing (no -inf - -inf).
-        if (m[mt][h] != -INFINITY) {
-          const float nam = -alpha * m[mt][h];
-          float ts = 0.f;
-#pragma unroll
-          for (int nt = 0; nt < Tile::kNTiles; ++nt)
-            ts += fast_exp2(fmaf(alpha, acc[mt][nt][2 * h], nam)) +
-                  fast_exp2(fmaf(alpha, acc[mt][nt][2 * h + 1], nam));
-          s[mt][h] += ts;
-        }
-      }
-    }
+    // Online (max, sum) of the thread's rows over this key tile (lib/cuda/lse_mma_rows.cuh).
+    fold_mma_tile(acc, alpha, m, s);
     cp_async_wait_all();  // tile t+1 has landed (this thread's copies)
     __syncthreads();      // everyone's copies visible; nobody reads buffer `buf` any more
     if (next) {
@@ -381,24 +318,8 @@ __global__ void __launch_bounds__(128) lse_tf32_pipe_kernel(LsePass<float> p, in
     }
     buf ^= 1;
   }
-  // Merge the quad's partial states (lanes 4g..4g+3 own the same rows), then write.
-#pragma unroll
-  for (int mt = 0; mt < Tile::kMTiles; ++mt) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int o = 1; o <= 2; o <<= 1) {
-        const float m2 = __shfl_xor_sync(0xffffffffu, m[mt][h], o);
-        const float s2 = __shfl_xor_sync(0xffffffffu, s[mt][h], o);
-        merge_max_sum(m[mt][h], s[mt][h], m2, s2, alpha);
-      }
-      const std::int64_t i = row0 + wrow + mt * 16 + g + 8 * h;
-      if (t == 0 && i < sd.rows) {
-        sd.part_max[std::int64_t(blockIdx.y) * sd.rows + i] = m[mt][h];
-        sd.part_sum[std::int64_t(blockIdx.y) * sd.rows + i] = s[mt][h];
-      }
-    }
-  }
+  // Merge the quad's partial states, then write the row partials.
+  write_mma_rows(m, s, alpha, sd, row0 + wrow, g, t);
 }
 
 }  // namespace kantor::cuda
