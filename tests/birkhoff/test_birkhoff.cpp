@@ -538,6 +538,42 @@ TEST(CudaBirkhoff, SummaryMatchesCpuEngine) {
   EXPECT_NEAR(double(r.s.not_converged), double(sc.not_converged), 0.001 * 50001);
 }
 
+// bf16 storage in the backward: the device against the CPU engine on the same bf16 inputs (both
+// compute in fp32 and round dR to bf16 once, so they may differ by one bf16 rounding: 2^-8
+// relative, plus fp32 noise on entries that are differences of larger terms).
+TEST(CudaBirkhoff, Bfloat16BackwardMatchesCpuEngine) {
+  KANTOR_REQUIRE_CUDA();
+  Context g(ContextOptions{Backend::kCuda});
+  Context c = cpu_context();
+  for (int n : {4, 5}) {  // n = 4: specialized kernel; n = 5: general path
+    const std::int64_t B = 2000;
+    auto R = test::random_logits(std::size_t(B * n * n), 1.0, 800 + n);
+    auto G = test::random_logits(std::size_t(B * n * n), 1.0, 900 + n);
+    std::vector<float> P(R.size());
+    project_birkhoff(c, cview(R, n), view(P, n), {});
+    std::vector<bfloat16> Pb(R.size()), Gb(R.size()), Dc(R.size());
+    for (std::size_t k = 0; k < R.size(); ++k) {
+      Pb[k] = to_bfloat16(P[k]);
+      Gb[k] = to_bfloat16(G[k]);
+    }
+    project_birkhoff_backward(c, BatchView<const bfloat16>{Pb.data(), B, n, MemorySpace::kHost},
+                              BatchView<const bfloat16>{Gb.data(), B, n, MemorySpace::kHost},
+                              BatchView<bfloat16>{Dc.data(), B, n, MemorySpace::kHost}, {});
+    DeviceCopy<bfloat16> dP(g, Pb, n), dG(g, Gb, n),
+        dD(g, std::vector<bfloat16>(R.size(), to_bfloat16(NAN)), n);  // poisoned output
+    project_birkhoff_backward(g, dP.c(), dG.c(), dD.v(), {});
+    const auto Dg = dD.host(g);
+    double scale = 0;
+    for (const bfloat16 v : Dc) scale = std::max(scale, double(std::fabs(to_float(v))));
+    ASSERT_GT(scale, 1e-3);
+    for (std::size_t k = 0; k < Dg.size(); ++k) {
+      const float gv = to_float(Dg[k]), cv = to_float(Dc[k]);
+      ASSERT_TRUE(std::isfinite(gv)) << "n=" << n << " k=" << k;
+      EXPECT_NEAR(gv, cv, 8e-3 * std::fabs(cv) + 1e-5 * scale) << "n=" << n << " k=" << k;
+    }
+  }
+}
+
 TEST(CudaBirkhoff, SpecialMatricesAndBf16AndMisalignedPointers) {
   KANTOR_REQUIRE_CUDA();
   Context g(ContextOptions{Backend::kCuda});
