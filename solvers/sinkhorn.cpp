@@ -151,6 +151,23 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
          << " (need eps >= " << lowest << " and c*D^2/eps representable)";
       throw InvalidArgument(os.str());
     }
+    // Guard: the scores are (g_j - C_ij)/eps + log w_j. When eps is so large that the cost part
+    // falls below the rounding of log w_j (|log w| ~ log of the number of points), the updates
+    // lose the cost altogether and the potentials are rounding noise times eps, while the
+    // marginal error, computed from the same rounded scores, still reads ~0 (seen: fp32,
+    // eps = 1e9 on costs ~5 reported "converged" with dual -141 instead of 5.689). Refuse eps
+    // beyond the point where that rounding exceeds 1e-3 of the largest cost.
+    const double u = double(std::numeric_limits<T>::epsilon());
+    const double log_w = 1.0 + std::log(double(std::max(s.n, s.m)));
+    const double eps_max = 1e-3 * cmax / (u * log_w);
+    if (cmax > 0 && epsilon > eps_max) {
+      std::ostringstream os;
+      os << "problem.epsilon = " << epsilon << " is too large for " << to_string(s.precision)
+         << " arithmetic: with a largest cost c*D^2 = " << cmax
+         << " the cost would be lost in rounding (need eps <= " << eps_max
+         << "; use fp64 or a smaller eps)";
+      throw InvalidArgument(os.str());
+    }
   }
   // Annealing starts at c*D^2 unless told otherwise; a warm start resumes at the target.
   double eps = epsilon;

@@ -419,6 +419,27 @@ TEST(Solver, ShiftedPotentialsAndMapArguments) {
   EXPECT_THROW(to_shifted(ctx, d.problem(), wrong, &fh, &gh), InvalidArgument);
 }
 
+// An eps so large that the cost drowns in the rounding of log w is refused, not "converged" on
+// noise (fp32 at eps = 1e9 on costs ~5 used to report dual -141 for a true 5.689); fp64 runs it.
+TEST(Solver, EpsilonTooLargeForThePrecisionIsRefused) {
+  Rng rng(44);
+  PointData<float> df = make_point_data<float>(2, gaussian_cloud(rng, 20, 2),
+                                               gaussian_cloud(rng, 20, 2, 1.0), {}, {}, 1e9);
+  Context ctx = cpu_context();
+  try {
+    solve_sinkhorn(ctx, df.problem(), SinkhornOptions{});
+    ADD_FAILURE() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("too large for fp32"), std::string::npos) << e.what();
+  }
+  PointData<double> dd = make_point_data<double>(2, gaussian_cloud(rng, 20, 2),
+                                                 gaussian_cloud(rng, 20, 2, 1.0), {}, {}, 1e9);
+  const SinkhornSummary s = solve_sinkhorn(ctx, dd.problem(), SinkhornOptions{});
+  EXPECT_TRUE(s.converged()) << s.full_report();
+  // At eps -> infinity the plan is a (x) b: <P,C> = sum_ij a_i b_j C_ij; the dual matches it.
+  EXPECT_NEAR(s.dual_cost, s.primal_cost, 1e-6 * std::abs(s.primal_cost));
+}
+
 TEST(Solver, CallbacksRunWhileAnnealing) {
   Rng rng(43);
   PointData<double> d = make_point_data<double>(2, gaussian_cloud(rng, 20, 2),
