@@ -24,6 +24,7 @@
 
 #include "gtest/gtest.h"
 #include "kantor/io.hpp"
+#include "support/temp_dir.hpp"
 
 #ifndef KANTOR_CLI
 #error "KANTOR_CLI (path of the built kantor binary) must be defined by the build"
@@ -274,38 +275,17 @@ std::string read_text(const std::string& path) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TMPDIR");
-    std::string templ = std::string(base && *base ? base : "/tmp") + "/kantor_test_cli_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << std::strerror(errno);
-    dir_ = templ;
+    tmp_ = std::make_unique<kantor::test::TempDir>("kantor_test_cli_");
+    dir_ = tmp_->dir();
     out_dir_ = dir_ + "/out";
     ASSERT_EQ(::mkdir(out_dir_.c_str(), 0755), 0);
   }
-  void TearDown() override { remove_tree(dir_); }
+  void TearDown() override { tmp_.reset(); }
 
-  static void remove_tree(const std::string& d) {
-    for (const std::string& f : list_dir(d)) {
-      const std::string p = d + "/" + f;
-      struct stat st;
-      if (::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        remove_tree(p);
-      else
-        ::unlink(p.c_str());
-    }
-    ::rmdir(d.c_str());
-  }
   static std::vector<std::string> list_dir(const std::string& d) {
-    std::vector<std::string> out;
-    if (DIR* h = ::opendir(d.c_str())) {
-      while (dirent* e = ::readdir(h))
-        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
-          out.push_back(e->d_name);
-      ::closedir(h);
-    }
-    return out;
+    return kantor::test::TempDir::list_dir(d);
   }
-
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string path(const std::string& name) const { return tmp_->path(name); }
 
   /// Runs `kantor <args>` (args already shell-quoted where needed), capturing stdout/stderr.
   Result run(const std::string& args) const {
@@ -347,6 +327,7 @@ class CliTest : public ::testing::Test {
     return path(name);
   }
 
+  std::unique_ptr<kantor::test::TempDir> tmp_;
   std::string dir_, out_dir_;
 };
 

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "kantor/error.hpp"
 #include "kantor/io.hpp"
+#include "support/temp_dir.hpp"
 
 namespace {
 
@@ -28,36 +30,15 @@ namespace io = kantor::io;
 class IoTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TMPDIR");
-    std::string templ = std::string(base && *base ? base : "/tmp") + "/kantor_test_io_XXXXXX";
-    ASSERT_NE(::mkdtemp(templ.data()), nullptr) << std::strerror(errno);
-    dir_ = templ;
+    tmp_ = std::make_unique<kantor::test::TempDir>("kantor_test_io_");
+    dir_ = tmp_->dir();
   }
-  void TearDown() override {
-    for (const std::string& f : list_dir(dir_)) {
-      const std::string p = dir_ + "/" + f;
-      struct stat st;
-      if (::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-        for (const std::string& g : list_dir(p)) ::unlink((p + "/" + g).c_str());
-        ::rmdir(p.c_str());
-      } else {
-        ::unlink(p.c_str());
-      }
-    }
-    ::rmdir(dir_.c_str());
-  }
+  void TearDown() override { tmp_.reset(); }
 
   static std::vector<std::string> list_dir(const std::string& d) {
-    std::vector<std::string> out;
-    if (DIR* h = ::opendir(d.c_str())) {
-      while (dirent* e = ::readdir(h))
-        if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
-          out.push_back(e->d_name);
-      ::closedir(h);
-    }
-    return out;
+    return kantor::test::TempDir::list_dir(d);
   }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string path(const std::string& name) const { return tmp_->path(name); }
   std::string write_bytes(const std::string& name, const std::string& bytes) const {
     const std::string p = path(name);
     std::ofstream(p, std::ios::binary) << bytes;
@@ -68,6 +49,7 @@ class IoTest : public ::testing::Test {
     return ::stat(p.c_str(), &st) == 0;
   }
 
+  std::unique_ptr<kantor::test::TempDir> tmp_;
   std::string dir_;
 };
 
