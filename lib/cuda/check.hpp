@@ -22,11 +22,11 @@ namespace kantor::cuda {
 
 }  // namespace kantor::cuda
 
-#define KANTOR_CUDA_TRY(expr)                                                       \
-  do {                                                                              \
-    cudaError_t kantor_err_ = (expr);                                               \
-    if (kantor_err_ != cudaSuccess)                                                 \
-      ::kantor::cuda::throw_cuda_error(kantor_err_, #expr, __FILE__, __LINE__);     \
+#define KANTOR_CUDA_TRY(expr)                                                   \
+  do {                                                                          \
+    cudaError_t kantor_err_ = (expr);                                           \
+    if (kantor_err_ != cudaSuccess)                                             \
+      ::kantor::cuda::throw_cuda_error(kantor_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 #define KANTOR_CUDA_CHECK_LAUNCH() KANTOR_CUDA_TRY(cudaGetLastError())

@@ -11,7 +11,7 @@ void launch_lse_simt(const LsePass<float>& p, void* stream);
 void launch_lse_simt(const LsePass<double>& p, void* stream);
 /// LSE partials by the TF32 tensor-core kernel.
 void launch_lse_tf32(const LsePass<float>& p, void* stream);
-/// LSE partials by the bf16 tensor-core kernel (p.ld in {16, 32, 64}, packed bf16 clouds).
+/// LSE partials by the bf16 tensor-core kernel (p.ld in {16, 32, 64, 128}, packed bf16 clouds).
 void launch_lse_bf16(const LsePass<float>& p, void* stream);
 /// Finalize (+ error reduction) of a pass whose partials are written (p.alpha set).
 void finish_lse_pass(const LsePass<float>& p, void* stream);

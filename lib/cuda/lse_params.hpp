@@ -1,9 +1,9 @@
 // Streaming log-sum-exp passes of the CUDA point-cloud engine: parameter structs (PODs passed by
 // value to the kernels) and the non-template launchers. Plain C++: no CUDA types here, streams
 // are opaque cudaStream_t pointers. Kernels: lib/cuda/lse_simt.cuh (CUDA cores, exact
-// differences), lib/cuda/lse_tf32.cuh (mma.sync TF32), lib/cuda/lse_bf16.cuh (mma.sync bf16),
-// lib/cuda/lse_finalize.cuh (merges, potentials, scalar reductions). Design and tile rule:
-// docs/cuda-engine.md.
+// differences), lib/cuda/lse_mma_pipe.cuh (mma.sync TF32 and bf16, d <= 64 / 128),
+// lib/cuda/lse_tf32.cuh (TF32, wider d), lib/cuda/lse_finalize.cuh (merges, potentials, scalar
+// reductions). Design and tile rule: docs/cuda-engine.md.
 //
 // Conventions (docs/numerics.md section 2, in the exp2 domain). Every pass reduces, for each
 // query row i over keys j, scores in "u units" u_ij with exp-argument alpha * u_ij (log2 units):
@@ -87,14 +87,14 @@ struct LseValuePass {
 /// Which kernel runs the LSE of a pass.
 enum class LseKernel : int { kSimt = 0, kTf32 = 1, kBf16 = 2 };
 
-/// Largest d the bf16 kernel serves (padded widths 16, 32, 64; wider d is refused).
-constexpr int kBf16MaxDim = 64;
+/// Largest d the bf16 kernel serves (padded widths 16, 32, 64, 128; wider d is refused).
+constexpr int kBf16MaxDim = 128;
 
 /// Padded dimension the CUDA-core kernels need for dimension d (zero columns are exact).
 int simt_padded_dim(int d);
 /// Padded dimension the TF32 kernels need for dimension d.
 int tf32_padded_dim(int d);
-/// Padded dimension the bf16 kernel needs for d <= kBf16MaxDim (16, 32 or 64); -1 above.
+/// Padded dimension the bf16 kernel needs for d <= kBf16MaxDim (16, 32, 64 or 128); -1 above.
 int bf16_padded_dim(int d);
 /// Rows per block of the kernel serving padded width ld (the unit of the split-K decision).
 int lse_block_rows(LseKernel kernel, int ld);

@@ -57,7 +57,7 @@ class CudaOracle final : public Oracle<T> {
     kernel_ = precision == Precision::kTf32   ? LseKernel::kTf32
               : precision == Precision::kBf16 ? LseKernel::kBf16
                                               : LseKernel::kSimt;
-    // Guard: the bf16 kernel is instantiated for padded widths 16, 32, 64 only.
+    // Guard: the bf16 kernel is instantiated for padded widths 16, 32, 64, 128 only.
     if (kernel_ == LseKernel::kBf16 && p.x.cols > cuda::kBf16MaxDim)
       throw InvalidArgument(
           "precision bf16 on the CUDA engine serves d <= " + std::to_string(cuda::kBf16MaxDim) +

@@ -432,24 +432,34 @@ TEST(CudaOracle, PassesTf32) {
   SKIP_WITHOUT_GPU();
   unsigned seed = 200;
   for (const Case& c : pass_cases()) check_passes<float>(c, Precision::kTf32, seed++);
+  // Every resident padded width (8, 16, 32, 64) with d just above the previous one, and clouds
+  // of many key tiles with a partial last tile (the pipelined kernel's stage hand-over).
+  const std::vector<Case> widths = {
+      {70, 45, 9, 0.5}, {33, 129, 17, 1.0, 1.0, true}, {300, 1000, 33, 1.0}, {1100, 777, 5, 0.2}};
+  for (const Case& c : widths) check_passes<float>(c, Precision::kTf32, seed++);
 }
 
-// bf16 serves d <= 64 (padded widths 16, 32, 64): the pass cases within that range.
+// bf16 serves d <= 128 (padded widths 16, 32, 64, 128): the pass cases within that range.
 TEST(CudaOracle, PassesBf16) {
   SKIP_WITHOUT_GPU();
   unsigned seed = 250;
   for (const Case& c : pass_cases())
-    if (c.d <= 64) check_passes<float>(c, Precision::kBf16, seed++);
-  // Every padded width (16, 32, 64) with d just above the previous width.
-  const std::vector<Case> widths = {{70, 45, 17, 0.5}, {33, 129, 33, 1.0, 1.0, true}};
+    if (c.d <= 128) check_passes<float>(c, Precision::kBf16, seed++);
+  // Every padded width (16, 32, 64, 128) with d just above the previous width, and clouds of
+  // many key tiles with a partial last tile.
+  const std::vector<Case> widths = {{70, 45, 17, 0.5},
+                                    {33, 129, 33, 1.0, 1.0, true},
+                                    {40, 50, 65, 2.0},
+                                    {300, 1000, 128, 4.0},
+                                    {1100, 777, 5, 0.2}};
   for (const Case& c : widths) check_passes<float>(c, Precision::kBf16, seed++);
 }
 
 TEST(CudaOracle, Bf16RefusesWideCloudsAndDoubleData) {
   SKIP_WITHOUT_GPU();
   Context gpu({Backend::kCuda});
-  {  // d = 65 > 64: no bf16 kernel serves it
-    Case c{10, 12, 65, 1.0};
+  {  // d = 129 > 128: no bf16 kernel serves it
+    Case c{10, 12, 129, 1.0};
     const HostData h = make_data(c, 3);
     Cast<float> ht = cast<float>(h, c);
     EXPECT_THROW(make_oracle(gpu, ht.problem, Precision::kBf16), InvalidArgument);
@@ -460,8 +470,8 @@ TEST(CudaOracle, Bf16RefusesWideCloudsAndDoubleData) {
     Cast<double> hd = cast<double>(h, c);
     EXPECT_THROW(make_oracle(gpu, hd.problem, Precision::kBf16), InvalidArgument);
   }
-  {  // d = 64 is served, and the description names the kernel
-    Case c{10, 12, 64, 1.0};
+  {  // d = 128 is served, and the description names the kernel
+    Case c{10, 12, 128, 1.0};
     const HostData h = make_data(c, 5);
     Cast<float> ht = cast<float>(h, c);
     auto o = make_oracle(gpu, ht.problem, Precision::kBf16);
@@ -617,9 +627,9 @@ TEST(CudaSinkhorn, SolvesMatchCpuTf32) {
 TEST(CudaSinkhorn, SolvesMatchCpuBf16) {
   SKIP_WITHOUT_GPU();
   unsigned seed = 550;
-  // d in {3, 2, 16, 64} with n != m, n = 1, zero weights and a tiny annealed eps (d <= 64 only).
+  // d in {3, 2, 16, 64} with n != m, n = 1, zero weights and a tiny annealed eps (d <= 128 only).
   for (const Case& c : solve_cases()) {
-    if (c.d > 64) continue;
+    if (c.d > 128) continue;
     check_solve<float>(c, Precision::kBf16, Schedule::kAlternating, 40, seed++);
     check_solve<float>(c, Precision::kBf16, Schedule::kSymmetric, 40, seed++);
   }
@@ -764,10 +774,11 @@ void check_large(std::int64_t d, Precision p) {
   EXPECT_LE(worst, 1e-5) << "max relative row error over 48 sampled rows";
   if (p == Precision::kTf32)
     EXPECT_LE(worst_unrounded, std::ldexp(1.0, -10)) << "tf32 against the unrounded inputs";
-  std::printf("[ info     ] d=%lld %s: max row error %.3g (engine inputs), %.3g (unrounded; "
-              "%.2g of the rounding bound)\n",
-              (long long)d, to_string(p).c_str(), worst,
-              rounds_inputs(p) ? worst_unrounded : worst, worst_bound_ratio);
+  std::printf(
+      "[ info     ] d=%lld %s: max row error %.3g (engine inputs), %.3g (unrounded; "
+      "%.2g of the rounding bound)\n",
+      (long long)d, to_string(p).c_str(), worst, rounds_inputs(p) ? worst_unrounded : worst,
+      worst_bound_ratio);
 }
 
 TEST(CudaLarge, UpdateRowsMatchHostFloat64) {

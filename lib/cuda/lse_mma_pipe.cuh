@@ -1,0 +1,315 @@
+// Software-pipelined tensor-core streaming LSE kernel, one template for both tensor-core
+// precisions: scores u_ij = beta_j + <x~_i, y~_j> by mma.sync with fp32 accumulation, the key
+// bias beta_j entering as the fp32 C operand, then the online (max, sum) in the exp2 domain on
+// the accumulator registers (lib/cuda/lse_mma_rows.cuh). Conventions: lib/cuda/lse_params.hpp.
+// Runs on sm_80 and sm_90.
+//
+// Precisions (the MMA policy): tf32 = m16n8k8 on TF32 words (one value per 32-bit word); bf16 =
+// m16n8k16 on packed bf16 pairs (word w of a row = elements 2w, 2w+1, low half first). In word
+// units both take the same fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8" / "k16"):
+//   A (16 rows x 8 words, 4 regs): a0 = (row g, word t), a1 = (g+8, t), a2 = (g, t+4),
+//                                  a3 = (g+8, t+4);
+//   B (8 words x 8 keys, 2 regs):  b0 = (word t, key g), b1 = (word t+4, key g);
+//   C/D (fp32, 4 regs):            c0 c1 = row g, keys 2t, 2t+1; c2 c3 = row g+8, same keys,
+// with g = lane / 4, t = lane % 4, one k-step = 8 words. kW = words per row (resident widths 8,
+// 16, 32, 64: tf32 d <= 64, bf16 d <= 128).
+//
+// Structure: 4 warps x 2 m-tiles = 128 query rows per block with their A fragments in registers
+// for the whole pass; key tiles of 64 keys in two cp.async stages (one block barrier per tile);
+// each tile reduced as two halves of 4 n-tiles whose MMAs are issued in the same basic block as
+// the branch-free fold of the previous half, so the tensor pipe works while the SFU and FP32
+// pipes exponentiate; each warp forms its own copy of the key bias.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "lib/cuda/check.hpp"
+#include "lib/cuda/lse_common.cuh"
+#include "lib/cuda/lse_mma_rows.cuh"
+#include "lib/cuda/lse_params.hpp"
+#include "lib/cuda/lse_simt.cuh"
+
+namespace kantor::cuda {
+
+/// MMA policies: one k-step (8 words) of D = A B + C.
+struct MmaTf32 {
+  __device__ __forceinline__ static void run(float (&d)[4], const std::uint32_t (&a)[4],
+                                             std::uint32_t b0, std::uint32_t b1, float c0, float c1,
+                                             float c2, float c3) {
+    mma_tf32(d, a, b0, b1, c0, c1, c2, c3);
+  }
+};
+struct MmaBf16 {
+  __device__ __forceinline__ static void run(float (&d)[4], const std::uint32_t (&a)[4],
+                                             std::uint32_t b0, std::uint32_t b1, float c0, float c1,
+                                             float c2, float c3) {
+    mma_bf16(d, a, b0, b1, c0, c1, c2, c3);
+  }
+};
+
+/// Tile of the pipelined kernel for kW words per row.
+///
+/// Fragment word order: the dot product sums over k, so any bijection between the MMA's k index
+/// and the stored words that A and B share gives the same score. The thread's words t and t + 4
+/// of k-step kk are read from words p and p + 1 with
+///   p(kk, t) = 16 (kk / 2) + 4 t + 2 (kk % 2)   (kW >= 16: one 16-byte load = 2 k-steps),
+///   p(0, t) = 2 t                               (kW = 8: one 8-byte load),
+/// so a thread loads its B fragments with one LDS.128 per two k-steps instead of four LDS.32.
+/// Row strides kStride = 16 (mod 32) words (8 for kW = 8) keep each phase of those loads on 32
+/// distinct banks.
+template <int kW>
+struct MmaPipeTile {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMTiles = 2;
+  static constexpr int kHalfNT = 4;  // n-tiles per half tile
+  static constexpr int kRows = kWarps * kMTiles * 16;
+  static constexpr int kKeys = 2 * kHalfNT * 8;  // 64 keys per stage
+  static constexpr int kKSteps = kW / 8;
+  static constexpr int kStride = kW == 8 ? 8 : (kW % 32 == 16 ? kW : kW + 16);
+  static_assert(kW == 8 || kW == 16 || kW == 32 || kW == 64, "resident widths only");
+  static_assert(kW == 8 || kStride % 32 == 16, "LDS.128 phases conflict-free");
+};
+
+template <int kW>
+struct MmaPipeSmem {
+  using Tile = MmaPipeTile<kW>;
+  float keys[2][Tile::kKeys * Tile::kStride];
+  float raw[2][3][Tile::kKeys];           // g_j, c|y~_j|^2, log b_j of each stage
+  float bias[Tile::kWarps][Tile::kKeys];  // warp-private bias of the current tile
+  static_assert(sizeof(float) * (2 * Tile::kKeys * Tile::kStride + 6 * Tile::kKeys +
+                                 Tile::kWarps * Tile::kKeys) <=
+                    48 * 1024,
+                "static shared memory limit");
+};
+
+/// Word of k-step kk, thread t (the word-t entry; word t + 4 is the next one).
+template <int kW>
+__device__ __forceinline__ int mma_pipe_col(int kk, int t) {
+  return kW == 8 ? 2 * t : 16 * (kk >> 1) + 4 * t + 2 * (kk & 1);
+}
+
+/// acc[mt][n] = beta + <x~, y~> over the n-tiles of half `half` of the staged key tile ks
+/// (shared), bias from the warp's bias array wb (shared).
+template <class Mma, int kW>
+__device__ __forceinline__ void mma_pipe_half(float (&acc)[2][MmaPipeTile<kW>::kHalfNT][4],
+                                              const std::uint32_t (&a)[2][kW / 8][4],
+                                              const float* ks, const float* wb, int half, int g,
+                                              int t) {
+  using Tile = MmaPipeTile<kW>;
+  constexpr int kS = Tile::kStride;
+#pragma unroll
+  for (int n = 0; n < Tile::kHalfNT; ++n) {
+    const int nt = half * Tile::kHalfNT + n;
+    const float2 bb = *reinterpret_cast<const float2*>(&wb[nt * 8 + 2 * t]);
+    const float* kp = &ks[(nt * 8 + g) * kS];
+    std::uint32_t b[Tile::kKSteps][2];
+    if (kW == 8) {
+      const float2 v = *reinterpret_cast<const float2*>(&kp[2 * t]);
+      b[0][0] = __float_as_uint(v.x);
+      b[0][1] = __float_as_uint(v.y);
+    } else {
+#pragma unroll
+      for (int q = 0; q < Tile::kKSteps / 2; ++q) {
+        const float4 v = *reinterpret_cast<const float4*>(&kp[16 * q + 4 * t]);
+        b[2 * q][0] = __float_as_uint(v.x);
+        b[2 * q][1] = __float_as_uint(v.y);
+        b[2 * q + 1][0] = __float_as_uint(v.z);
+        b[2 * q + 1][1] = __float_as_uint(v.w);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < Tile::kKSteps; ++kk)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        float(&d)[4] = acc[mt][n];
+        if (kk == 0)
+          Mma::run(d, a[mt][kk], b[kk][0], b[kk][1], bb.x, bb.y, bb.x, bb.y);
+        else
+          Mma::run(d, a[mt][kk], b[kk][0], b[kk][1], d[0], d[1], d[2], d[3]);
+      }
+  }
+}
+
+/// LSE partials of one or two sides: grid (row blocks of side 0 + side 1, splits). The clouds
+/// are rows of kW words (row stride kW). raw16: the key potential, norm and log-weight arrays are
+/// 16-byte aligned (then staged by 16-byte copies, else by 4-byte copies).
+template <class Mma, int kW>
+__global__ void __launch_bounds__(128, 3)
+    lse_mma_pipe_kernel(LsePass<float> p, int blocks_side0, bool raw16) {
+  using Tile = MmaPipeTile<kW>;
+  constexpr int kS = Tile::kStride;
+  constexpr int kNT = Tile::kHalfNT;
+  __shared__ __align__(16) MmaPipeSmem<kW> sm;
+
+  const int side = int(blockIdx.x) < blocks_side0 ? 0 : 1;
+  const LseSide<float> sd = side ? p.side[1] : p.side[0];
+  const std::int64_t rb = std::int64_t(blockIdx.x) - (side ? blocks_side0 : 0);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const std::int64_t row0 = rb * Tile::kRows;
+  const int wrow = warp * Tile::kMTiles * 16;
+  const float* __restrict__ X = sd.queries;
+  const float* __restrict__ Y = sd.keys;
+  const float inv_2c = 0.5f / p.cost_scale, eps = p.eps, alpha = p.alpha;
+
+  // A fragments, resident, in the permuted word order: a0 (g, p), a1 (g+8, p), a2 (g, p+1),
+  // a3 (g+8, p+1) with p = mma_pipe_col(kk, t); rows past the end are zero (global).
+  std::uint32_t a[2][Tile::kKSteps][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const std::int64_t r_lo = row0 + wrow + mt * 16 + g, r_hi = r_lo + 8;
+#pragma unroll
+    for (int kk = 0; kk < Tile::kKSteps; ++kk) {
+      const int k = mma_pipe_col<kW>(kk, t);
+      const float2 lo = r_lo < sd.rows ? *reinterpret_cast<const float2*>(X + r_lo * kW + k)
+                                       : make_float2(0.f, 0.f);
+      const float2 hi = r_hi < sd.rows ? *reinterpret_cast<const float2*>(X + r_hi * kW + k)
+                                       : make_float2(0.f, 0.f);
+      a[mt][kk][0] = __float_as_uint(lo.x);
+      a[mt][kk][1] = __float_as_uint(hi.x);
+      a[mt][kk][2] = __float_as_uint(lo.y);
+      a[mt][kk][3] = __float_as_uint(hi.y);
+    }
+  }
+  float m[2][2], s[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    m[mt][0] = m[mt][1] = -INFINITY;
+    s[mt][0] = s[mt][1] = 0.f;
+  }
+  std::int64_t kbeg, kend;
+  split_range(sd.nkeys, p.splits, blockIdx.y, Tile::kKeys, &kbeg, &kend);
+
+  // Stage tile [t0, t0 + kKeys) into buffer b (global -> shared) by 16-byte copies: thread tid
+  // copies chunk k4 = tid % (kW / 4) of keys jj0 + i kJStep (y~ rows), and threads < 48 one
+  // 4-key chunk of g, c|y~|^2 or log b. Zeros past kend, never a read past it.
+  constexpr int kChunks = kW / 4;                   // 16-byte chunks per key row
+  constexpr int kJStep = Tile::kThreads / kChunks;  // keys per round of the block
+  constexpr int kRounds = Tile::kKeys / kJStep;
+  static_assert(Tile::kThreads % kChunks == 0 && Tile::kKeys % kJStep == 0, "whole rounds");
+  const int jj0 = tid / kChunks, k4 = tid % kChunks;
+  const int rq = tid / 16, rc = tid % 16;  // raw input array and 4-key chunk (tid < 48)
+  const float* raw_src = rq == 0 ? sd.key_pot : (rq == 1 ? sd.key_norm : sd.key_logw);
+  auto issue = [&](std::int64_t t0, int b) {
+    const float* src = Y + (t0 + jj0) * kW + 4 * k4;
+    float* dst = &sm.keys[b][jj0 * kS + 4 * k4];
+    const std::int64_t left = kend - t0 - jj0;  // keys of this thread's column still in range
+#pragma unroll
+    for (int i = 0; i < kRounds; ++i) {
+      const bool ok = i * kJStep < left;
+      cp_async16(dst + i * kJStep * kS, ok ? src + std::int64_t(i) * kJStep * kW : Y, ok);
+    }
+    if (tid < 48) {
+      const std::int64_t j = t0 + 4 * rc;
+      const std::int64_t left_raw = kend - j;
+      float* rdst = &sm.raw[b][rq][4 * rc];
+      if (raw16 && left_raw >= 4) {
+        cp_async16(rdst, raw_src + j, true);
+      } else {  // unaligned inputs, or the chunk at kend: element copies, zeros past kend
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          cp_async4(rdst + e, e < left_raw ? raw_src + j + e : raw_src, e < left_raw);
+      }
+    }
+    cp_async_commit();
+  };
+  // The warp's bias of the tile staged in buffer b: beta_j = (g_j - c|y~_j|^2 + eps log b_j)/(2c)
+  // (shared -> shared, lane l forms keys l and l + 32). Guard: keys past kend and zero-weight keys
+  // get -inf (masked; the MMA adds a finite dot product, which stays -inf).
+  float* wb = sm.bias[warp];
+  auto make_bias = [&](std::int64_t t0, int b) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int jj = lane + 32 * h;
+      wb[jj] = t0 + jj < kend
+                   ? (sm.raw[b][0][jj] - sm.raw[b][1][jj] + eps * sm.raw[b][2][jj]) * inv_2c
+                   : -INFINITY;
+    }
+    __syncwarp();
+  };
+
+  float acc0[2][kNT][4], acc1[2][kNT][4];
+  // acc1 starts as masked scores: the first fold of the loop adds nothing.
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int n = 0; n < kNT; ++n)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc1[mt][n][r] = -INFINITY;
+
+  int buf = 0;
+  if (kbeg < kend) {
+    issue(kbeg, 0);
+    cp_async_wait_all();
+    __syncthreads();
+    if (kbeg + Tile::kKeys < kend) issue(kbeg + Tile::kKeys, 1);
+    make_bias(kbeg, 0);
+  }
+  for (std::int64_t t0 = kbeg; t0 < kend; t0 += Tile::kKeys) {
+    const float* ks = sm.keys[buf];
+    // Half 0 of this tile on the tensor cores while half 1 of the previous tile is folded, then
+    // half 1 while half 0 is folded (one basic block: the compiler interleaves them).
+    mma_pipe_half<Mma, kW>(acc0, a, ks, wb, 0, g, t);
+    fold_mma_tile(acc1, alpha, m, s);
+    mma_pipe_half<Mma, kW>(acc1, a, ks, wb, 1, g, t);
+    fold_mma_tile(acc0, alpha, m, s);
+    const std::int64_t t1 = t0 + Tile::kKeys;
+    if (t1 < kend) {
+      cp_async_wait_all();  // tile t+1 has landed (this thread's copies)
+      __syncthreads();      // everyone's copies visible; buffer `buf` and its raw inputs are free
+      if (t1 + Tile::kKeys < kend) issue(t1 + Tile::kKeys, buf);
+      make_bias(t1, buf ^ 1);
+    }
+    buf ^= 1;
+  }
+  fold_mma_tile(acc1, alpha, m, s);
+  // Merge the quad's partial states, then write the row partials.
+  write_mma_rows(m, s, alpha, sd, row0 + wrow, g, t);
+}
+
+/// Host side: f(kernel) for the kernel of `words` words per row (8, 16, 32 or 64).
+template <class Mma, class F>
+void with_mma_pipe_kernel(int words, F&& f) {
+  switch (words) {
+    case 8:
+      return f(lse_mma_pipe_kernel<Mma, 8>);
+    case 16:
+      return f(lse_mma_pipe_kernel<Mma, 16>);
+    case 32:
+      return f(lse_mma_pipe_kernel<Mma, 32>);
+    default:
+      return f(lse_mma_pipe_kernel<Mma, 64>);
+  }
+}
+
+/// Resident blocks per SM of the pipelined kernel (occupancy query).
+template <class Mma>
+int mma_pipe_blocks_per_sm(int words) {
+  int nb = 0;
+  with_mma_pipe_kernel<Mma>(words, [&](auto kernel) {
+    KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kernel, 128, 0));
+  });
+  return nb;
+}
+
+/// Launches the pipelined kernel for pass p whose clouds have `words` words per row.
+template <class Mma>
+void launch_mma_pipe(const LsePass<float>& p, int words, cudaStream_t st) {
+  if (words != 8 && words != 16 && words != 32 && words != 64)
+    throw InvalidArgument("tensor-core LSE kernel: row width must be 8, 16, 32 or 64 words");
+  auto a16 = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  bool raw16 = true;
+  for (int k = 0; k < p.nsides; ++k)
+    raw16 = raw16 && a16(p.side[k].key_pot) && a16(p.side[k].key_norm) && a16(p.side[k].key_logw);
+  constexpr int kRows = MmaPipeTile<8>::kRows;
+  const int b0 = int((p.side[0].rows + kRows - 1) / kRows);
+  const int b1 = p.nsides > 1 ? int((p.side[1].rows + kRows - 1) / kRows) : 0;
+  const dim3 grid(unsigned(b0 + b1), unsigned(p.splits));
+  with_mma_pipe_kernel<Mma>(words,
+                            [&](auto kernel) { kernel<<<grid, 128, 0, st>>>(p, b0, raw16); });
+  KANTOR_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kantor::cuda
