@@ -11,7 +11,7 @@ namespace kantor::cuda {
 
 // Tile rule (docs/cuda-engine.md, "Tiles"): 128 rows x 64 keys per block, 2 m-tiles x 8 n-tiles
 // per warp. H200, n = m = 50k, 10 alternating iterations, tf32 (ms): the pipelined kernel
-// (commit 2b0c6f1-dev, this file's kernel) 19.94 at d = 3, 29.65 at d = 32, 43.90 at d = 64,
+// (commit c105c5a) 19.94 at d = 3, 29.65 at d = 32, 43.90 at d = 64,
 // against 22.46 / 31.68 / 46.50 for the earlier single-stage kernel and 22.34 / 33.16 / 46.54 for
 // the earlier cp.async double-buffered kernel without the MMA/fold overlap. With the single-stage
 // kernel: 1x8 warp tiles 59.57, 2x4 55.53 at d = 64; larger tiles exceed the register budget.
