@@ -15,8 +15,9 @@
 // 16, 32, 64: tf32 d <= 64, bf16 d <= 128).
 //
 // Structure: 4 warps x 2 m-tiles = 128 query rows per block with their A fragments in registers
-// for the whole pass; key tiles of 64 keys in two cp.async stages (one block barrier per tile);
-// each tile reduced as two halves of 4 n-tiles whose MMAs are issued in the same basic block as
+// for the whole pass; key tiles of 2 x kHalfNT x 8 keys in two cp.async stages (one block barrier
+// per tile); each tile reduced as two halves of kHalfNT n-tiles (MmaPipeConfig: 4, or 2 at
+// W = 64) whose MMAs are issued in the same basic block as
 // the branch-free fold of the previous half, so the tensor pipe works while the SFU and FP32
 // pipes exponentiate; each warp forms its own copy of the key bias.
 #pragma once
@@ -59,23 +60,23 @@ struct MmaBf16 {
 /// so a thread loads its B fragments with one LDS.128 per two k-steps instead of four LDS.32.
 /// Row strides kStride = 16 (mod 32) words (8 for kW = 8) keep each phase of those loads on 32
 /// distinct banks.
-template <int kW>
+template <int kW, int kHNT = 4>
 struct MmaPipeTile {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMTiles = 2;
-  static constexpr int kHalfNT = 4;  // n-tiles per half tile
+  static constexpr int kHalfNT = kHNT;  // n-tiles per half tile
   static constexpr int kRows = kWarps * kMTiles * 16;
-  static constexpr int kKeys = 2 * kHalfNT * 8;  // 64 keys per stage
+  static constexpr int kKeys = 2 * kHalfNT * 8;  // keys per stage
   static constexpr int kKSteps = kW / 8;
   static constexpr int kStride = kW == 8 ? 8 : (kW % 32 == 16 ? kW : kW + 16);
   static_assert(kW == 8 || kW == 16 || kW == 32 || kW == 64, "resident widths only");
   static_assert(kW == 8 || kStride % 32 == 16, "LDS.128 phases conflict-free");
 };
 
-template <int kW>
+template <int kW, int kHNT>
 struct MmaPipeSmem {
-  using Tile = MmaPipeTile<kW>;
+  using Tile = MmaPipeTile<kW, kHNT>;
   float keys[2][Tile::kKeys * Tile::kStride];
   float raw[2][3][Tile::kKeys];           // g_j, c|y~_j|^2, log b_j of each stage
   float bias[Tile::kWarps][Tile::kKeys];  // warp-private bias of the current tile
@@ -93,12 +94,12 @@ __device__ __forceinline__ int mma_pipe_col(int kk, int t) {
 
 /// acc[mt][n] = beta + <x~, y~> over the n-tiles of half `half` of the staged key tile ks
 /// (shared), bias from the warp's bias array wb (shared).
-template <class Mma, int kW>
-__device__ __forceinline__ void mma_pipe_half(float (&acc)[2][MmaPipeTile<kW>::kHalfNT][4],
+template <class Mma, int kW, int kHNT>
+__device__ __forceinline__ void mma_pipe_half(float (&acc)[2][kHNT][4],
                                               const std::uint32_t (&a)[2][kW / 8][4],
                                               const float* ks, const float* wb, int half, int g,
                                               int t) {
-  using Tile = MmaPipeTile<kW>;
+  using Tile = MmaPipeTile<kW, kHNT>;
   constexpr int kS = Tile::kStride;
 #pragma unroll
   for (int n = 0; n < Tile::kHalfNT; ++n) {
@@ -136,13 +137,13 @@ __device__ __forceinline__ void mma_pipe_half(float (&acc)[2][MmaPipeTile<kW>::k
 /// LSE partials of one or two sides: grid (row blocks of side 0 + side 1, splits). The clouds
 /// are rows of kW words (row stride kW). raw16: the key potential, norm and log-weight arrays are
 /// 16-byte aligned (then staged by 16-byte copies, else by 4-byte copies).
-template <class Mma, int kW>
-__global__ void __launch_bounds__(128, 3)
+template <class Mma, int kW, int kHNT, int kMinB>
+__global__ void __launch_bounds__(128, kMinB)
     lse_mma_pipe_kernel(LsePass<float> p, int blocks_side0, bool raw16) {
-  using Tile = MmaPipeTile<kW>;
+  using Tile = MmaPipeTile<kW, kHNT>;
   constexpr int kS = Tile::kStride;
   constexpr int kNT = Tile::kHalfNT;
-  __shared__ __align__(16) MmaPipeSmem<kW> sm;
+  __shared__ __align__(16) MmaPipeSmem<kW, kHNT> sm;
 
   const int side = int(blockIdx.x) < blocks_side0 ? 0 : 1;
   const LseSide<float> sd = side ? p.side[1] : p.side[0];
@@ -183,14 +184,16 @@ __global__ void __launch_bounds__(128, 3)
   split_range(sd.nkeys, p.splits, blockIdx.y, Tile::kKeys, &kbeg, &kend);
 
   // Stage tile [t0, t0 + kKeys) into buffer b (global -> shared) by 16-byte copies: thread tid
-  // copies chunk k4 = tid % (kW / 4) of keys jj0 + i kJStep (y~ rows), and threads < 48 one
-  // 4-key chunk of g, c|y~|^2 or log b. Zeros past kend, never a read past it.
+  // copies chunk k4 = tid % (kW / 4) of keys jj0 + i kJStep (y~ rows), and threads < 3 kKeys / 4
+  // one 4-key chunk of g, c|y~|^2 or log b. Zeros past kend, never a read past it.
   constexpr int kChunks = kW / 4;                   // 16-byte chunks per key row
   constexpr int kJStep = Tile::kThreads / kChunks;  // keys per round of the block
   constexpr int kRounds = Tile::kKeys / kJStep;
   static_assert(Tile::kThreads % kChunks == 0 && Tile::kKeys % kJStep == 0, "whole rounds");
   const int jj0 = tid / kChunks, k4 = tid % kChunks;
-  const int rq = tid / 16, rc = tid % 16;  // raw input array and 4-key chunk (tid < 48)
+  constexpr int kRawChunks = Tile::kKeys / 4;  // 4-key chunks per raw input array
+  static_assert(3 * kRawChunks <= Tile::kThreads, "one raw chunk per thread");
+  const int rq = tid / kRawChunks, rc = tid % kRawChunks;  // raw array and chunk (tid < 3 x)
   const float* raw_src = rq == 0 ? sd.key_pot : (rq == 1 ? sd.key_norm : sd.key_logw);
   auto issue = [&](std::int64_t t0, int b) {
     const float* src = Y + (t0 + jj0) * kW + 4 * k4;
@@ -201,7 +204,7 @@ __global__ void __launch_bounds__(128, 3)
       const bool ok = i * kJStep < left;
       cp_async16(dst + i * kJStep * kS, ok ? src + std::int64_t(i) * kJStep * kW : Y, ok);
     }
-    if (tid < 48) {
+    if (tid < 3 * kRawChunks) {
       const std::int64_t j = t0 + 4 * rc;
       const std::int64_t left_raw = kend - j;
       float* rdst = &sm.raw[b][rq][4 * rc];
@@ -221,7 +224,7 @@ __global__ void __launch_bounds__(128, 3)
   float* wb = sm.bias[warp];
   auto make_bias = [&](std::int64_t t0, int b) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < Tile::kKeys / 32; ++h) {
       const int jj = lane + 32 * h;
       wb[jj] = t0 + jj < kend
                    ? (sm.raw[b][0][jj] - sm.raw[b][1][jj] + eps * sm.raw[b][2][jj]) * inv_2c
@@ -251,9 +254,9 @@ __global__ void __launch_bounds__(128, 3)
     const float* ks = sm.keys[buf];
     // Half 0 of this tile on the tensor cores while half 1 of the previous tile is folded, then
     // half 1 while half 0 is folded (one basic block: the compiler interleaves them).
-    mma_pipe_half<Mma, kW>(acc0, a, ks, wb, 0, g, t);
+    mma_pipe_half<Mma, kW, kHNT>(acc0, a, ks, wb, 0, g, t);
     fold_mma_tile(acc1, alpha, m, s);
-    mma_pipe_half<Mma, kW>(acc1, a, ks, wb, 1, g, t);
+    mma_pipe_half<Mma, kW, kHNT>(acc1, a, ks, wb, 1, g, t);
     fold_mma_tile(acc0, alpha, m, s);
     const std::int64_t t1 = t0 + Tile::kKeys;
     if (t1 < kend) {
@@ -269,18 +272,40 @@ __global__ void __launch_bounds__(128, 3)
   write_mma_rows(m, s, alpha, sd, row0 + wrow, g, t);
 }
 
+/// Tile choice per width (the traits of the kernel that serves W words per row): n-tiles per
+/// half tile and the minimum resident blocks the register allocation must allow. Measured on the
+/// H200 (n = m = 50k, 10 alternating iterations, tf32, ms; default = 4 n-tiles, 3 blocks):
+///   W = 16: 4 blocks per SM (128 registers, no spill) 22.03 against 23.36 with 3 blocks;
+///   W = 64: 2 n-tiles per half (32-key stages) 41.00 against 41.94 (symmetric 40.46 / 41.47,
+///           n = 10k 1.895 / 1.956); 2 n-tiles with 4 blocks (128 registers) 41.62;
+///   W = 32: 2 n-tiles with 4 blocks 29.04 against 27.74; W = 8 (124 registers) runs 4 blocks.
+/// At W = 8 (d = 3, where the SFU bounds) 8 n-tiles per half (one rescale exp2 per 64 keys
+/// instead of 32) was slower, 19.68 against 19.11, and so was computing 1/8 or 1/4 of the
+/// exponentials on the FMA pipe with a degree-5 polynomial (FlashAttention-4's idea): 20.38 /
+/// 21.28 with 8 n-tiles, 21.93 for 1/4 with 4 n-tiles. Pairwise-tree max and sum in the fold
+/// (shorter dependency chains) measured 19.49 at W = 8 and 41.94 at W = 64: no gain, not kept.
+template <int kW>
+struct MmaPipeConfig {
+  static constexpr int kHalfNT = kW == 64 ? 2 : 4;
+  static constexpr int kMinBlocks = kW == 16 ? 4 : 3;
+};
+
 /// Host side: f(kernel) for the kernel of `words` words per row (8, 16, 32 or 64).
+template <class Mma, int kW>
+constexpr auto mma_pipe_kernel() {
+  return lse_mma_pipe_kernel<Mma, kW, MmaPipeConfig<kW>::kHalfNT, MmaPipeConfig<kW>::kMinBlocks>;
+}
 template <class Mma, class F>
 void with_mma_pipe_kernel(int words, F&& f) {
   switch (words) {
     case 8:
-      return f(lse_mma_pipe_kernel<Mma, 8>);
+      return f(mma_pipe_kernel<Mma, 8>());
     case 16:
-      return f(lse_mma_pipe_kernel<Mma, 16>);
+      return f(mma_pipe_kernel<Mma, 16>());
     case 32:
-      return f(lse_mma_pipe_kernel<Mma, 32>);
+      return f(mma_pipe_kernel<Mma, 32>());
     default:
-      return f(lse_mma_pipe_kernel<Mma, 64>);
+      return f(mma_pipe_kernel<Mma, 64>());
   }
 }
 
