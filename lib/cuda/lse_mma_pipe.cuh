@@ -220,14 +220,16 @@ __global__ void __launch_bounds__(128, kMinB)
   };
   // The warp's bias of the tile staged in buffer b: beta_j = (g_j - c|y~_j|^2 + eps log b_j)/(2c)
   // (shared -> shared, lane l forms keys l and l + 32). Guard: keys past kend and zero-weight keys
-  // get -inf (masked; the MMA adds a finite dot product, which stays -inf).
+  // (log b = -inf, selected explicitly: whatever their potential) get -inf (masked; the MMA adds
+  // a finite dot product, which stays -inf).
   float* wb = sm.bias[warp];
   auto make_bias = [&](std::int64_t t0, int b) {
 #pragma unroll
     for (int h = 0; h < Tile::kKeys / 32; ++h) {
       const int jj = lane + 32 * h;
-      wb[jj] = t0 + jj < kend
-                   ? (sm.raw[b][0][jj] - sm.raw[b][1][jj] + eps * sm.raw[b][2][jj]) * inv_2c
+      const float lw = sm.raw[b][2][jj];
+      wb[jj] = t0 + jj < kend && lw != -INFINITY
+                   ? (sm.raw[b][0][jj] - sm.raw[b][1][jj] + eps * lw) * inv_2c
                    : -INFINITY;
     }
     __syncwarp();
@@ -325,12 +327,17 @@ void launch_mma_pipe(const LsePass<float>& p, int words, cudaStream_t st) {
   if (words != 8 && words != 16 && words != 32 && words != 64)
     throw InvalidArgument("tensor-core LSE kernel: row width must be 8, 16, 32 or 64 words");
   auto a16 = [](const void* q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  // Guard: the key rows are staged by 16-byte copies and the query rows read as 8-byte pairs.
+  for (int k = 0; k < p.nsides; ++k)
+    if (!a16(p.side[k].keys) || !a16(p.side[k].queries))
+      throw InvalidArgument("tensor-core LSE kernel: clouds must be 16-byte aligned");
   bool raw16 = true;
   for (int k = 0; k < p.nsides; ++k)
     raw16 = raw16 && a16(p.side[k].key_pot) && a16(p.side[k].key_norm) && a16(p.side[k].key_logw);
   constexpr int kRows = MmaPipeTile<8>::kRows;
   const int b0 = int((p.side[0].rows + kRows - 1) / kRows);
   const int b1 = p.nsides > 1 ? int((p.side[1].rows + kRows - 1) / kRows) : 0;
+  if (b0 + b1 == 0) return;  // no rows: nothing to reduce (an empty grid cannot launch)
   const dim3 grid(unsigned(b0 + b1), unsigned(p.splits));
   with_mma_pipe_kernel<Mma>(words,
                             [&](auto kernel) { kernel<<<grid, 128, 0, st>>>(p, b0, raw16); });

@@ -9,12 +9,13 @@
 
 namespace kantor::cuda {
 
-// Tile rule (docs/cuda-engine.md, "Tiles"): 128 rows x 64 keys per block, 2 m-tiles x 8 n-tiles
-// per warp. H200, n = m = 50k, 10 alternating iterations, tf32 (ms): the pipelined kernel at
-// commit c105c5a 19.26 at d = 3, 28.00 at d = 32, 41.79 at d = 64, against 22.46 / 31.68 / 46.50
+// Tile rule (docs/cuda-engine.md section 3; traits MmaPipeConfig in lse_mma_pipe.cuh): 128 rows
+// per block, 2 m-tiles per warp, key stages of 64 keys (32 at width 64). H200, n = m = 50k, 10
+// alternating iterations, tf32 (ms): the pipelined kernel at commit c105c5a 19.26 at d = 3, 28.00
+// at d = 32, 41.79 at d = 64 (41.00 with 32-key stages at d = 64), against 22.46 / 31.68 / 46.50
 // for the earlier single-stage kernel and 22.34 / 33.16 / 46.54 for the earlier cp.async
 // double-buffered kernel without the MMA/fold overlap. With the single-stage kernel: 1x8 warp
-// tiles 59.57, 2x4 55.53 at d = 64; larger tiles exceed the register budget.
+// tiles 59.57, 2x4 55.53 at d = 64.
 int tf32_padded_dim(int d) {
   if (d <= 8) return 8;
   if (d <= 16) return 16;
