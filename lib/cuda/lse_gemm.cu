@@ -8,7 +8,6 @@
 #include "lib/cuda/lse_common.cuh"
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_launch.hpp"
-#include "lib/cuda/runtime.hpp"
 
 namespace kantor::cuda {
 namespace {
@@ -18,14 +17,7 @@ void cublas_check(cublasStatus_t s, const char* what) {
     throw CudaError(std::string("cuBLAS error ") + std::to_string(int(s)) + " in " + what);
 }
 
-/// An event for stream ordering only (no timing: cheaper record and wait).
-void* ordering_event() {
-  cudaEvent_t e = nullptr;
-  KANTOR_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  return e;
-}
-
-/// Score workspace budget: 2^28 floats (1 GiB) for the two workspaces together.
+/// Score workspace budget: 2^28 floats (1 GiB) per chunk of rows.
 constexpr std::int64_t kScoreBudget = std::int64_t(1) << 28;
 
 /// beta_j = (g_j - c|y~_j|^2 + eps log b_j) / (2c) for j < nkeys; -inf on the padding (masked).
@@ -78,33 +70,25 @@ __global__ void __launch_bounds__(256)
 }  // namespace
 
 LseGemm::LseGemm(void* stream, std::int64_t n, std::int64_t m) : stream_(stream) {
-  auto st = static_cast<cudaStream_t>(stream);
   ld_scores_ = (std::max(n, m) + 3) / 4 * 4;  // 16-byte aligned rows of S
-  // Two workspaces share the budget.
-  chunk_rows_ = std::max<std::int64_t>(128, kScoreBudget / 2 / ld_scores_ / 128 * 128);
+  chunk_rows_ = std::max<std::int64_t>(128, kScoreBudget / ld_scores_ / 128 * 128);
   chunk_rows_ = std::min(chunk_rows_, (std::max(n, m) + 127) / 128 * 128);
   // Guard: a failure part-way releases what was acquired (the destructor does not run).
   try {
     cublasHandle_t h;
     cublas_check(cublasCreate(&h), "cublasCreate");
     handle_ = h;
-    cublas_check(cublasSetStream(h, st), "cublasSetStream");
-    aux_ = create_stream();
-    for (int b = 0; b < 2; ++b) {
-      void* p = nullptr;
-      KANTOR_CUDA_TRY(cudaMalloc(&p, sizeof(float) * std::size_t(chunk_rows_ * ld_scores_)));
-      scores_[b] = static_cast<float*>(p);
-      // Guard: the padding columns of S are never written by the GEMM; zeros there (finite)
-      // plus beta = -inf stay -inf, where uninitialized NaN bits would poison the row sums.
-      KANTOR_CUDA_TRY(cudaMemsetAsync(scores_[b], 0,
-                                      sizeof(float) * std::size_t(chunk_rows_ * ld_scores_), st));
-      gemm_done_[b] = ordering_event();
-      lse_done_[b] = ordering_event();
-    }
+    cublas_check(cublasSetStream(h, static_cast<cudaStream_t>(stream)), "cublasSetStream");
     void* p = nullptr;
+    KANTOR_CUDA_TRY(cudaMalloc(&p, sizeof(float) * std::size_t(chunk_rows_ * ld_scores_)));
+    scores_ = static_cast<float*>(p);
+    // Guard: the padding columns of S are never written by the GEMM; zeros there (finite) plus
+    // beta = -inf stay -inf, where uninitialized NaN bits would poison the row sums.
+    KANTOR_CUDA_TRY(cudaMemsetAsync(scores_, 0,
+                                    sizeof(float) * std::size_t(chunk_rows_ * ld_scores_),
+                                    static_cast<cudaStream_t>(stream)));
     KANTOR_CUDA_TRY(cudaMalloc(&p, sizeof(float) * std::size_t(ld_scores_)));
     beta_ = static_cast<float*>(p);
-    ready_ = ordering_event();
   } catch (...) {
     release();
     throw;
@@ -112,22 +96,11 @@ LseGemm::LseGemm(void* stream, std::int64_t n, std::int64_t m) : stream_(stream)
 }
 
 void LseGemm::release() noexcept {
-  // The workspaces may still be in use by queued work: finish both streams first.
-  if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-  if (aux_) cudaStreamSynchronize(static_cast<cudaStream_t>(aux_));
-  for (int b = 0; b < 2; ++b) {
-    cudaFree(scores_[b]);
-    scores_[b] = nullptr;
-    if (gemm_done_[b]) event_destroy(gemm_done_[b]);
-    if (lse_done_[b]) event_destroy(lse_done_[b]);
-    gemm_done_[b] = lse_done_[b] = nullptr;
-  }
+  // Queued passes may still use the workspace: finish the stream first.
+  if (scores_ || beta_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cudaFree(scores_);
   cudaFree(beta_);
-  beta_ = nullptr;
-  if (ready_) event_destroy(ready_);
-  ready_ = nullptr;
-  if (aux_) destroy_stream(aux_);
-  aux_ = nullptr;
+  scores_ = beta_ = nullptr;
   if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
   handle_ = nullptr;
 }
@@ -137,40 +110,23 @@ LseGemm::~LseGemm() { release(); }
 void LseGemm::side_partials(const LseSide<float>& sd, int ld, float eps, float cost_scale,
                             float alpha) {
   auto st = static_cast<cudaStream_t>(stream_);
-  auto aux = static_cast<cudaStream_t>(aux_);
   const std::int64_t ld_s = (sd.nkeys + 3) / 4 * 4;
   gemm_bias_kernel<<<unsigned((ld_s + 255) / 256), 256, 0, st>>>(sd, eps, 0.5f / cost_scale, ld_s,
                                                                  beta_);
   KANTOR_CUDA_CHECK_LAUNCH();
-  // The row-LSE stream starts after everything queued on the pass stream so far (beta, the
-  // potentials it reads, the previous side's use of the workspaces).
-  KANTOR_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(ready_), st));
-  KANTOR_CUDA_TRY(cudaStreamWaitEvent(aux, static_cast<cudaEvent_t>(ready_), 0));
   const float one = 1.f, zero = 0.f;
-  int c = 0;
-  for (std::int64_t r0 = 0; r0 < sd.rows; r0 += chunk_rows_, ++c) {
-    const int b = c & 1;
-    auto gemm_done = static_cast<cudaEvent_t>(gemm_done_[b]);
-    auto lse_done = static_cast<cudaEvent_t>(lse_done_[b]);
+  for (std::int64_t r0 = 0; r0 < sd.rows; r0 += chunk_rows_) {
     const std::int64_t rows = std::min(chunk_rows_, sd.rows - r0);
-    // Workspace b is free once the row-LSE of chunk c - 2 has read it.
-    if (c >= 2) KANTOR_CUDA_TRY(cudaStreamWaitEvent(st, lse_done, 0));
     // S (rows x nkeys, row stride ld_s) = X~[r0 : r0+rows] Y~^T; column-major view: S^T = Y~ X~^T.
     cublas_check(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N,
                               int(sd.nkeys), int(rows), ld, &one, sd.keys, CUDA_R_32F, ld,
-                              sd.queries + r0 * ld, CUDA_R_32F, ld, &zero, scores_[b], CUDA_R_32F,
+                              sd.queries + r0 * ld, CUDA_R_32F, ld, &zero, scores_, CUDA_R_32F,
                               int(ld_s), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
                  "cublasGemmEx (TF32 scores)");
-    KANTOR_CUDA_TRY(cudaEventRecord(gemm_done, st));
-    KANTOR_CUDA_TRY(cudaStreamWaitEvent(aux, gemm_done, 0));
-    gemm_row_lse_kernel<<<unsigned((rows + 7) / 8), 256, 0, aux>>>(
-        scores_[b], rows, ld_s, beta_, alpha, sd.part_max + r0, sd.part_sum + r0);
+    gemm_row_lse_kernel<<<unsigned((rows + 7) / 8), 256, 0, st>>>(
+        scores_, rows, ld_s, beta_, alpha, sd.part_max + r0, sd.part_sum + r0);
     KANTOR_CUDA_CHECK_LAUNCH();
-    KANTOR_CUDA_TRY(cudaEventRecord(lse_done, aux));
   }
-  // Join: the pass stream continues after the last row-LSE of each workspace.
-  for (int b = 0; b < std::min(c, 2); ++b)
-    KANTOR_CUDA_TRY(cudaStreamWaitEvent(st, static_cast<cudaEvent_t>(lse_done_[b]), 0));
 }
 
 void LseGemm::run(const LsePass<float>& p) {
