@@ -24,7 +24,9 @@ struct Problem {
 /// Throws InvalidArgument naming the first problem found: empty clouds, dimension mismatch,
 /// stride < cols, non-finite coordinates or weights, negative weights, zero total mass, total
 /// masses differing by more than 1e-6 relative, cost_scale <= 0, epsilon <= 0 or non-finite.
-/// Host data is checked element by element; device data is checked for shapes only.
+/// Host data is checked element by element; device data is checked for shapes only here (the
+/// engines copy device-resident inputs to the host once at setup, after all device work has
+/// finished, and check them element by element there).
 template <class T>
 void validate(const Problem<T>& problem);
 

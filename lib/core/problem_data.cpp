@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kantor/error.hpp"
+#include "lib/cuda/runtime.hpp"
 
 namespace kantor {
 namespace {
@@ -22,15 +23,43 @@ std::vector<T> normalized_weights(const VectorView<const T>& w, std::int64_t cou
   return out;
 }
 
+/// Host copy of a device matrix view (its rows x stride block, stride kept).
+template <class T>
+std::vector<T> download(const MatrixView<const T>& v) {
+  std::vector<T> h(std::size_t((v.rows - 1) * v.stride + v.cols));
+  cuda::memcpy_async(h.data(), v.data, sizeof(T) * h.size(), 1, nullptr);
+  cuda::synchronize_stream(nullptr);
+  return h;
+}
+template <class T>
+std::vector<T> download(const VectorView<const T>& v) {
+  std::vector<T> h(std::size_t(v.size));
+  cuda::memcpy_async(h.data(), v.data, sizeof(T) * h.size(), 1, nullptr);
+  cuda::synchronize_stream(nullptr);
+  return h;
+}
+
 }  // namespace
 
 template <class T>
 PreparedProblem<T> prepare_problem_data(const Problem<T>& p) {
   validate(p);
-  if (p.x.space != MemorySpace::kHost || p.y.space != MemorySpace::kHost ||
-      (p.a.data && p.a.space != MemorySpace::kHost) ||
-      (p.b.data && p.b.space != MemorySpace::kHost))
-    throw InvalidArgument("problem: point clouds and weights must be host memory here");
+  const bool x_dev = p.x.space == MemorySpace::kDevice, y_dev = p.y.space == MemorySpace::kDevice;
+  const bool a_dev = p.a.data && p.a.space == MemorySpace::kDevice;
+  const bool b_dev = p.b.data && p.b.space == MemorySpace::kDevice;
+  if (x_dev || y_dev || a_dev || b_dev) {
+    // Device-resident inputs: setup is a host pass anyway (validation, centring, padding), so
+    // they are copied to the host once, after all device work (any stream) has finished, and
+    // then validated element by element like host inputs.
+    cuda::device_synchronize();
+    std::vector<T> hx, hy, ha, hb;
+    Problem<T> q = p;
+    if (x_dev) hx = download(p.x), q.x = {hx.data(), p.x.rows, p.x.cols, p.x.stride};
+    if (y_dev) hy = download(p.y), q.y = {hy.data(), p.y.rows, p.y.cols, p.y.stride};
+    if (a_dev) ha = download(p.a), q.a = {ha.data(), p.a.size};
+    if (b_dev) hb = download(p.b), q.b = {hb.data(), p.b.size};
+    return prepare_problem_data(q);
+  }
   PreparedProblem<T> out;
   out.n = p.x.rows;
   out.m = p.y.rows;

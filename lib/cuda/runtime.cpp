@@ -49,6 +49,8 @@ void synchronize_stream(void* stream) {
   KANTOR_CUDA_TRY(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
+void device_synchronize() { KANTOR_CUDA_TRY(cudaDeviceSynchronize()); }
+
 void* device_malloc(std::size_t bytes) {
   void* p = nullptr;
   const cudaError_t e = cudaMalloc(&p, bytes);
@@ -86,15 +88,15 @@ void event_destroy(void* event) noexcept {
 }
 
 void event_record(void* event, void* stream) {
-  KANTOR_CUDA_TRY(cudaEventRecord(static_cast<cudaEvent_t>(event),
-                                  static_cast<cudaStream_t>(stream)));
+  KANTOR_CUDA_TRY(
+      cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
 }
 
 double event_elapsed_ms(void* start, void* stop) {
   KANTOR_CUDA_TRY(cudaEventSynchronize(static_cast<cudaEvent_t>(stop)));
   float ms = 0;
-  KANTOR_CUDA_TRY(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start),
-                                       static_cast<cudaEvent_t>(stop)));
+  KANTOR_CUDA_TRY(
+      cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)));
   return double(ms);
 }
 

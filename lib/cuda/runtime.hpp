@@ -20,6 +20,8 @@ void set_device(int device);
 void* create_stream();
 void destroy_stream(void* stream) noexcept;
 void synchronize_stream(void* stream);
+/// Wait for all work on the current device (any stream).
+void device_synchronize();
 
 /// Device allocation; throws OutOfMemory with the requested size when it fails.
 void* device_malloc(std::size_t bytes);

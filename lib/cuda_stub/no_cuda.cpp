@@ -5,8 +5,9 @@
 namespace kantor::cuda {
 namespace {
 [[noreturn]] void not_compiled() {
-  throw NotCompiled("this kantor build has no CUDA engine (configured with KANTOR_WITH_CUDA=OFF "
-                    "or without nvcc)");
+  throw NotCompiled(
+      "this kantor build has no CUDA engine (configured with KANTOR_WITH_CUDA=OFF "
+      "or without nvcc)");
 }
 }  // namespace
 
@@ -16,6 +17,7 @@ void set_device(int) { not_compiled(); }
 void* create_stream() { not_compiled(); }
 void destroy_stream(void*) noexcept {}
 void synchronize_stream(void*) { not_compiled(); }
+void device_synchronize() { not_compiled(); }
 void* device_malloc(std::size_t) { not_compiled(); }
 void device_free(void*) noexcept {}
 void memcpy_async(void*, const void*, std::size_t, int, void*) { not_compiled(); }

@@ -635,6 +635,67 @@ TEST(CudaSinkhorn, SolvesMatchCpuBf16) {
   }
 }
 
+// Device-resident problem data (a strided x, device weights) gives exactly the result of the
+// same data in host memory, on the CUDA engine and on the CPU engine (setup copies it to the host
+// once); device data with a non-finite coordinate is refused like host data.
+TEST(CudaSinkhorn, DeviceResidentProblemMatchesHost) {
+  SKIP_WITHOUT_GPU();
+  const Case c{150, 97, 5, 0.2, 1.0, true};
+  const HostData h = make_data(c, 4242);
+  Cast<float> ht = cast<float>(h, c);
+  Context gpu({Backend::kCuda});
+  Context cpu({Backend::kCpu});
+  // x with row stride d + 3 (padding filled with NaN: never read), y, a, b contiguous.
+  const std::int64_t sx = c.d + 3;
+  std::vector<float> xs(std::size_t(c.n * sx), std::numeric_limits<float>::quiet_NaN());
+  for (std::int64_t i = 0; i < c.n; ++i)
+    for (std::int64_t k = 0; k < c.d; ++k)
+      xs[std::size_t(i * sx + k)] = ht.x[std::size_t(i * c.d + k)];
+  auto upload = [&](const std::vector<float>& v) {
+    Buffer<float> b(gpu, std::int64_t(v.size()), MemorySpace::kDevice);
+    copy(gpu, host_vector<const float>(v.data(), std::int64_t(v.size())), b.view());
+    return b;
+  };
+  const Buffer<float> dx = upload(xs), dy = upload(ht.y), da = upload(ht.a), db = upload(ht.b);
+  gpu.synchronize();
+  Problem<float> dp = ht.problem;
+  dp.x = {dx.data(), c.n, c.d, sx, MemorySpace::kDevice};
+  dp.y = {dy.data(), c.m, c.d, c.d, MemorySpace::kDevice};
+  dp.a = {da.data(), c.n, MemorySpace::kDevice};
+  dp.b = {db.data(), c.m, MemorySpace::kDevice};
+  SinkhornOptions o;
+  o.max_iterations = 30;
+  o.tolerance = 1e-300;
+  for (Precision p : {Precision::kTf32, Precision::kFp32}) {
+    for (const Context* ctx : {&gpu, &cpu}) {
+      if (ctx == &cpu && p != Precision::kFp32) continue;
+      SCOPED_TRACE(to_string(p) + (ctx == &gpu ? " cuda" : " cpu"));
+      o.precision = p;
+      Potentials<float> ph, pd;
+      const SinkhornSummary sh = solve_sinkhorn(*ctx, ht.problem, o, &ph);
+      const SinkhornSummary sd = solve_sinkhorn(*ctx, dp, o, &pd);
+      EXPECT_EQ(sd.iterations, sh.iterations);
+      EXPECT_EQ(sd.dual_cost, sh.dual_cost);
+      EXPECT_EQ(sd.primal_cost, sh.primal_cost);
+      EXPECT_EQ(host_copy(*ctx, pd.f), host_copy(*ctx, ph.f));
+      EXPECT_EQ(host_copy(*ctx, pd.g), host_copy(*ctx, ph.g));
+    }
+  }
+  // A NaN coordinate inside the rows (not the stride padding) is found after the copy.
+  std::vector<float> bad = ht.y;
+  bad[7] = std::numeric_limits<float>::quiet_NaN();
+  const Buffer<float> dbad = upload(bad);
+  gpu.synchronize();
+  Problem<float> bp = dp;
+  bp.y = {dbad.data(), c.m, c.d, c.d, MemorySpace::kDevice};
+  try {
+    solve_sinkhorn(gpu, bp, o);
+    ADD_FAILURE() << "a NaN coordinate in device data was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("problem.y"), std::string::npos) << e.what();
+  }
+}
+
 // bf16 against the unrounded inputs: bound tol_potentials(kBf16) = 2^-8 of the RMS cost (the
 // derivation is at tol_potentials), the eps / RMS cost ratios of the tf32 test (~0.05), where
 // the first-order analysis holds (|dC| / eps stays well below 1).
