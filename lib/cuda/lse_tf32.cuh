@@ -96,30 +96,26 @@ __global__ void __launch_bounds__(128) lse_tf32_kernel(LsePass<float> p, int blo
         if (j < kend) v = __ldg(reinterpret_cast<const float4*>(Y + j * ld + c * kDK) + k4);
         *reinterpret_cast<float4*>(&ks[jj * kS + 4 * k4]) = v;
       }
-      {
-        // x~ chunk of the block's rows: qs[r][k] = x~_{row0+r, c kDK + k} (global), 0 past rows.
-        for (int idx = tid; idx < Tile::kRows * (kDK / 4); idx += Tile::kThreads) {
-          const int r = idx / (kDK / 4), k4 = idx % (kDK / 4);
-          const std::int64_t i = row0 + r;
-          float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (i < sd.rows) v = __ldg(reinterpret_cast<const float4*>(X + i * ld + c * kDK) + k4);
-          *reinterpret_cast<float4*>(&qs[r * kS + 4 * k4]) = v;
-        }
+      // x~ chunk of the block's rows: qs[r][k] = x~_{row0+r, c kDK + k} (global), 0 past rows.
+      for (int idx = tid; idx < Tile::kRows * (kDK / 4); idx += Tile::kThreads) {
+        const int r = idx / (kDK / 4), k4 = idx % (kDK / 4);
+        const std::int64_t i = row0 + r;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < sd.rows) v = __ldg(reinterpret_cast<const float4*>(X + i * ld + c * kDK) + k4);
+        *reinterpret_cast<float4*>(&qs[r * kS + 4 * k4]) = v;
       }
       __syncthreads();
-      {
-        // A fragments of this chunk from shared memory (conflict-free: stride = 4 mod 8).
+      // A fragments of this chunk from shared memory (conflict-free: stride = 4 mod 8).
 #pragma unroll
-        for (int mt = 0; mt < Tile::kMTiles; ++mt) {
-          const int r = wrow + mt * 16 + g;
+      for (int mt = 0; mt < Tile::kMTiles; ++mt) {
+        const int r = wrow + mt * 16 + g;
 #pragma unroll
-          for (int kk = 0; kk < Tile::kKSteps; ++kk) {
-            const int k = kk * 8 + t;
-            a[mt][kk][0] = __float_as_uint(qs[r * kS + k]);
-            a[mt][kk][1] = __float_as_uint(qs[(r + 8) * kS + k]);
-            a[mt][kk][2] = __float_as_uint(qs[r * kS + k + 4]);
-            a[mt][kk][3] = __float_as_uint(qs[(r + 8) * kS + k + 4]);
-          }
+        for (int kk = 0; kk < Tile::kKSteps; ++kk) {
+          const int k = kk * 8 + t;
+          a[mt][kk][0] = __float_as_uint(qs[r * kS + k]);
+          a[mt][kk][1] = __float_as_uint(qs[(r + 8) * kS + k]);
+          a[mt][kk][2] = __float_as_uint(qs[r * kS + k + 4]);
+          a[mt][kk][3] = __float_as_uint(qs[(r + 8) * kS + k + 4]);
         }
       }
       // u = beta + <x~, y~>: B fragments b0 (k = t, n = g), b1 (k = t+4, n = g) from shared;
