@@ -131,17 +131,17 @@ HostData make_data(const Case& c, unsigned seed) {
 // Whether precision p stores rounded coordinates (tensor-core operands).
 bool rounds_inputs(Precision p) { return p == Precision::kTf32 || p == Precision::kBf16; }
 
-// float -> TF32, round to nearest with ties away from zero (cvt.rna.tf32.f32).
+// float -> TF32, round to nearest with ties away from zero (cvt.rna.tf32.f32): an independent
+// reference for the engine's bit-level rounding, in arithmetic. Normal floats keep 11 significant
+// bits (frexp, std::round: ties away from zero); subnormals keep multiples of 2^-136 (the same
+// 10 stored mantissa bits). Inf/NaN pass through.
 float round_tf32(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) {
-    u += 0x1000u;
-    u &= 0xffffe000u;
-  }
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
+  if (!std::isfinite(x) || x == 0.f) return x;
+  if (std::abs(x) < std::numeric_limits<float>::min())
+    return float(std::ldexp(std::round(std::ldexp(double(x), 136)), -136));
+  int e = 0;
+  const double mant = std::frexp(double(x), &e);  // x = mant 2^e, 0.5 <= |mant| < 1
+  return float(std::ldexp(std::round(std::ldexp(mant, 11)), e - 11));
 }
 
 // The centred float coordinate v as the engine of precision p stores it: TF32-rounded on tf32,
@@ -481,6 +481,29 @@ TEST(CudaOracle, Bf16RefusesWideCloudsAndDoubleData) {
 }
 
 // The engine's float -> bf16 rounding against hand-computed bit patterns (host only).
+// The test's TF32 reference (host only): 10 stored mantissa bits, error <= half a unit in the
+// 11th significant bit, ties away from zero, exact on TF32 values.
+TEST(Tf32Rounding, Reference) {
+  auto bits_of = [](float v) {
+    std::uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return u;
+  };
+  EXPECT_EQ(round_tf32(1.0f + std::ldexp(1.0f, -11)), 1.0f + std::ldexp(1.0f, -10));  // tie: away
+  EXPECT_EQ(round_tf32(-1.0f - std::ldexp(1.0f, -11)), -1.0f - std::ldexp(1.0f, -10));
+  EXPECT_EQ(round_tf32(1.0f + std::ldexp(1.0f, -12)), 1.0f);
+  EXPECT_EQ(round_tf32(2.0f - std::ldexp(1.0f, -12)), 2.0f);  // carry into the exponent
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> nd(0.f, 50.f);
+  for (int i = 0; i < 100000; ++i) {
+    const float x = nd(rng);
+    const float r = round_tf32(x);
+    ASSERT_EQ(bits_of(r) & 0x1fffu, 0u) << x;
+    ASSERT_LE(std::abs(double(r) - x), std::ldexp(std::abs(double(x)), -11)) << x;
+    ASSERT_EQ(round_tf32(r), r) << x;
+  }
+}
+
 TEST(Bf16Rounding, BitPatterns) {
   auto bits_of = [](float x) {
     std::uint32_t u;
