@@ -40,6 +40,8 @@ std::string to_string(TerminationType t) {
       return "user success";
     case TerminationType::kNumericalFailure:
       return "numerical failure";
+    case TerminationType::kRoundingFloor:
+      return "rounding floor";
   }
   return "?";
 }
@@ -99,6 +101,45 @@ double seconds_since(Clock::time_point t0) {
 template <class T>
 constexpr Precision natural_precision() {
   return std::is_same<T, double>::value ? Precision::kFp64 : Precision::kFp32;
+}
+
+// Mantissa bits of the arithmetic that rounds the score terms: fp32 potentials and products;
+// tf32 / bf16 round the coordinates entering the tensor-core dot products.
+int mantissa_bits(Precision p) {
+  switch (p) {
+    case Precision::kFp64:
+      return 52;
+    case Precision::kFp32:
+      return 23;
+    case Precision::kTf32:
+      return 10;
+    case Precision::kBf16:
+      return 7;
+  }
+  return 52;
+}
+/// ulp of v in a binary format with `bits` mantissa bits (v > 0).
+double ulp_of(double v, int bits) {
+  if (!(v > 0)) return 0;
+  return std::ldexp(1.0, std::ilogb(v) - bits);
+}
+// Mantissa bits of the potentials' storage.
+int potential_bits(Precision p) { return p == Precision::kFp64 ? 52 : 23; }
+
+/// The smallest eps precision `p` resolves for data whose largest score term is `term` and whose
+/// largest cost is `cmax`: below it the ulp of a cost term (in the precision the scores round to)
+/// or of a potential (~cmax, in the storage precision) divided by eps is 1 or more, so no digit
+/// of the plan can be right. docs/numerics.md, "Resolvable range".
+double resolvable_epsilon(Precision p, double term, double cmax) {
+  return std::max(ulp_of(term, mantissa_bits(p)), ulp_of(cmax, potential_bits(p)));
+}
+
+/// The least precise engine precision whose rounding floor (resolvable eps / eps) is ten times
+/// below the tolerance, or "" when even fp64 cannot reach it at this eps.
+std::string precision_that_resolves(double term, double cmax, double eps, double tol) {
+  for (Precision p : {Precision::kBf16, Precision::kTf32, Precision::kFp32, Precision::kFp64})
+    if (resolvable_epsilon(p, term, cmax) / eps <= 0.1 * tol) return to_string(p);
+  return "";
 }
 
 // The iteration loop on an existing oracle. `pot` receives the potentials (warm start when it
@@ -168,6 +209,23 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
          << "; use fp64 or a smaller eps)";
       throw InvalidArgument(os.str());
     }
+    // Guard: below the resolvable eps the rounding of a score term or of a potential, divided
+    // by eps, is 1 or more: no digit of the plan can be right (seen: fp64 at eps = 1e-17 on unit
+    // costs "converged" with plan mass 2). Refuse it, naming the bound and what would resolve it.
+    s.resolvable_epsilon = resolvable_epsilon(s.precision, oracle.max_score_term(), cmax);
+    if (epsilon < s.resolvable_epsilon) {
+      std::ostringstream os;
+      os << "problem.epsilon = " << epsilon << " is below the smallest eps "
+         << to_string(s.precision) << " can resolve for this data, " << s.resolvable_epsilon
+         << " (the ulp of the largest score term c|x|^2 = " << oracle.max_score_term()
+         << " or of a potential ~ c*D^2 = " << cmax << "): no digit of the plan could be right";
+      const double r64 = resolvable_epsilon(Precision::kFp64, oracle.max_score_term(), cmax);
+      if (s.precision != Precision::kFp64 && epsilon >= r64)
+        os << "; use fp64 (resolves eps >= " << r64 << ")";
+      else
+        os << "; use a larger eps or rescale the problem";
+      throw InvalidArgument(os.str());
+    }
   }
   // Annealing starts at c*D^2 unless told otherwise; a warm start resumes at the target.
   double eps = epsilon;
@@ -187,8 +245,30 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   std::int64_t at_target = 0;  // iterations done at the target eps
   double last_eps = eps;       // eps of the last iteration run: the potentials' eps
   bool first = true;
+  // Certificates: once the engine's residual meets the tolerance at the target eps, the plan is
+  // certified on the caller's coordinates (oracle.certify); if that fails, every later check is
+  // certified too ("honest") until one passes, the budget is spent, or the certificate stops
+  // improving while the residual stays met (the rounding floor).
+  bool honest = false;
+  Certificate cert;                  // of the potentials at the last certified check
+  std::int64_t cert_iteration = -1;  // iteration count of `cert`
+  double best_cert = std::numeric_limits<double>::infinity();
+  int stalled_checks = 0;
+  double last_residual = 0;  // the engine's residual at the last check
+  constexpr int kStallChecks = 10;
+  const double cmax = cost_scale * oracle.diameter() * oracle.diameter();
   s.termination = TerminationType::kMaxIterations;
   while (s.iterations < options.max_iterations) {
+    // Cancellation (ContextOptions::cancel, e.g. Ctrl-C): polled every iteration on the host (and
+    // between row blocks inside the CPU passes); the potentials of a cancelled pass are partial.
+    if (ctx.cancel_requested()) {
+      s.termination = TerminationType::kUserAbort;
+      s.message = "cancelled at iteration " + std::to_string(s.iterations);
+      s.epsilon_reached = last_eps;
+      s.seconds_iterations = seconds_since(t_iter);
+      s.seconds_total = seconds_since(t_start);
+      return s;
+    }
     const bool annealing = eps > epsilon;
     // Checks run every check_every iterations during annealing too (NaN detection, callbacks such
     // as a Ctrl-C abort), but only a check at the target eps can declare convergence.
@@ -216,7 +296,9 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
     if (!check) continue;
     const double merr =
         to_host(ctx, VectorView<const double>{scalars.data(), 1, scalars.space()})[0];
-    IterationRecord rec{s.iterations, eps_now, merr, seconds_since(t_start)};
+    last_residual = merr;
+    IterationRecord rec{s.iterations, eps_now, merr, std::numeric_limits<double>::quiet_NaN(),
+                        seconds_since(t_start)};
     if (options.record_iterations) s.records.push_back(rec);
     if (!std::isfinite(merr)) {
       s.termination = TerminationType::kNumericalFailure;
@@ -238,18 +320,59 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
       s.message = "a callback stopped the solve at iteration " + std::to_string(s.iterations);
       break;
     }
-    if (!annealing && merr <= s.tolerance) {
-      s.termination = TerminationType::kConverged;
-      std::ostringstream os;
-      os << "marginal error " << std::setprecision(3) << merr << " <= tolerance " << s.tolerance;
-      s.message = os.str();
-      break;
+    if (!annealing && (merr <= s.tolerance || honest)) {
+      cert = oracle.certify(eps_now, f, g);
+      cert_iteration = s.iterations;
+      ++s.certificates;
+      if (options.record_iterations) s.records.back().certified_error = cert.bound;
+      if (!std::isfinite(cert.bound)) {
+        s.termination = TerminationType::kNumericalFailure;
+        s.message = "the certificate is not finite at iteration " + std::to_string(s.iterations) +
+                    " (the plan of the potentials overflows float64)";
+        break;
+      }
+      if (cert.bound <= s.tolerance) {
+        s.termination = TerminationType::kConverged;
+        std::ostringstream os;
+        os << "certified marginal error " << std::setprecision(3) << cert.bound
+           << " <= tolerance " << s.tolerance << " (residual " << merr << ")";
+        s.message = os.str();
+        break;
+      }
+      honest = true;
+      if (merr <= s.tolerance && cert.bound >= best_cert) {
+        if (++stalled_checks >= kStallChecks) {
+          s.termination = TerminationType::kRoundingFloor;
+          break;
+        }
+      } else {
+        stalled_checks = 0;
+      }
+      best_cert = std::min(best_cert, cert.bound);
     }
   }
-  if (s.termination == TerminationType::kMaxIterations) {
+  const std::string resolves =
+      precision_that_resolves(oracle.max_score_term(), cmax, epsilon, s.tolerance);
+  auto floor_note = [&](double residual) {
+    std::ostringstream os;
+    os << std::setprecision(3) << "the engine's " << to_string(s.precision)
+       << " iteration met the tolerance (residual " << residual
+       << ") but the certified marginal error on the caller's coordinates is " << cert.bound
+       << " > " << s.tolerance << ": the rounding floor of " << to_string(s.precision)
+       << " at eps = " << epsilon << "; "
+       << (resolves.empty() || resolves == to_string(s.precision)
+               ? std::string("no precision resolves this tolerance at this eps (raise eps or "
+                             "the tolerance)")
+               : resolves + " would resolve it");
+    return os.str();
+  };
+  if (s.termination == TerminationType::kRoundingFloor) {
+    s.message = "not converged: " + floor_note(last_residual);
+  } else if (s.termination == TerminationType::kMaxIterations) {
     std::ostringstream os;
     os << "iteration budget of " << options.max_iterations << " spent before the tolerance "
        << s.tolerance << " was met";
+    if (honest) os << "; " << floor_note(last_residual);
     s.message = os.str();
   }
   const auto t_costs = Clock::now();
@@ -265,7 +388,28 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   Buffer<double> stats(ctx, 3);
   oracle.plan_statistics(e, f, g, stats.data());
   const std::vector<double> st = to_host(ctx, stats.cview());
-  s.marginal_error = head[0];
+  // The certificate of the returned potentials (already evaluated when the last check did it).
+  if (cert_iteration != s.iterations) {
+    cert = oracle.certify(last_eps, f, g);
+    ++s.certificates;
+  }
+  s.marginal_error = cert.bound;
+  s.marginal_error_slack = cert.slack;
+  // A budget spent far from the tolerance where the precision's rounding floor (resolvable eps /
+  // eps) is not well below it: say so, and name a precision that would do.
+  if (s.termination == TerminationType::kMaxIterations && !honest && last_eps == epsilon &&
+      cert.bound > s.tolerance && s.resolvable_epsilon / epsilon > 0.1 * s.tolerance) {
+    std::ostringstream os;
+    os << std::setprecision(3) << "; the certified marginal error is " << cert.bound
+       << " and the rounding floor of " << to_string(s.precision) << " at eps = " << epsilon
+       << " is about " << s.resolvable_epsilon / epsilon << "; "
+       << (resolves.empty() || resolves == to_string(s.precision)
+               ? std::string("no precision resolves this tolerance at this eps")
+               : resolves + " would resolve it");
+    s.message += os.str();
+  }
+  s.residual = head[0];
+  s.epsilon_reached = last_eps;
   s.dual_cost = head[1];
   s.plan_mass = st[0];
   s.primal_cost = st[1];
@@ -285,12 +429,22 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   if (options.record_iterations &&
       (s.records.empty() || s.records.back().iteration != s.iterations))
     s.records.push_back(
-        IterationRecord{s.iterations, epsilon, s.marginal_error, seconds_since(t_start)});
+        IterationRecord{s.iterations, last_eps, s.residual, cert.bound, seconds_since(t_start)});
   if (s.termination != TerminationType::kNumericalFailure &&
       !(std::isfinite(s.marginal_error) && std::isfinite(s.dual_cost) &&
         std::isfinite(s.primal_cost))) {
     s.termination = TerminationType::kNumericalFailure;
-    s.message = "non-finite potentials or costs at the end of the solve";
+    s.message = std::string("could not compute ") +
+                (!std::isfinite(s.marginal_error) ? "the certificate (marginal error)"
+                 : !std::isfinite(s.dual_cost)    ? "the dual cost"
+                                                  : "the primal cost") +
+                " of the returned potentials: non-finite values at the end of the solve";
+  }
+  // Guard: a converged solve whose final certificate (at another eps only if annealing was cut
+  // short, which cannot converge) exceeds the tolerance would be a lie; never report it.
+  if (s.termination == TerminationType::kConverged && !(s.marginal_error <= s.tolerance)) {
+    s.termination = TerminationType::kMaxIterations;
+    s.message += "; but the final certificate exceeds the tolerance";
   }
   s.seconds_costs = seconds_since(t_costs);
   s.seconds_total = seconds_since(t_start);
@@ -329,7 +483,12 @@ SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
   check_options(options);
   auto oracle = make_oracle(ctx, problem, options.precision.value_or(natural_precision<T>()));
   Potentials<T> local;
-  return run_sinkhorn(ctx, *oracle, problem.cost_scale, problem.epsilon, options,
+  // A self-problem (y = x, b = a) runs the symmetric schedule from f = g, as the divergence's
+  // self-terms do: under alternating updates f_i - g_i decays very slowly (docs/numerics.md).
+  SinkhornOptions run_options = options;
+  if (options.symmetric_self_problems && is_self_problem(problem))
+    run_options.schedule = Schedule::kSymmetric;
+  return run_sinkhorn(ctx, *oracle, problem.cost_scale, problem.epsilon, run_options,
                       potentials ? potentials : &local, t0);
 }
 
@@ -354,13 +513,19 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
   // points, eps = 0.1). When x = y and a = b the (x, y) problem is a self-problem too and is
   // solved by the same code path, so that S(a, a) = 0 exactly.
   SinkhornOptions self = shared;
-  self.schedule = Schedule::kSymmetric;
+  if (options.symmetric_self_problems) self.schedule = Schedule::kSymmetric;
   DivergenceSummary out;
   Potentials<T> local;
   out.xy =
       run_sinkhorn(ctx, *oracle_xy, problem.cost_scale, problem.epsilon,
                    is_self_problem(problem) ? self : shared, potentials ? potentials : &local, t0);
+  const double cmax = problem.cost_scale * oracle_xy->diameter() * oracle_xy->diameter();
   oracle_xy.reset();
+  if (ctx.cancel_requested()) {
+    out.xx.termination = out.yy.termination = TerminationType::kUserAbort;
+    out.xx.message = out.yy.message = "cancelled before this problem started";
+    return out;
+  }
   Problem<T> pxx = problem;
   pxx.y = problem.x;
   pxx.b = problem.a;
@@ -377,7 +542,17 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
     auto o = make_oracle(ctx, pyy, precision);
     out.yy = run_sinkhorn(ctx, *o, problem.cost_scale, problem.epsilon, self, &p, Clock::now());
   }
-  out.divergence = out.xy.dual_cost - 0.5 * out.xx.dual_cost - 0.5 * out.yy.dual_cost;
+  out.divergence_raw = out.xy.dual_cost - 0.5 * out.xx.dual_cost - 0.5 * out.yy.dual_cost;
+  // Error bound of the raw value: each dual cost is off from its OT_eps by at most about its
+  // certified marginal error times the cost range (the dual's gradient in the potentials is the
+  // marginal violation, and the potentials oscillate by at most c*D^2), plus the rounding of the
+  // potentials' storage (two ulp of c*D^2). S >= 0 exactly, so a raw value in [-bound, 0) is
+  // rounding and is clamped to 0 (fp32 on x against a permutation of x gave -5.8e-7).
+  const double ulp2 = 2 * ulp_of(cmax, potential_bits(out.xy.precision));
+  auto term = [&](const SinkhornSummary& t) { return t.marginal_error * cmax + ulp2; };
+  out.divergence_bound = term(out.xy) + 0.5 * term(out.xx) + 0.5 * term(out.yy);
+  out.divergence = out.divergence_raw;
+  if (out.divergence_raw < 0 && out.divergence_raw >= -out.divergence_bound) out.divergence = 0;
   return out;
 }
 
@@ -442,11 +617,16 @@ std::string SinkhornSummary::full_report() const {
      << "  engine             " << engine << "\n"
      << "  precision          " << to_string(precision) << "\n"
      << "  schedule           " << to_string(schedule) << "\n"
-     << "  epsilon            " << epsilon << " (schedule started at " << initial_epsilon << ")\n"
+     << "  epsilon            " << epsilon_reached << " reached, target " << epsilon
+     << " (schedule started at " << initial_epsilon << "; resolvable >= " << resolvable_epsilon
+     << ")\n"
      << "  termination        " << to_string(termination) << ": " << message << "\n"
      << "  iterations         " << iterations << " (" << annealing_iterations
      << " while annealing)\n"
-     << "  marginal error     " << marginal_error << " (tolerance " << tolerance << ")\n"
+     << "  marginal error     " << marginal_error << " (tolerance " << tolerance
+     << "; certified on the caller's coordinates, rounding slack " << marginal_error_slack
+     << " included; " << certificates << " certificate passes)\n"
+     << "  engine residual    " << residual << "   (its own passes: not a certificate)\n"
      << "  dual cost          " << dual_cost << "   <a,f> + <b,g>\n"
      << "  primal cost        " << primal_cost << "   <P,C>\n"
      << "  regularized cost   " << regularized_cost << "   <P,C> + eps KL(P|ab)\n"
@@ -459,7 +639,9 @@ std::string SinkhornSummary::full_report() const {
 
 std::string DivergenceSummary::brief_report() const {
   std::ostringstream os;
-  os << std::setprecision(10) << "Sinkhorn divergence " << divergence << " ("
+  os << std::setprecision(10) << "Sinkhorn divergence " << divergence << " (raw "
+     << divergence_raw << ", error bound " << std::setprecision(3) << divergence_bound << ", "
+     << std::setprecision(10)
      << (converged() ? "all three problems converged" : "NOT all converged") << ")\n"
      << "  xy: " << xy.brief_report() << "\n  xx: " << xx.brief_report()
      << "\n  yy: " << yy.brief_report();
@@ -468,7 +650,8 @@ std::string DivergenceSummary::brief_report() const {
 
 std::string DivergenceSummary::full_report() const {
   std::ostringstream os;
-  os << std::setprecision(12) << "debiased Sinkhorn divergence " << divergence << "\n"
+  os << std::setprecision(12) << "debiased Sinkhorn divergence " << divergence << " (raw "
+     << divergence_raw << ", error bound " << divergence_bound << ")\n"
      << "--- OT(a, b)\n"
      << xy.full_report() << "--- OT(a, a)\n"
      << xx.full_report() << "--- OT(b, b)\n"

@@ -5,6 +5,7 @@
 //   std::cout << kantor::to_string(ctx.backend()) << "\n";   // cpu or cuda
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -24,6 +25,10 @@ struct ContextOptions {
   /// Context creates and owns its own non-blocking stream. The caller keeps ownership and must
   /// keep the stream alive for the Context's lifetime.
   void* cuda_stream = nullptr;
+  /// Optional cancellation flag (caller-owned, may be set from a signal handler: std::atomic<bool>
+  /// is lock-free). Once it reads true, CPU passes stop handing out row blocks and solvers end at
+  /// the next iteration with TerminationType::kUserAbort; results are then not meaningful.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 class Context {
@@ -47,6 +52,8 @@ class Context {
   int device() const;
   /// The CUDA stream all work is issued on (opaque cudaStream_t), null on CPU.
   void* cuda_stream() const;
+  /// True once ContextOptions::cancel is set and reads true.
+  bool cancel_requested() const;
   /// Blocks until all work issued on this context has finished (no-op on CPU).
   void synchronize() const;
 

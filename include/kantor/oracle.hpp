@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -13,6 +14,16 @@
 #include "kantor/view.hpp"
 
 namespace kantor {
+
+/// The certificate of a pair of potentials (lib/core/certificate.hpp, docs/numerics.md): an upper
+/// bound of the L1 marginal error of the plan they define on the caller's coordinates, evaluated
+/// in float64 with exact differences, rounding slack included.
+struct Certificate {
+  double bound = std::numeric_limits<double>::quiet_NaN();      ///< computed + slack
+  double computed = std::numeric_limits<double>::quiet_NaN();   ///< the float64 evaluation
+  double slack = std::numeric_limits<double>::quiet_NaN();      ///< its rounding bound
+  double plan_mass = std::numeric_limits<double>::quiet_NaN();  ///< sum_ij P_ij
+};
 
 template <class T>
 class Oracle {
@@ -28,6 +39,9 @@ class Oracle {
   virtual std::string description() const = 0;
   /// Diagonal D of the joint bounding box of x and y (host value, computed at setup).
   virtual double diameter() const = 0;
+  /// Largest cost term c |x_i|^2 or c |y_j|^2 of a score on the centred clouds (host value from
+  /// setup): the magnitude whose rounding in the engine's arithmetic limits the resolvable eps.
+  virtual double max_score_term() const = 0;
   /// Normalized weights (total mass 1), in the oracle's memory space.
   virtual const T* a() const = 0;
   virtual const T* b() const = 0;
@@ -55,8 +69,12 @@ class Oracle {
   virtual void dual_value(const T* f, const T* g, double* out) = 0;
   /// out[0] = sum_ij P_ij, out[1] = <P, C>, out[2] = sum_ij P_ij (f_i + g_j).
   virtual void plan_statistics(T eps, const T* f, const T* g, double* out) = 0;
-  /// out[0] = |P 1 - a|_1 + |P^T 1 - b|_1.
+  /// out[0] = |P 1 - a|_1 + |P^T 1 - b|_1, evaluated by the engine's own passes (the residual of
+  /// its rounded problem: cheap, but not a certificate).
   virtual void marginal_error(T eps, const T* f, const T* g, double* out) = 0;
+  /// The certificate of (f, g) at `eps`: two float64 exact-difference passes over the caller's
+  /// coordinates (lib/core/certificate.hpp). Synchronizes (returns a host value).
+  virtual Certificate certify(double eps, const T* f, const T* g) = 0;
 };
 
 /// The oracle for (context backend, squared-Euclidean geometry, precision). Copies, centres and

@@ -35,6 +35,11 @@ enum class TerminationType {
   kUserAbort,          ///< a callback returned kAbort
   kUserSuccess,        ///< a callback returned kStopSuccessfully
   kNumericalFailure,   ///< NaN or Inf appeared in the potentials or the marginal error
+  /// Not converged: the engine's own iteration converged (its residual met the tolerance) but the
+  /// certificate on the caller's coordinates stayed above it and stopped improving (10 honest
+  /// checks in a row): the rounding floor of the precision at this eps. The message names a
+  /// precision that would resolve it.
+  kRoundingFloor,
 };
 std::string to_string(TerminationType t);
 
@@ -44,7 +49,11 @@ enum class CallbackResult { kContinue, kAbort, kStopSuccessfully };
 struct IterationRecord {
   std::int64_t iteration = 0;  ///< iterations done so far (annealing steps included)
   double epsilon = 0;          ///< eps of the last iteration
-  double marginal_error = 0;   ///< L1 marginal error (rows + columns), mass-1 weights
+  double marginal_error = 0;   ///< the engine's residual: L1 marginal error of its own passes
+  /// The certificate (an upper bound of the true L1 marginal error on the caller's coordinates)
+  /// when this check evaluated one, else NaN. Evaluated once the residual meets the tolerance
+  /// at the target eps, and at every check after a certificate failed.
+  double certified_error = std::numeric_limits<double>::quiet_NaN();
   double seconds = 0;          ///< wall time since the solve started
 };
 using IterationCallback = std::function<CallbackResult(const IterationRecord&)>;
@@ -69,6 +78,9 @@ struct SinkhornOptions {
   std::int64_t check_every = 10;
   /// Arithmetic; unset = fp64 for Problem<double>, fp32 for Problem<float>.
   std::optional<Precision> precision;
+  /// Self-problems (y = x, b = a) run the symmetric schedule from f = g whatever `schedule` says
+  /// (alternating updates converge very slowly on them; docs/numerics.md). False keeps `schedule`.
+  bool symmetric_self_problems = true;
   /// Keep one IterationRecord per check in the Summary.
   bool record_iterations = true;
   /// Called at every check, in order; the first non-kContinue result ends the solve.
@@ -94,11 +106,25 @@ struct SinkhornSummary {
   std::string engine;        ///< Oracle::description()
 
   double epsilon = 0;          ///< target eps
+  /// eps of the returned potentials and of every value below: the target, unless the solve
+  /// stopped (budget, callback) while still annealing.
+  double epsilon_reached = 0;
   double initial_epsilon = 0;  ///< first eps of the schedule (= epsilon without annealing)
+  /// The smallest eps this precision resolves for this data (ulp of the largest score term; a
+  /// smaller eps is refused with InvalidArgument). docs/numerics.md, "Resolvable range".
+  double resolvable_epsilon = 0;
   double tolerance = 0;
   std::int64_t iterations = 0;
   std::int64_t annealing_iterations = 0;  ///< iterations spent above the target eps
-  double marginal_error = std::numeric_limits<double>::quiet_NaN();  ///< of the returned plan
+  /// The certificate of the returned plan: an upper bound, rounding slack included, of the L1
+  /// marginal error |P1 - a|_1 + |P^T 1 - b|_1 of the plan the returned potentials define on the
+  /// caller's coordinates (float64, exact differences). converged() implies it is <= tolerance.
+  double marginal_error = std::numeric_limits<double>::quiet_NaN();
+  double marginal_error_slack = std::numeric_limits<double>::quiet_NaN();  ///< its rounding part
+  /// The engine's own residual for the returned potentials (its passes, its rounded problem):
+  /// what drives the intermediate checks; not a certificate.
+  double residual = std::numeric_limits<double>::quiet_NaN();
+  std::int64_t certificates = 0;  ///< certificate passes run (each two float64 passes)
 
   double dual_cost = std::numeric_limits<double>::quiet_NaN();         ///< <a,f> + <b,g>
   double primal_cost = std::numeric_limits<double>::quiet_NaN();       ///< <P, C>
@@ -134,7 +160,13 @@ SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
 /// Debiased Sinkhorn divergence S = OT(a,b) - OT(a,a)/2 - OT(b,b)/2 (docs/numerics.md),
 /// the three problems sharing one eps schedule (started at c*D^2 of the joint bounding box).
 struct DivergenceSummary {
+  /// S, clamped at 0 when the raw value is negative by no more than divergence_bound (S >= 0
+  /// holds exactly; such a value is rounding). A raw value below -divergence_bound is reported
+  /// as it is.
   double divergence = std::numeric_limits<double>::quiet_NaN();
+  double divergence_raw = std::numeric_limits<double>::quiet_NaN();  ///< before the clamp
+  /// Error bound of the raw value from the three certificates and the potentials' rounding.
+  double divergence_bound = std::numeric_limits<double>::quiet_NaN();
   SinkhornSummary xy, xx, yy;
   bool converged() const { return xy.converged() && xx.converged() && yy.converged(); }
   std::string brief_report() const;

@@ -69,7 +69,8 @@ Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>()
 #endif
   }
   s.backend = chosen;
-  s.pool = std::make_unique<cpu::ThreadPool>(s.threads);
+  s.cancel = options.cancel;
+  s.pool = std::make_unique<cpu::ThreadPool>(s.threads, options.cancel);
 }
 
 Context::~Context() = default;
@@ -84,6 +85,9 @@ const std::string& Context::backend_note() const { return impl_->note; }
 int Context::threads() const { return impl_->threads; }
 int Context::device() const { return impl_->device; }
 void* Context::cuda_stream() const { return impl_->stream; }
+bool Context::cancel_requested() const {
+  return impl_->cancel != nullptr && impl_->cancel->load(std::memory_order_relaxed);
+}
 void Context::synchronize() const {
   if (impl_->backend == Backend::kCuda) cuda::synchronize_stream(impl_->stream);
 }

@@ -16,6 +16,7 @@ struct Context::Impl {
   int device = 0;
   void* stream = nullptr;     // cudaStream_t
   bool owns_stream = false;
+  const std::atomic<bool>* cancel = nullptr;  // ContextOptions::cancel
   std::unique_ptr<cpu::ThreadPool> pool;  // CPU engine workers (created for every context)
   // Engine-specific state (e.g. the cuBLAS handle), created on first use by lib/cuda.
   std::shared_ptr<void> cuda_state;

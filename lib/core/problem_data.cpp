@@ -58,6 +58,13 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& p) {
     if (y_dev) hy = download(p.y), q.y = {hy.data(), p.y.rows, p.y.cols, p.y.stride};
     if (a_dev) ha = download(p.a), q.a = {ha.data(), p.a.size};
     if (b_dev) hb = download(p.b), q.b = {hb.data(), p.b.size};
+    std::vector<double> hrx, hry;
+    if (p.reference_x.data && p.reference_x.space == MemorySpace::kDevice)
+      hrx = download(p.reference_x),
+      q.reference_x = {hrx.data(), p.reference_x.rows, p.reference_x.cols, p.reference_x.stride};
+    if (p.reference_y.data && p.reference_y.space == MemorySpace::kDevice)
+      hry = download(p.reference_y),
+      q.reference_y = {hry.data(), p.reference_y.rows, p.reference_y.cols, p.reference_y.stride};
     return prepare_problem_data(q);
   }
   PreparedProblem<T> out;
@@ -103,6 +110,35 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& p) {
   };
   out.la = logs(out.a);
   out.lb = logs(out.b);
+  for (const std::vector<T>* c : {&out.x, &out.y})
+    for (std::size_t i = 0; i * std::size_t(d) < c->size(); ++i) {
+      double s2 = 0;
+      for (std::int64_t k = 0; k < d; ++k) {
+        const double v = double((*c)[i * std::size_t(d) + std::size_t(k)]);
+        s2 += v * v;
+      }
+      out.max_sq_norm = std::max(out.max_sq_norm, s2);
+    }
+  // The certificate's copies: exact (a float converts to double exactly), uncentred.
+  auto exact = [&](const MatrixView<const T>& v, const MatrixView<const double>& ref) {
+    std::vector<double> e(std::size_t(v.rows * d));
+    for (std::int64_t i = 0; i < v.rows; ++i)
+      for (std::int64_t k = 0; k < d; ++k)
+        e[std::size_t(i * d + k)] = ref.data ? ref(i, k) : double(v(i, k));
+    return e;
+  };
+  out.x_ref = exact(p.x, p.reference_x);
+  out.y_ref = exact(p.y, p.reference_y);
+  auto exact_weights = [](const VectorView<const T>& w, std::int64_t count) {
+    std::vector<double> e(std::size_t(count), 1.0 / double(count));
+    if (w.data == nullptr) return e;
+    double total = 0;
+    for (std::int64_t i = 0; i < count; ++i) total += double(w[i]);
+    for (std::int64_t i = 0; i < count; ++i) e[std::size_t(i)] = double(w[i]) / total;
+    return e;
+  };
+  out.a_ref = exact_weights(p.a, out.n);
+  out.b_ref = exact_weights(p.b, out.m);
   return out;
 }
 

@@ -19,6 +19,12 @@ struct PreparedProblem {
   std::vector<T> a, b;        // normalized weights
   std::vector<T> la, lb;      // their logs; -inf for a zero weight (a masked point)
   double diameter = 0;        // diagonal of the joint bounding box
+  double max_sq_norm = 0;     // max over both centred clouds of |x_i|^2 (double)
+  // The certificate's data (lib/core/certificate.hpp): the caller's coordinates as given (or
+  // problem.reference_x / reference_y when set), uncentred, in double, row-major; and the weights
+  // normalized in double.
+  std::vector<double> x_ref, y_ref;
+  std::vector<double> a_ref, b_ref;
 };
 
 /// Validates (kantor::validate) and prepares. Problem views must be host memory (InvalidArgument

@@ -85,6 +85,24 @@ void validate(const Problem<T>& p) {
   if (!(p.epsilon > 0) || !std::isfinite(p.epsilon))
     throw InvalidArgument("problem.epsilon must be finite and > 0, got " +
                           std::to_string(p.epsilon));
+  const bool rx = p.reference_x.data != nullptr || p.reference_x.rows != 0;
+  const bool ry = p.reference_y.data != nullptr || p.reference_y.rows != 0;
+  if (rx != ry)
+    throw InvalidArgument(std::string("problem.") + (rx ? "reference_y" : "reference_x") +
+                          " is empty while problem." + (rx ? "reference_x" : "reference_y") +
+                          " is set (give both or neither)");
+  if (rx) {
+    check_cloud(p.reference_x, "reference_x");
+    check_cloud(p.reference_y, "reference_y");
+    auto same_shape = [](const auto& r, const auto& v, const char* rn, const char* vn) {
+      if (r.rows != v.rows || r.cols != v.cols)
+        throw InvalidArgument(std::string("problem.") + rn + " is " + std::to_string(r.rows) +
+                              " x " + std::to_string(r.cols) + " but problem." + vn + " is " +
+                              std::to_string(v.rows) + " x " + std::to_string(v.cols));
+    };
+    same_shape(p.reference_x, p.x, "reference_x", "x");
+    same_shape(p.reference_y, p.y, "reference_y", "y");
+  }
 }
 
 template void validate(const Problem<float>&);

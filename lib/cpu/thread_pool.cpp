@@ -2,7 +2,7 @@
 
 namespace kantor::cpu {
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, const std::atomic<bool>* cancel) : cancel_(cancel) {
   try {
     for (int t = 1; t < threads; ++t) workers_.emplace_back([this] { worker_loop(); });
   } catch (...) {
@@ -29,6 +29,8 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::drain() {
   for (;;) {
+    // Cancellation is polled between tasks (row blocks): a Ctrl-C stops a long pass promptly.
+    if (cancelled()) return;
     const std::int64_t t = next_.fetch_add(1);
     if (t >= tasks_) return;
     try {
@@ -61,7 +63,7 @@ void ThreadPool::worker_loop() {
 void ThreadPool::run(std::int64_t tasks, const std::function<void(std::int64_t)>& fn) {
   if (tasks <= 0) return;
   if (workers_.empty() || tasks == 1) {
-    for (std::int64_t t = 0; t < tasks; ++t) fn(t);
+    for (std::int64_t t = 0; t < tasks && !cancelled(); ++t) fn(t);
     return;
   }
   {

@@ -16,7 +16,9 @@ namespace kantor::cpu {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);
+  /// `cancel` (optional): once it reads true, run() hands out no further tasks (the tasks already
+  /// running finish; the outputs of the others are left as they were).
+  explicit ThreadPool(int threads, const std::atomic<bool>* cancel = nullptr);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -39,6 +41,8 @@ class ThreadPool {
   std::uint64_t generation_ = 0;
   bool stop_ = false;
   std::exception_ptr error_;
+  const std::atomic<bool>* cancel_ = nullptr;
+  bool cancelled() const { return cancel_ && cancel_->load(std::memory_order_relaxed); }
 };
 
 }  // namespace kantor::cpu

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "kantor/error.hpp"
+#include "lib/core/certificate.hpp"
 #include "lib/core/context_impl.hpp"
 #include "lib/core/problem_data.hpp"
 #include "lib/cpu/row_pass.hpp"
@@ -43,6 +44,11 @@ class CpuOracle final : public Oracle<T> {
     tn_.resize(x_.rows());
     tm_.resize(y_.rows());
     self_ = x_.rows() == y_.rows() && x_ == y_ && a_ == b_;
+    max_score_term_ = c_ * prep.max_sq_norm;
+    x_ref_ = prep.x_ref;
+    y_ref_ = prep.y_ref;
+    a_ref_ = prep.a_ref;
+    b_ref_ = prep.b_ref;
   }
 
   std::int64_t n() const override { return x_.rows(); }
@@ -61,6 +67,7 @@ class CpuOracle final : public Oracle<T> {
     return os.str();
   }
   double diameter() const override { return diameter_; }
+  double max_score_term() const override { return max_score_term_; }
   const T* a() const override { return a_.data(); }
   const T* b() const override { return b_.data(); }
 
@@ -168,7 +175,57 @@ class CpuOracle final : public Oracle<T> {
     out[0] = side_error(eps, a_, f, tn_) + side_error(eps, b_, g, tm_);
   }
 
+  Certificate certify(double eps, const T* f, const T* g) override {
+    const CertificateSide rows = certify_side(eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m());
+    const CertificateSide cols = certify_side(eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n());
+    return certificate_bound(rows, cols, n(), m(), dim(), eps);
+  }
+
  private:
+  // One side of the certificate: rows of q (weights wq, potentials pq) against all keys k, in
+  // double with exact differences. Row blocks are the parallel tasks; their partial sums are
+  // added in block order, so the result does not depend on the thread count.
+  CertificateSide certify_side(double eps, const std::vector<double>& q,
+                               const std::vector<double>& k, const std::vector<double>& wq,
+                               const std::vector<double>& wk, const T* pq, const T* pk,
+                               std::int64_t nq, std::int64_t nk) {
+    constexpr std::int64_t kBlock = 64;
+    const std::int64_t d = dim(), blocks = (nq + kBlock - 1) / kBlock;
+    const double inv_eps = 1.0 / eps;
+    std::vector<CertificateSide> part(static_cast<std::size_t>(blocks));
+    pool_.run(blocks, [&](std::int64_t blk) {
+      CertificateSide s;
+      for (std::int64_t i = blk * kBlock; i < std::min(nq, (blk + 1) * kBlock); ++i) {
+        if (!(wq[std::size_t(i)] > 0)) continue;  // a masked row: r_i = 0 = w_i exactly
+        const double* qi = q.data() + i * d;
+        const double pi = double(pq[i]);
+        double sum = 0, sum_t = 0, max_t = 0;
+        for (std::int64_t j = 0; j < nk; ++j) {
+          if (!(wk[std::size_t(j)] > 0)) continue;  // a masked key: its potential is meaningless
+          const double* kj = k.data() + j * d;
+          double sq = 0;
+          for (std::int64_t c = 0; c < d; ++c) {
+            const double diff = qi[c] - kj[c];
+            sq += diff * diff;
+          }
+          certificate_pair(sq, c_, inv_eps, pi, double(pk[j]), wk[std::size_t(j)], &sum, &sum_t,
+                           &max_t);
+        }
+        certificate_row(wq[std::size_t(i)], sum, sum_t, max_t, &s);
+      }
+      part[std::size_t(blk)] = s;
+    });
+    CertificateSide total;
+    for (const CertificateSide& s : part) {
+      total.error += s.error;
+      total.mass += s.mass;
+      total.weighted_t += s.weighted_t;
+      total.max_t = std::max(total.max_t, s.max_t);
+      if (std::isnan(s.max_t)) total.max_t = s.max_t;
+    }
+    return total;
+  }
+
   Vec<T> f_side_bias(T eps, const T* g) const {
     return (Eigen::Map<const Vec<T>>(g, m()) - yn_) / eps + lb_;
   }
@@ -240,6 +297,8 @@ class CpuOracle final : public Oracle<T> {
   RowMatrix<T> x_, y_;  // centred clouds
   Vec<double> center_;
   double diameter_ = 0;
+  double max_score_term_ = 0;
+  std::vector<double> x_ref_, y_ref_, a_ref_, b_ref_;  // the certificate's data (uncentred)
   Vec<T> a_, b_, la_, lb_, xn_, yn_;
   Vec<T> tn_, tm_;
   bool self_ = false;  // y = x and b = a, element by element

@@ -17,8 +17,11 @@
 
 #include "kantor/buffer.hpp"
 #include "kantor/error.hpp"
+#include "lib/core/certificate.hpp"
 #include "lib/core/context_impl.hpp"
 #include "lib/core/problem_data.hpp"
+#include "lib/cuda/certify.hpp"
+#include "lib/cuda/runtime.hpp"
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_params.hpp"
 #include "oracles/cuda/bf16_round.hpp"
@@ -68,6 +71,13 @@ class CudaOracle final : public Oracle<T> {
     d_ = prep.d;
     center_ = prep.center;
     diameter_ = prep.diameter;
+    max_score_term_ = c_ * prep.max_sq_norm;
+    // The certificate's data: the caller's coordinates (uncentred, unrounded) and weights, double.
+    x_ref_ = upload(prep.x_ref);
+    y_ref_ = upload(prep.y_ref);
+    a_ref_ = upload(prep.a_ref);
+    b_ref_ = upload(prep.b_ref);
+    cert_out_ = Buffer<double>(ctx_, 8);
 
     // Exact-difference copies (every value pass; the updates on fp32/fp64). On tf32 / bf16 they
     // hold the rounded coordinates, so that value passes (P v, <P,C>, marginal errors) see the
@@ -156,6 +166,7 @@ class CudaOracle final : public Oracle<T> {
     return os.str();
   }
   double diameter() const override { return diameter_; }
+  double max_score_term() const override { return max_score_term_; }
   const T* a() const override { return a_.data(); }
   const T* b() const override { return b_.data(); }
 
@@ -248,6 +259,40 @@ class CudaOracle final : public Oracle<T> {
                        sizeof(T) * std::size_t(m_));
     symmetric_step(eps, T(1), f_tmp_.data(), g_tmp_.data(), out);
   }
+  Certificate certify(double eps, const T* f, const T* g) override {
+    cuda::memset_async(cert_out_.data(), 0, 8 * sizeof(double), stream_);
+    cuda::CertifySide<T> rows;
+    rows.queries = x_ref_.data();
+    rows.keys = y_ref_.data();
+    rows.query_w = a_ref_.data();
+    rows.key_w = b_ref_.data();
+    rows.query_pot = f;
+    rows.key_pot = g;
+    rows.nq = n_;
+    rows.nk = m_;
+    rows.d = int(d_);
+    rows.cost_scale = c_;
+    rows.eps = eps;
+    rows.out = cert_out_.data();
+    cuda::CertifySide<T> cols = rows;
+    std::swap(cols.queries, cols.keys);
+    std::swap(cols.query_w, cols.key_w);
+    std::swap(cols.query_pot, cols.key_pot);
+    std::swap(cols.nq, cols.nk);
+    cols.out = cert_out_.data() + 4;
+    cuda::launch_certify_side(rows, stream_);
+    cuda::launch_certify_side(cols, stream_);
+    const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
+    auto side = [&](int o) {
+      CertificateSide sd;
+      sd.error = h[std::size_t(o)];
+      sd.mass = h[std::size_t(o + 1)];
+      sd.weighted_t = h[std::size_t(o + 2)];
+      std::memcpy(&sd.max_t, &h[std::size_t(o + 3)], sizeof(double));
+      return sd;
+    };
+    return certificate_bound(side(0), side(4), n_, m_, d_, eps);
+  }
 
  private:
   /// Padded dimension from which tf32 passes take the cuBLAS path; the environment variable
@@ -266,10 +311,11 @@ class CudaOracle final : public Oracle<T> {
     }
     cuda::run_lse_pass(kernel_, p, stream_);
   }
-  Buffer<T> upload(const std::vector<T>& h) {
-    Buffer<T> buf(ctx_, std::int64_t(h.size()));
+  template <class U>
+  Buffer<U> upload(const std::vector<U>& h) {
+    Buffer<U> buf(ctx_, std::int64_t(h.size()));
     detail::copy_bytes(ctx_, buf.data(), MemorySpace::kDevice, h.data(), MemorySpace::kHost,
-                       sizeof(T) * h.size());
+                       sizeof(U) * h.size());
     return buf;
   }
   static std::vector<T> padded(const std::vector<T>& src, std::int64_t rows, int ld, Rounding r) {
@@ -368,6 +414,8 @@ class CudaOracle final : public Oracle<T> {
   std::int64_t n_ = 0, m_ = 0, d_ = 0;
   std::vector<double> center_;
   double diameter_ = 0;
+  double max_score_term_ = 0;
+  Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data
   int ld_simt_ = 0, ld_upd_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
   Buffer<T> xs_, ys_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;

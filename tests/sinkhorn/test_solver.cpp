@@ -487,8 +487,9 @@ TEST(Solver, IterationBudget) {
   const std::int64_t checks = 13 / opt.check_every;
   ASSERT_EQ(std::int64_t(s.records.size()), checks + 1);
   EXPECT_EQ(s.records.back().iteration, 13);
-  EXPECT_EQ(s.records.back().marginal_error, s.marginal_error);
-  EXPECT_EQ(s.records.back().epsilon, 0.01);
+  EXPECT_EQ(s.records.back().certified_error, s.marginal_error);
+  EXPECT_EQ(s.records.back().marginal_error, s.residual);
+  EXPECT_EQ(s.records.back().epsilon, s.epsilon_reached);
   // fp32: records carry the eps in double, not rounded to float.
   PointData<float> df = make_point_data<float>(2, gaussian_cloud(rng, 20, 2),
                                                gaussian_cloud(rng, 20, 2, 1.0), {}, {}, 0.01);

@@ -1,0 +1,97 @@
+// The certificate of a pair of potentials: an upper bound, rounding slack included, of the L1
+// marginal error |P 1 - a|_1 + |P^T 1 - b|_1 of the plan
+//
+//   P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps),   C_ij = c sum_k (x_ik - y_jk)^2,
+//
+// that the potentials define on the caller's coordinates as given (never the centred, rounded or
+// tensor-core copies the iterations use), with a, b the caller's weights normalized in double.
+// Every engine evaluates it the same way, in float64 with exact differences (docs/numerics.md,
+// "Certificates"): one pass over the rows (P 1) and one over the columns (P^T 1), each producing a
+// CertificateSide; certificate_bound() turns the two into the bound. The per-pair arithmetic is
+// certificate_pair(), shared by the CPU engine and the CUDA kernel.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "kantor/oracle.hpp"
+
+#if defined(__CUDACC__)
+#define KANTOR_HOST_DEVICE __host__ __device__
+#else
+#define KANTOR_HOST_DEVICE
+#endif
+
+namespace kantor {
+
+/// What one side's pass accumulates, over the rows i of that side (queries) and all keys j.
+struct CertificateSide {
+  double error = 0;       ///< sum_i |r_i - w_i|, r_i = w_i sum_j v_j exp(z_ij) (computed)
+  double mass = 0;        ///< sum_i r_i
+  double weighted_t = 0;  ///< sum_ij P_ij t_ij, t_ij = |f_i| + |g_j| + C_ij (rounding exposure)
+  double max_t = 0;       ///< max_ij t_ij over pairs of positive weight
+};
+
+/// One pair's contribution: adds v_j exp(z) to *row_sum and v_j exp(z) t to *row_t and raises
+/// *max_t, with z = (p_q + p_k - C) / eps computed from the squared distance `sq` (double, exact
+/// differences). Pairs with zero key weight are skipped by the caller (their potential may be
+/// anything, even inf).
+KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double inv_eps, double p_q,
+                                                double p_k, double v_k, double* row_sum,
+                                                double* row_t, double* max_t) {
+  const double cost = c * sq;
+  const double z = ((p_q + p_k) - cost) * inv_eps;
+  const double p = v_k * exp(z);
+  const double t = fabs(p_q) + fabs(p_k) + cost;
+  *row_sum += p;
+  *row_t += p * t;
+  *max_t = t > *max_t ? t : *max_t;
+}
+
+/// Folds one row: r = w sum_j v_j exp(z_ij), into the side's totals.
+KANTOR_HOST_DEVICE inline void certificate_row(double w, double row_sum, double row_t,
+                                               double row_max_t, CertificateSide* side) {
+  const double r = w * row_sum;
+  side->error += fabs(r - w);
+  side->mass += r;
+  side->weighted_t += w * row_t;
+  side->max_t = row_max_t > side->max_t ? row_max_t : side->max_t;
+}
+
+/// The bound from the two sides' sums (n rows, m columns, dimension d, target eps).
+///
+/// Rounding model (u = 2^-53, every operation of certificate_pair in double): the squared
+/// distance and the cost carry a relative error <= (d + 4) u, f + g - C and the division by eps
+/// add u |f| + u |g| + 2 u (|f| + |g| + C) and u |z|, so |dz| <= K u t / eps with K = d + 9 and
+/// t = |f| + |g| + C. exp, the product v exp and the weights (normalized by a sum of n or m terms)
+/// add a relative (n + m + 8) u; the sums over j and i add m u and n u. With delta = K u t / eps:
+/// |e^dz - 1| <= 1.2975 delta for delta <= 1/2 ((e^x - 1) / x is increasing), so each side's
+/// computed error is off by at most 1.2975 (1 + g) K u / eps sum P t + g (mass + 1), where
+/// g = 2 (n + m + d + 16) u; beyond delta = 1/2 the bound uses expm1(delta_max) times the mass.
+/// Pairs whose term underflowed to 0 hold less than 2^-1074 e^(1/2) each: m n 2^-1070 covers them.
+inline Certificate certificate_bound(const CertificateSide& rows, const CertificateSide& cols,
+                                     std::int64_t n, std::int64_t m, std::int64_t d, double eps) {
+  constexpr double u = 0x1.0p-53;
+  const double K = double(d) + 9;
+  const double g = 2 * (double(n) + double(m) + double(d) + 16) * u;
+  auto side_slack = [&](const CertificateSide& s) {
+    const double delta_max = K * u * s.max_t / eps;
+    double exposure;
+    if (delta_max <= 0.5)
+      exposure = 1.2975 * (1 + g) * K * u / eps * s.weighted_t;
+    else
+      exposure = std::expm1(delta_max) * (1 + g) * s.mass;
+    return exposure + g * (s.mass + 1) + g * s.error + double(n) * double(m) * 0x1.0p-1070;
+  };
+  Certificate c;
+  c.computed = rows.error + cols.error;
+  c.slack = side_slack(rows) + side_slack(cols);
+  c.bound = c.computed + c.slack;
+  c.plan_mass = rows.mass;
+  // Guard: a NaN anywhere (non-finite potentials) must not read as a small bound.
+  if (!(c.bound >= 0)) c.bound = std::numeric_limits<double>::quiet_NaN();
+  return c;
+}
+
+}  // namespace kantor

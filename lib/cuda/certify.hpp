@@ -1,0 +1,30 @@
+// The certificate passes on the GPU (lib/core/certificate.hpp has the math): one side, rows of the
+// query cloud against every key, float64 with exact differences of the caller's coordinates.
+// Plain C++ declarations; the stream is an opaque cudaStream_t.
+#pragma once
+
+#include <cstdint>
+
+namespace kantor::cuda {
+
+template <class T>
+struct CertifySide {
+  const double* queries = nullptr;  ///< nq x d, row-major, the caller's coordinates (uncentred)
+  const double* keys = nullptr;     ///< nk x d
+  const double* query_w = nullptr;  ///< normalized weights (double)
+  const double* key_w = nullptr;
+  const T* query_pot = nullptr;     ///< potentials (f for the row side)
+  const T* key_pot = nullptr;
+  std::int64_t nq = 0, nk = 0;
+  int d = 0;
+  double cost_scale = 1, eps = 1;
+  /// 4 doubles in device memory, accumulated (not overwritten): error, mass, weighted t, and
+  /// max t (as the bits of a non-negative double; start from 0).
+  double* out = nullptr;
+};
+
+/// Asynchronous on `stream`; out must be zeroed first (memset_async).
+void launch_certify_side(const CertifySide<float>& p, void* stream);
+void launch_certify_side(const CertifySide<double>& p, void* stream);
+
+}  // namespace kantor::cuda
