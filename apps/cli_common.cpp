@@ -1,7 +1,14 @@
 #include "apps/cli_common.hpp"
 
+#include <unistd.h>
+
 #include <boost/program_options.hpp>
+#include <cctype>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <limits>
 #include <cstdlib>
 #include <exception>
 #include <iomanip>
@@ -46,6 +53,44 @@ std::string option_value(const std::vector<std::string>& args, const std::string
   return "";
 }
 
+// Is s an integer literal ([+-] digits)?
+bool is_integer_literal(const std::string& s) {
+  std::size_t i = (!s.empty() && (s[0] == '+' || s[0] == '-')) ? 1 : 0;
+  if (i == s.size()) return false;
+  for (; i < s.size(); ++i)
+    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return false;
+  return true;
+}
+
+template <class T>
+bool holds(const boost::program_options::value_semantic* v) {
+  return dynamic_cast<const boost::program_options::typed_value<T>*>(v) != nullptr;
+}
+
+template <class T>
+std::string integer_error(const std::string& option, const std::string& value) {
+  if (is_integer_literal(value))
+    return option + " expects an integer in [" + std::to_string(std::numeric_limits<T>::min()) +
+           ", " + std::to_string(std::numeric_limits<T>::max()) + "], got '" + value + "'";
+  return option + " expects an integer, got '" + value + "'";
+}
+
+// "--max-iterations expects an integer, got '1.5'": the kind of number is the option's type.
+std::string numeric_option_error(const boost::program_options::options_description& desc,
+                                 const std::string& option, const std::string& value) {
+  std::string name = option;
+  while (!name.empty() && name[0] == '-') name.erase(0, 1);
+  const auto* d = desc.find_nothrow(name, false);
+  const boost::program_options::value_semantic* v = d ? d->semantic().get() : nullptr;
+  if (holds<int>(v)) return integer_error<int>(option, value);
+  if (holds<long>(v)) return integer_error<long>(option, value);
+  if (holds<long long>(v)) return integer_error<long long>(option, value);
+  if (holds<unsigned>(v)) return integer_error<unsigned>(option, value);
+  if (holds<double>(v) || holds<float>(v))
+    return option + " expects a number, got '" + value + "'";
+  return option + ": invalid value '" + value + "'";
+}
+
 }  // namespace
 
 boost::program_options::variables_map parse_command_line(
@@ -67,13 +112,8 @@ boost::program_options::variables_map parse_command_line(
             .run(),
         vm);
   } catch (const po::invalid_option_value& e) {
-    // Only numeric options can hold an invalid value: say which kind of number was expected.
-    const std::string value = option_value(args, e.get_option_name());
-    char* end = nullptr;
-    std::strtod(value.c_str(), &end);
-    const bool is_number = !value.empty() && end == value.c_str() + value.size();
-    throw InvalidArgument(e.get_option_name() + ": invalid value '" + value + "' (expected " +
-                          (is_number ? "an integer" : "a number") + ")");
+    throw InvalidArgument(numeric_option_error(desc, e.get_option_name(),
+                                               option_value(args, e.get_option_name())));
   }
   if (vm.count("kantor-stray-argument")) {
     const auto& words = vm["kantor-stray-argument"].as<std::vector<std::string>>();
@@ -115,7 +155,10 @@ std::string json_escape(const std::string& s) {
 }
 
 JsonObject& JsonObject::add(const std::string& key, double v) {
-  if (!std::isfinite(v)) return add_raw(key, "null");
+  if (!std::isfinite(v)) {
+    null_keys_.push_back(key);
+    return add_raw(key, "null");
+  }
   std::ostringstream os;
   os << std::setprecision(17) << v;
   return add_raw(key, os.str());
@@ -133,6 +176,14 @@ JsonObject& JsonObject::add_raw(const std::string& key, const std::string& json)
   fields_.emplace_back(key, json);
   return *this;
 }
+JsonObject& JsonObject::set(const std::string& key, const std::string& v) {
+  for (auto& f : fields_)
+    if (f.first == key) {
+      f.second = json_escape(v);
+      return *this;
+    }
+  return add(key, v);
+}
 std::string JsonObject::str() const {
   std::string out = "{";
   for (std::size_t i = 0; i < fields_.size(); ++i) {
@@ -140,6 +191,45 @@ std::string JsonObject::str() const {
     out += json_escape(fields_[i].first) + ": " + fields_[i].second;
   }
   return out + "}";
+}
+
+std::string replace_non_finite(const std::string& text) {
+  static const char* const kWords[] = {"-nan", "+nan", "nan", "-inf", "+inf", "inf"};
+  auto word_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+  };
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    bool replaced = false;
+    if (i == 0 || !word_char(text[i - 1])) {
+      for (const char* w : kWords) {
+        const std::size_t n = std::strlen(w);
+        if (text.compare(i, n, w) == 0 && (i + n == text.size() || !word_char(text[i + n]))) {
+          out += "not computed";
+          i += n;
+          replaced = true;
+          break;
+        }
+      }
+    }
+    if (!replaced) out += text[i++];
+  }
+  return out;
+}
+
+int finish_stdout(const std::string& name, int code) {
+  errno = 0;
+  std::cout.flush();
+  const bool flush_failed = std::fflush(stdout) != 0;
+  int err = errno;
+  if (!flush_failed && !std::ferror(stdout) && std::cout.good()) return code;
+  // The write that failed may lie behind (std::endl): the stream is already incomplete, so one
+  // more byte tells why (ENOSPC, EPIPE) for the message.
+  if (err == 0 && ::write(STDOUT_FILENO, "\n", 1) < 0) err = errno;
+  std::fprintf(stderr, "kantor %s: error: cannot write to standard output: %s\n", name.c_str(),
+               err ? std::strerror(err) : "write error");
+  return code == kExitOk ? kExitFailure : code;
 }
 
 }  // namespace kantor::cli

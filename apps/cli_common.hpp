@@ -12,11 +12,16 @@
 namespace kantor::cli {
 
 /// Exit codes: 0 the command ran (a solve that did not converge still exits 0), 1 a runtime
-/// failure that is not the caller's fault (CUDA error, out of memory, backend not available),
-/// 2 bad input or usage, 130 interrupted.
+/// failure that is not the caller's fault (CUDA error, out of memory, backend not available, a
+/// failed write to standard output), 2 bad input or usage, 3 numerical failure (NaN / Inf in the
+/// solve: nothing written), 130 interrupted.
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitBadInput = 2;
+/// The solve ran but ended in a numerical failure (TerminationType::kNumericalFailure, or a
+/// non-finite Birkhoff result): the report / JSON is printed (non-finite values shown as
+/// "not computed" / null), no output file is written.
+constexpr int kExitNumericalFailure = 3;
 /// Interrupted by the user (Ctrl-C, SIGINT): 128 + SIGINT, as a shell reports it.
 constexpr int kExitInterrupted = 130;
 
@@ -28,7 +33,8 @@ using Command = int (*)(const std::vector<std::string>& args);
 /// exit code: InvalidArgument, IoError and option-parsing errors -> 2, everything else -> 1.
 int run_guarded(const std::string& name, Command cmd, const std::vector<std::string>& args);
 
-/// A flat JSON object, written in insertion order. Non-finite numbers become null.
+/// A flat JSON object, written in insertion order. Non-finite numbers become null (and their
+/// keys are listed by null_keys()).
 class JsonObject {
  public:
   JsonObject& add(const std::string& key, double v);
@@ -39,11 +45,25 @@ class JsonObject {
   JsonObject& add(const std::string& key, const char* v) { return add(key, std::string(v)); }
   /// Adds an already-serialized JSON value (object, array) verbatim.
   JsonObject& add_raw(const std::string& key, const std::string& json);
+  /// Replaces the value of an existing key (or adds it) with a string.
+  JsonObject& set(const std::string& key, const std::string& v);
+  /// Keys whose double value was not finite (written as null), in insertion order.
+  const std::vector<std::string>& null_keys() const { return null_keys_; }
   std::string str() const;
 
  private:
   std::vector<std::pair<std::string, std::string>> fields_;
+  std::vector<std::string> null_keys_;
 };
+
+/// `text` with every non-finite number as an ostream prints it ("nan", "-nan", "inf", "-inf")
+/// replaced by "not computed": reports never show NaN or Inf.
+std::string replace_non_finite(const std::string& text);
+
+/// Flushes standard output and checks it: on a failed write (full disk, closed pipe: SIGPIPE is
+/// ignored by main) prints "kantor <name>: error: cannot write to standard output: ..." on
+/// stderr and returns kExitFailure when `code` was kExitOk; otherwise returns `code`.
+int finish_stdout(const std::string& name, int code);
 
 /// Writes `s` as a JSON string literal (quotes included).
 std::string json_escape(const std::string& s);

@@ -40,7 +40,9 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
   bool json = false;
   po::options_description desc(
       "kantor birkhoff: project every n x n matrix of logits L [B, n, n] (2 <= n <= 16) onto "
-      "the doubly stochastic matrices, P = diag(u) exp(L) diag(v)\n\noptions");
+      "the doubly stochastic matrices, P = diag(u) exp(L) diag(v)\n\nexit codes: 0 ran, 1 "
+      "runtime failure, 2 bad input or usage, 3 numerical failure (a non-finite result: nothing "
+      "written)\n\noptions");
   desc.add_options()("help,h", "show this help")(
       "input", po::value(&input), "logits file, .npy (float32/float64) of shape [B, n, n]")(
       "output", po::value(&output),
@@ -69,8 +71,13 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
   o.tolerance = tolerance;
   std::string why;
   if (!o.is_valid(&why)) throw InvalidArgument(why);
-  // Refuse an unwritable output before any work.
-  if (!output.empty()) io::check_writable_array_path(output, "--output");
+  // Refuse an unwritable output, or one that is the input file, before any work.
+  if (!output.empty()) {
+    io::check_writable_array_path(output, "--output");
+    if (io::same_file(output, input))
+      throw InvalidArgument("--output '" + output + "' is the input file --input '" + input +
+                            "' (writing it would replace the input; choose another name)");
+  }
 
   const io::Array a = io::read_array(input);
   if (a.shape.size() != 3)
@@ -85,6 +92,10 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
                           " is outside the supported range 2..16");
   const int n = int(a.shape[1]);
   const std::int64_t B = a.shape[0];
+  if (B == 0)
+    throw InvalidArgument("--input '" + input + "' holds no matrices (shape [0, " +
+                          std::to_string(n) + ", " + std::to_string(n) +
+                          "]; expected B >= 1)");
   std::vector<float> host(a.data.size());
   for (std::size_t k = 0; k < a.data.size(); ++k) {
     const double v = a.data[k];
@@ -112,14 +123,34 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
   Buffer<float> R(ctx, std::int64_t(host.size())), P(ctx, std::int64_t(host.size()));
   copy(ctx, VectorView<const float>{host.data(), std::int64_t(host.size()), MemorySpace::kHost},
        R.view());
-  const BirkhoffSummary s =
+  BirkhoffSummary s =
       project_birkhoff(ctx, batch_view<const float>(R, n), batch_view<float>(P, n), o);
-  const std::vector<float> out = to_host(ctx, P.cview());
-  if (!output.empty()) {
+  // Invalid matrices (NaN/+inf logits, an all -inf row, column or matrix) are bad input: exit 2
+  // naming the first one, nothing written.
+  s.throw_if_invalid("--input '" + input + "'");
+  std::vector<float> out = to_host(ctx, P.cview());
+  // Test hook (as in kantor solve): a non-finite result, which valid logits hardly produce.
+  if (const char* v = std::getenv("KANTOR_TEST_INJECT"))
+    if (std::string(v) == "numerical-failure") {
+      s.worst_error = std::numeric_limits<double>::infinity();
+      out[0] = std::numeric_limits<float>::quiet_NaN();
+    }
+  // A non-finite error statistic or output entry is a numerical failure: nothing is written.
+  std::string not_computed;
+  if (s.computed && !std::isfinite(s.worst_error)) not_computed += "worst_error";
+  if (s.computed && !std::isfinite(s.median_error))
+    not_computed += std::string(not_computed.empty() ? "" : ", ") + "median_error";
+  std::int64_t bad_entries = 0;
+  for (const float v : out) bad_entries += std::isfinite(v) ? 0 : 1;
+  if (bad_entries)
+    not_computed += std::string(not_computed.empty() ? "" : ", ") + std::to_string(bad_entries) +
+                    " entries of P";
+  const bool failed = !not_computed.empty();
+  if (!output.empty() && !failed) {
     std::vector<double> d(out.begin(), out.end());
-    // .csv holds 2-D arrays: the B matrices stacked as B*n rows of n columns.
-    const bool csv = output.size() >= 4 && (output.compare(output.size() - 4, 4, ".csv") == 0 ||
-                                            output.compare(output.size() - 4, 4, ".CSV") == 0);
+    // .csv holds 2-D arrays: the B matrices stacked as B*n rows of n columns. The format is
+    // picked by the same (case-insensitive) io::extension as in the check and the writer.
+    const bool csv = io::extension(output) == ".csv";
     if (csv)
       io::write_array(output, {B * n, std::int64_t(n)}, d.data(), true);
     else
@@ -143,12 +174,20 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
         .add("median_bin_decades", s.median_bin_decades)
         .add("not_converged", s.not_converged)
         .add("invalid_inputs", s.invalid_inputs)
-        .add("seconds", s.seconds);
-    if (!output.empty()) j.add("output", output);
+        .add("seconds", s.seconds)
+        .add("message", failed ? "numerical failure: not computed (non-finite): " + not_computed
+                               : std::string("ok"));
+    if (!output.empty() && !failed) j.add("output", output);
     std::cout << j.str() << "\n";
   } else {
-    std::cout << s.brief_report() << "\n";
-    if (!output.empty()) std::cout << "wrote " << output << "\n";
+    std::cout << replace_non_finite(s.brief_report()) << "\n";
+    if (!output.empty() && !failed) std::cout << "wrote " << output << "\n";
+  }
+  if (failed) {
+    std::fprintf(stderr,
+                 "kantor birkhoff: error: numerical failure: %s not finite; no output written\n",
+                 not_computed.c_str());
+    return kExitNumericalFailure;
   }
   return kExitOk;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <chrono>
@@ -14,6 +15,7 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <limits>
@@ -241,34 +243,53 @@ struct OutputFile {
   bool float32 = false;
 };
 
-/// Writes every file to a temporary name next to it first, and renames them into place only once
-/// all were written: a failed write removes the temporaries and leaves every existing file under
-/// the output names untouched. (A rename failing midway, after the up-front checks, leaves the
-/// outputs renamed before it complete and in place.)
+/// Writes every file to its temporary name (io::temporary_path) first, and renames them into
+/// place only once all were written: a failed write removes the temporaries and leaves every
+/// existing file under the output names untouched. (A rename failing midway, after the up-front
+/// checks, leaves the outputs renamed before it complete and in place.) Any exception, and a
+/// fatal signal (main's handler: io::remove_pending_temporaries), removes the temporaries.
 void write_outputs(const std::vector<OutputFile>& files) {
-  const std::string suffix = ".tmp." + std::to_string(::getpid());
-  std::vector<std::string> temps;
-  auto remove_temps = [&](std::size_t from) {
-    for (std::size_t i = from; i < temps.size(); ++i) ::unlink(temps[i].c_str());
-  };
-  for (const OutputFile& f : files) {
-    // The temporary keeps the extension, which picks the format.
-    const std::string tmp = f.path + suffix + io::extension(f.path);
-    try {
-      io::write_array(tmp, f.shape, f.data.data(), f.float32);
-    } catch (const IoError& e) {
-      remove_temps(0);
-      throw IoError(f.option + ": cannot write '" + f.path + "': " + e.what());
+  struct Staged {
+    std::vector<std::string> temps;
+    std::size_t committed = 0;
+    ~Staged() {
+      for (std::size_t i = committed; i < temps.size(); ++i) io::discard_staged(temps[i]);
     }
-    temps.push_back(tmp);
+  } staged;
+  for (const OutputFile& f : files) {
+    try {
+      staged.temps.push_back(io::stage_array(f.path, f.shape, f.data.data(), f.float32));
+    } catch (const IoError& e) {
+      throw IoError(f.option + ": " + e.what());
+    }
   }
   for (std::size_t i = 0; i < files.size(); ++i) {
-    if (::rename(temps[i].c_str(), files[i].path.c_str()) != 0) {
-      const int err = errno;
-      remove_temps(i);
-      throw IoError(files[i].option + ": cannot write '" + files[i].path + "': rename from '" +
-                    temps[i] + "' failed: " + std::strerror(err));
+    try {
+      io::commit_staged(staged.temps[i], files[i].path);
+    } catch (const IoError& e) {
+      staged.committed = i + 1;  // commit_staged removed its own temporary
+      throw IoError(files[i].option + ": " + e.what());
     }
+    staged.committed = i + 1;
+  }
+}
+
+/// Every output file, checked before any work: writable (io::check_writable_array_path), no two
+/// outputs naming the same file, no output naming an input file.
+void check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs,
+                   const std::vector<std::pair<std::string, std::string>>& inputs) {
+  for (const auto& o : outputs) io::check_writable_array_path(o.second, o.first);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t k = 0; k < i; ++k)
+      if (io::same_file(outputs[i].second, outputs[k].second))
+        throw InvalidArgument(outputs[i].first + " '" + outputs[i].second +
+                              "' is the same file as " + outputs[k].first + " '" +
+                              outputs[k].second + "' (expected a different file for each output)");
+    for (const auto& in : inputs)
+      if (io::same_file(outputs[i].second, in.second))
+        throw InvalidArgument(outputs[i].first + " '" + outputs[i].second +
+                              "' is the input file " + in.first + " '" + in.second +
+                              "' (writing it would replace the input; choose another name)");
   }
 }
 
@@ -336,11 +357,15 @@ void check_float_mass(const std::vector<double>& w, const std::string& name, Pre
 
 // ---- progress on a terminal ---------------------------------------------------------------
 
-// Ctrl-C during a solve: the next convergence check aborts it cleanly (no output is written,
-// exit 130); the handler restores the default action, so a second Ctrl-C ends the process.
+// Ctrl-C during a solve: the context's cancellation flag stops it between row blocks of the
+// running pass (CPU) or after the current iteration (CUDA), no output is written, exit 130; the
+// handler restores the default action, so a second Ctrl-C ends the process.
 volatile std::sig_atomic_t g_interrupted = 0;
+std::atomic<bool> g_cancel{false};  // ContextOptions::cancel of the solve's context
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
 extern "C" void on_interrupt(int) {
   g_interrupted = 1;
+  g_cancel.store(true);
   std::signal(SIGINT, SIG_DFL);
 }
 
@@ -350,6 +375,7 @@ class InterruptGuard {
  public:
   InterruptGuard() {
     g_interrupted = 0;
+    g_cancel.store(false);
     struct sigaction current {};
     installed_ = ::sigaction(SIGINT, nullptr, &current) == 0 && current.sa_handler != SIG_IGN;
     if (!installed_) return;
@@ -403,15 +429,62 @@ class Progress {
 
 // ---- the solve ----------------------------------------------------------------------------
 
-std::string summary_json(const SinkhornSummary& s) {
+/// The nested summary of a debiased part; the keys written as null are appended to *nulls as
+/// "<prefix>.<key>".
+std::string summary_json(const SinkhornSummary& s, const std::string& prefix,
+                         std::vector<std::string>* nulls) {
   JsonObject o;
   o.add("converged", s.converged())
       .add("termination", to_string(s.termination))
       .add("iterations", s.iterations)
+      .add("epsilon", s.epsilon_reached)
       .add("marginal_error", s.marginal_error)
+      .add("residual", s.residual)
       .add("dual_cost", s.dual_cost)
       .add("primal_cost", s.primal_cost);
+  for (const std::string& k : o.null_keys()) nulls->push_back(prefix + "." + k);
   return o.str();
+}
+
+/// Test hook: with KANTOR_TEST_INJECT=numerical-failure in the environment, a solve's Summary is
+/// turned into a numerical failure (NaN / Inf in its numbers), so that the CLI tests can check
+/// what a failure prints and writes; the validation of the inputs makes a real one hard to
+/// provoke on purpose.
+void inject_test_failure(SinkhornSummary* s, DivergenceSummary* div) {
+  const char* v = std::getenv("KANTOR_TEST_INJECT");
+  if (v == nullptr || std::string(v) != "numerical-failure") return;
+  auto poison = [](SinkhornSummary* x) {
+    x->termination = TerminationType::kNumericalFailure;
+    x->message = "marginal error is not finite at iteration " + std::to_string(x->iterations) +
+                 " (injected by KANTOR_TEST_INJECT)";
+    x->marginal_error = std::numeric_limits<double>::infinity();
+    x->primal_cost = -std::numeric_limits<double>::quiet_NaN();
+    x->regularized_cost = std::numeric_limits<double>::quiet_NaN();
+    x->dual_gap = std::numeric_limits<double>::quiet_NaN();
+    x->plan_mass = std::numeric_limits<double>::infinity();
+  };
+  poison(s);
+  if (div) {
+    poison(&div->xy);
+    poison(&div->xx);
+  }
+}
+
+/// True when the solve (any of the three of a debiased one) ended in a numerical failure.
+bool numerical_failure(const SinkhornSummary& s, const DivergenceSummary& div, bool debias) {
+  auto failed = [](const SinkhornSummary& x) {
+    return x.termination == TerminationType::kNumericalFailure;
+  };
+  return failed(s) || (debias && (failed(div.xx) || failed(div.yy)));
+}
+
+/// The message of a failed (or partly non-finite) solve: what could not be computed.
+std::string not_computed_message(const std::string& message,
+                                 const std::vector<std::string>& keys) {
+  if (keys.empty()) return message;
+  std::string out = message + "; not computed (null): ";
+  for (std::size_t i = 0; i < keys.size(); ++i) out += (i ? ", " : "") + keys[i];
+  return out;
 }
 
 /// The largest cost, c * D^2 (D: diagonal of the joint bounding box), must be finite in the
@@ -472,6 +545,11 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   if (!b.empty()) p.b = host_vector(b.data(), in.m);
   p.epsilon = st.epsilon;
   p.cost_scale = st.cost_scale;
+  // The certificate is about the file's float64 coordinates, not their centred float32 copies.
+  if (is_float) {
+    p.reference_x = host_matrix(in.x.data(), in.n, in.d);
+    p.reference_y = host_matrix(in.y.data(), in.m, in.d);
+  }
   validate(p);
 
   SinkhornOptions options = st.options;
@@ -494,21 +572,24 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   progress.finish();
+  inject_test_failure(&s, st.debias ? &div : nullptr);
   if (g_interrupted) {
     std::fprintf(stderr, "kantor solve: interrupted after %lld iterations; no output written\n",
                  static_cast<long long>(s.iterations));
     return kExitInterrupted;
   }
+  // A numerical failure writes no output file and exits kExitNumericalFailure.
+  const bool failed = numerical_failure(s, div, st.debias);
 
   std::vector<OutputFile> outputs;
-  if (!st.potentials_prefix.empty()) {
+  if (!failed && !st.potentials_prefix.empty()) {
     const PotentialPaths paths = potential_paths(st.potentials_prefix);
     outputs.push_back(
         {"--output-potentials", paths.f, {in.n}, to_double(to_host(ctx, pot.f.cview())), is_float});
     outputs.push_back(
         {"--output-potentials", paths.g, {in.m}, to_double(to_host(ctx, pot.g.cview())), is_float});
   }
-  if (!st.map_path.empty()) {
+  if (!failed && !st.map_path.empty()) {
     std::vector<T> map(std::size_t(in.n * in.d));
     barycentric_map(ctx, p, pot, precision, host_matrix(map.data(), in.n, in.d));
     std::vector<double> out = to_double(map);
@@ -537,12 +618,19 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
         .add("primal_cost", s.primal_cost)
         .add("regularized_cost", s.regularized_cost)
         .add("dual_gap", s.dual_gap)
-        .add("divergence", st.debias ? div.divergence : std::nan(""))
+        .add("divergence", st.debias && !failed ? div.divergence : std::nan(""))
+        .add("divergence_raw", st.debias && !failed ? div.divergence_raw : std::nan(""))
+        .add("divergence_bound", st.debias && !failed ? div.divergence_bound : std::nan(""))
         .add("marginal_error", s.marginal_error)
+        .add("marginal_error_slack", s.marginal_error_slack)
+        .add("residual", s.residual)
+        .add("certificates", s.certificates)
         .add("plan_mass", s.plan_mass)
         .add("iterations", s.iterations)
         .add("annealing_iterations", s.annealing_iterations)
-        .add("epsilon", s.epsilon)
+        .add("epsilon", s.epsilon_reached)
+        .add("target_epsilon", s.epsilon)
+        .add("resolvable_epsilon", s.resolvable_epsilon)
         .add("initial_epsilon", s.initial_epsilon)
         .add("tolerance", s.tolerance)
         .add("cost_scale", st.cost_scale)
@@ -556,7 +644,14 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
         .add("m", s.m)
         .add("d", s.d)
         .add("seconds", seconds);
-    if (st.debias) o.add_raw("xx", summary_json(div.xx)).add_raw("yy", summary_json(div.yy));
+    std::vector<std::string> nulls;
+    for (const std::string& k : o.null_keys())
+      if ((k != "divergence" && k != "divergence_raw" && k != "divergence_bound") || st.debias)
+        nulls.push_back(k);  // null: not asked for
+    if (st.debias)
+      o.add_raw("xx", summary_json(div.xx, "xx", &nulls))
+          .add_raw("yy", summary_json(div.yy, "yy", &nulls));
+    o.set("message", not_computed_message(s.message, nulls));
     std::string files = "[";
     for (std::size_t i = 0; i < outputs.size(); ++i)
       files += (i ? ", " : "") + json_escape(outputs[i].path);
@@ -566,9 +661,21 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
     if (st.demo)
       std::cout << "demo problem: two seeded Gaussian mixtures, n = " << in.n << ", m = " << in.m
                 << ", d = " << in.d << ", epsilon = " << st.epsilon << "\n";
-    std::cout << (st.debias ? div.full_report() : s.full_report());
+    std::string report = st.debias ? div.full_report() : s.full_report();
+    if (st.debias && failed)  // the divergence of failed solves is no number
+      report = "debiased Sinkhorn divergence not computed" + report.substr(report.find('\n'));
+    std::cout << replace_non_finite(report);
     for (const OutputFile& f : outputs) std::cout << "wrote " << f.path << "\n";
     std::cout.flush();
+  }
+  if (failed) {
+    const SinkhornSummary& bad = s.termination == TerminationType::kNumericalFailure ? s
+                                 : div.xx.termination == TerminationType::kNumericalFailure
+                                     ? div.xx
+                                     : div.yy;
+    std::fprintf(stderr, "kantor solve: error: numerical failure: %s; no output written\n",
+                 bad.message.c_str());
+    return kExitNumericalFailure;
   }
   return kExitOk;
 }
@@ -579,7 +686,12 @@ constexpr const char* kUsage =
     "Entropic OT between point clouds X (n x d) and Y (m x d), cost c |x - y|^2. Files: .npy\n"
     "(float32/float64, C order) or .csv (comma-separated, optional header line). Without\n"
     "weight files the weights are uniform; with one, the other side is uniform with the same\n"
-    "total mass. Exit 0 when the solve ran (converged or not), 2 on bad input, 1 otherwise.\n";
+    "total mass. Every output file is checked before the solve starts (writable, no two\n"
+    "outputs and no output and input naming the same file).\n\n"
+    "Exit codes: 0 the solve ran (converged or not); 1 runtime failure (CUDA, memory, a failed\n"
+    "write to standard output); 2 bad input or usage; 3 numerical failure (NaN/Inf: the report\n"
+    "or JSON says what could not be computed, as 'not computed' / null, and no output file is\n"
+    "written); 130 interrupted.\n";
 
 }  // namespace
 
@@ -703,12 +815,18 @@ int cmd_solve(const std::vector<std::string>& args) {
   st.demo = demo;
   st.potentials_prefix = potentials_prefix;
   st.map_path = map_path;
-  if (vm.count("output-potentials")) {
-    const PotentialPaths paths = potential_paths(potentials_prefix);
-    io::check_writable_array_path(paths.f, "--output-potentials");
-    io::check_writable_array_path(paths.g, "--output-potentials");
+  {
+    std::vector<std::pair<std::string, std::string>> outputs, inputs;
+    if (vm.count("output-potentials")) {
+      const PotentialPaths paths = potential_paths(potentials_prefix);
+      outputs.emplace_back("--output-potentials", paths.f);
+      outputs.emplace_back("--output-potentials", paths.g);
+    }
+    if (vm.count("output-map")) outputs.emplace_back("--output-map", map_path);
+    for (const char* opt : {"source", "target", "source-weights", "target-weights"})
+      if (vm.count(opt)) inputs.emplace_back(std::string("--") + opt, vm[opt].as<std::string>());
+    check_outputs(outputs, inputs);
   }
-  if (vm.count("output-map")) io::check_writable_array_path(map_path, "--output-map");
 
   Input in = demo ? demo_input() : load_input(source, target, source_weights, target_weights);
   check_and_finish(&in);
@@ -716,6 +834,7 @@ int cmd_solve(const std::vector<std::string>& args) {
   ContextOptions co;
   co.backend = backend_choice;
   co.threads = threads;
+  co.cancel = &g_cancel;
   const Context ctx(co);
   const Precision prec =
       precision.value_or(ctx.backend() == Backend::kCuda ? Precision::kFp32 : Precision::kFp64);

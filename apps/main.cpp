@@ -1,4 +1,6 @@
 // kantor: command-line entry point. Dispatches to the subcommands of apps/commands.hpp.
+#include <signal.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -7,6 +9,7 @@
 #include "apps/cli_common.hpp"
 #include "apps/commands.hpp"
 #include "kantor/info.hpp"
+#include "kantor/io.hpp"
 
 namespace {
 
@@ -19,13 +22,39 @@ void usage(std::FILE* out) {
                "  birkhoff           batched Birkhoff (doubly stochastic) projection\n"
                "  bench sinkhorn     time fixed-eps Sinkhorn iterations (JSON)\n"
                "  bench birkhoff     time the batched Birkhoff projection (JSON)\n"
-               "  info               version, build options and CUDA devices\n",
+               "  info               version, build options and CUDA devices\n\n"
+               "exit codes: 0 ran, 1 runtime failure (including a failed write to standard\n"
+               "output), 2 bad input or usage, 3 numerical failure (NaN/Inf in the solve; no\n"
+               "output file written), 130 interrupted\n",
                kantor::build_info().version.c_str());
 }
 
-}  // namespace
+// A fatal signal while an output is being written: remove its temporary file, then end the
+// process by the same signal (the exit status a shell expects).
+extern "C" void remove_temporaries_and_die(int sig) {
+  kantor::io::remove_pending_temporaries();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
 
-int main(int argc, char** argv) {
+void install_signal_handlers() {
+  // A closed pipe on stdout must be an error message and exit 1, not a silent death: writes then
+  // fail with EPIPE and finish_stdout reports them. A file over RLIMIT_FSIZE likewise fails with
+  // EFBIG (and the writer removes its temporary) instead of killing the process.
+  ::signal(SIGPIPE, SIG_IGN);
+  ::signal(SIGXFSZ, SIG_IGN);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    struct sigaction current {};
+    // A signal ignored at startup (nohup, a background job) stays ignored.
+    if (::sigaction(sig, nullptr, &current) != 0 || current.sa_handler == SIG_IGN) continue;
+    struct sigaction action {};
+    action.sa_handler = remove_temporaries_and_die;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(sig, &action, nullptr);
+  }
+}
+
+int dispatch(int argc, char** argv, std::string* name) {
   using namespace kantor::cli;
   if (argc < 2) {
     usage(stderr);
@@ -41,6 +70,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
+  *name = cmd;
   if (cmd == "solve") return run_guarded("solve", cmd_solve, rest);
   if (cmd == "info") return run_guarded("info", cmd_info, rest);
   if (cmd == "birkhoff") return run_guarded("birkhoff", cmd_birkhoff, rest);
@@ -51,6 +81,7 @@ int main(int argc, char** argv) {
     }
     const std::string what = rest.front();
     rest.erase(rest.begin());
+    *name = "bench " + what;
     if (what == "sinkhorn") return run_guarded("bench sinkhorn", cmd_bench_sinkhorn, rest);
     if (what == "birkhoff") return run_guarded("bench birkhoff", cmd_bench_birkhoff, rest);
     std::fprintf(stderr,
@@ -62,4 +93,22 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "kantor: error: unknown command '%s'\n", cmd.c_str());
   usage(stderr);
   return kExitBadInput;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  install_signal_handlers();
+  std::string name;
+  const int code = dispatch(argc, argv, &name);
+  if (name.empty()) {
+    // Top-level usage or version: "kantor: error: ..." on a failed write.
+    std::fflush(stdout);
+    if (std::ferror(stdout)) {
+      std::fprintf(stderr, "kantor: error: cannot write to standard output\n");
+      return code == kantor::cli::kExitOk ? kantor::cli::kExitFailure : code;
+    }
+    return code;
+  }
+  return kantor::cli::finish_stdout(name, code);
 }

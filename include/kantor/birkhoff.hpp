@@ -79,10 +79,18 @@ struct BirkhoffSummary {
   double median_error = std::numeric_limits<double>::quiet_NaN();
   double median_bin_decades = 0;    ///< 0 when the median is exact
   std::int64_t not_converged = 0;   ///< matrices with Err > tolerance (or non-finite)
-  std::int64_t invalid_inputs = 0;  ///< matrices with NaN or +inf logits (output set to 0)
-  double seconds = 0;               ///< host wall time of the call (includes the sync)
+  /// Matrices with invalid input (output set to 0, also counted in not_converged): a NaN or +inf
+  /// logit, or a row, a column or the whole matrix of -inf (no matrix with that pattern has unit
+  /// row and column sums).
+  std::int64_t invalid_inputs = 0;
+  std::int64_t first_invalid = -1;   ///< smallest index of a matrix with invalid input, or -1
+  std::string first_invalid_reason;  ///< why that matrix is invalid, e.g. "a row has every logit -inf"
+  double seconds = 0;                ///< host wall time of the call (includes the sync)
 
   std::string brief_report() const;
+  /// Throws InvalidArgument naming the first invalid matrix (index and reason) when
+  /// invalid_inputs > 0; `what` prefixes the message (e.g. the CLI's "--input 'L.npy'").
+  void throw_if_invalid(const std::string& what = "project_birkhoff") const;
 };
 
 /// A contiguous batch of `batch` row-major n x n matrices (element (b, i, j) at
@@ -115,9 +123,11 @@ BatchView<T> batch_view(const Buffer<U>& buffer, int n) {
 /// Forward projection of every matrix of `logits` into `out` (same shape, same storage type,
 /// both in ctx.memory_space()). Math is float32 on CUDA, float64 on the CPU engine. Runs on the
 /// context's stream; returns without synchronizing unless options.compute_summary is true.
-/// Throws InvalidArgument for bad shapes/options; matrices without a projection (a row or
-/// column of -inf, no positive diagonal) or with NaN logits are reported in the summary, their
-/// output stays finite (never NaN).
+/// Throws InvalidArgument for bad shapes/options. Invalid matrices (NaN / +inf logits, a row,
+/// column or matrix of all -inf) are reported in the summary (invalid_inputs, first_invalid; call
+/// Summary::throw_if_invalid to turn them into an InvalidArgument), their output is 0; patterns
+/// without total support (no doubly stochastic scaling exists) count as not converged (newton:
+/// output 0). Output never NaN. An empty batch (B = 0, data may be null) is a no-op.
 BirkhoffSummary project_birkhoff(const Context& ctx, BatchView<const float> logits,
                                  BatchView<float> out, const BirkhoffOptions& options = {});
 BirkhoffSummary project_birkhoff(const Context& ctx, BatchView<const bfloat16> logits,

@@ -43,7 +43,9 @@ typedef struct kantor_birkhoff_stats {
   double worst_error;     /* max Err = |P1-1|_1 + |P^T1-1|_1 of the stored output */
   double median_error;    /* median Err to a 0.25-decade histogram bin (bin centre) */
   int64_t not_converged;  /* matrices with Err > tolerance or no projection */
-  int64_t invalid_inputs; /* matrices with NaN / +inf logits (their output is 0) */
+  int64_t invalid_inputs; /* matrices with NaN / +inf logits or a row, column or whole matrix
+                             of -inf (their output is 0) */
+  int64_t first_invalid;  /* smallest index of an invalid matrix, -1 when none */
 } kantor_birkhoff_stats;
 
 /* Fills *options with the defaults (newton, row-first, 20 iterations, default tolerance). */

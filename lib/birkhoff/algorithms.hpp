@@ -29,8 +29,18 @@ constexpr double kLn2 = 0.6931471805599453;
 /// DeepSeek's additive constant in every denominator (and after the softmax).
 constexpr double kDeepSeekEps = 1e-6;
 
-/// Status of one forward matrix.
-enum MatrixStatus : int { kOk = 0, kNoProjection = 1, kInvalidInput = 2 };
+/// Status of one forward matrix. Statuses >= kInvalidInput are invalid inputs (their output is
+/// 0), each naming its reason; kNoProjection: valid logits whose pattern of finite entries has no
+/// total support (Newton only: no diagonal scaling of exp(R) is doubly stochastic).
+enum MatrixStatus : int {
+  kOk = 0,
+  kNoProjection = 1,
+  kInvalidInput = 2,  // a NaN or +inf logit
+  kEmptyRow = 3,      // a row of all -inf
+  kEmptyColumn = 4,   // a column of all -inf
+  kAllNegInf = 5,     // every entry -inf
+};
+KANTOR_BK_HD bool is_invalid_status(int st) { return st >= kInvalidInput; }
 
 template <class F>
 struct Num;
@@ -134,12 +144,177 @@ KANTOR_BK_HD constexpr int packed(int j, int l) {
   return j * (NMAX - 1) - j * (j - 1) / 2 + (l - j);
 }
 
-/// Checks the logits and shifts them into the log2 domain: L = (R - max R) * log2(e).
-/// Returns kInvalidInput (NaN or +inf present), kNoProjection (all -inf) or kOk.
+/// Highest set bit of a nonzero mask below 2^n.
+KANTOR_BK_HD int highest_bit(unsigned m, int n) {
+  int h = 0;
+  for (int j = 0; j < n; ++j)
+    if ((m >> j) & 1u) h = j;
+  return h;
+}
+
+/// Pattern of the finite entries: rowm[i] bit j set when L_ij > -inf. Returns the validity:
+/// kInvalidInput (a NaN or +inf), kAllNegInf, kEmptyRow, kEmptyColumn (a row / column of all -inf:
+/// no matrix with that pattern has unit marginals), else kOk. The rare path of the -inf checks
+/// (only matrices whose entry sum is not finite come here); loops indexed by loop counters only.
 template <int NMAX, class F>
-KANTOR_BK_HD int prepare_log2(F* L, int n) {
+KANTOR_BK_HD int pattern_masks(const F* L, int n, unsigned* rowm) {
+  bool bad = false, empty_row = false;
+  unsigned cols = 0;
+  for (int i = 0; i < NMAX; ++i) {
+    if (i >= n) break;
+    unsigned m = 0;
+    for (int j = 0; j < NMAX; ++j) {
+      if (j >= n) break;
+      const F v = L[i * NMAX + j];
+      bad |= is_nan_or_pos_inf(v);
+      if (v > neg_inf<F>()) m |= 1u << j;
+    }
+    rowm[i] = m;
+    cols |= m;
+    empty_row |= m == 0u;
+  }
+  if (bad) return kInvalidInput;
+  if (cols == 0u) return kAllNegInf;
+  if (empty_row) return kEmptyRow;
+  if (cols != (1u << n) - 1u) return kEmptyColumn;
+  return kOk;
+}
+
+/// For a pattern without empty rows or columns (rowm from pattern_masks): kNoProjection when it
+/// has no total support (no perfect matching, or a finite entry on no perfect matching: then no
+/// diagonal scaling of exp(R) is doubly stochastic and Newton's dual has no minimizer), else kOk
+/// and *pin = the gauges: one column per connected component of the bipartite graph of finite
+/// entries (its highest index), except the component holding column n-1 (the reduced dual's
+/// fixed coordinate). Each component is a block of the permuted block-diagonal pattern and adds a
+/// null direction (its column indicator) to the Hessian diag(c) - T^T T; pinning one column per
+/// block removes them. Method: a perfect matching by BFS augmenting paths, then the row graph
+/// i -> (row matched to column j) for every finite (i, j); the pattern has total support iff every
+/// such edge lies on a cycle (an alternating cycle through (i, j)), i.e. the target reaches i
+/// (Warshall closure on bitmasks); the strongly connected components are then the blocks.
+template <int NMAX>
+KANTOR_BK_HD int total_support_gauges(const unsigned* rowm, int n, unsigned* pin) {
+  int mrow[NMAX], mcol[NMAX];
+  for (int k = 0; k < NMAX; ++k) mrow[k] = mcol[k] = -1;
+  for (int r = 0; r < n; ++r) {
+    int par[NMAX], queue[NMAX];
+    unsigned seen = 0;
+    int qh = 0, qt = 0, found = -1;
+    queue[qt++] = r;
+    while (qh < qt && found < 0) {
+      const int u = queue[qh++];
+      for (int j = 0; j < n; ++j) {
+        if (!((rowm[u] >> j) & 1u) || ((seen >> j) & 1u)) continue;
+        seen |= 1u << j;
+        par[j] = u;
+        if (mcol[j] < 0) {
+          found = j;
+          break;
+        }
+        queue[qt++] = mcol[j];  // each row enters the queue at most once: qt <= n
+      }
+    }
+    if (found < 0) return kNoProjection;  // Hall's condition fails: no perfect matching
+    for (int j = found;;) {  // flip the augmenting path r -> ... -> found
+      const int u = par[j], pj = mrow[u];
+      mcol[j] = u;
+      mrow[u] = j;
+      if (u == r) break;
+      j = pj;
+    }
+  }
+  unsigned reach[NMAX];
+  for (int i = 0; i < n; ++i) {
+    unsigned a = 1u << i;
+    for (int j = 0; j < n; ++j)
+      if ((rowm[i] >> j) & 1u) a |= 1u << mcol[j];
+    reach[i] = a;
+  }
+  for (int k = 0; k < n; ++k)
+    for (int i = 0; i < n; ++i)
+      if ((reach[i] >> k) & 1u) reach[i] |= reach[k];
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      if (((rowm[i] >> j) & 1u) && !((reach[mcol[j]] >> i) & 1u)) return kNoProjection;
+  unsigned done = 0, p = 0;
+  for (int i = 0; i < n; ++i) {
+    if ((done >> i) & 1u) continue;
+    done |= reach[i];
+    unsigned cols = 0;
+    for (int k = 0; k < n; ++k)
+      if ((reach[i] >> k) & 1u) cols |= rowm[k];
+    const int h = highest_bit(cols, n);
+    if (h != n - 1) p |= 1u << h;
+  }
+  *pin = p;
+  return kOk;
+}
+
+/// Gauges of the implicit backward's system from the support of P (entries > 0; where P
+/// underflowed the blocks are those of the support): one column per connected component of the
+/// bipartite graph of positive entries (its highest index) except the component with column n-1,
+/// and every other column without mass. 0 (nothing to pin) when every entry is positive.
+/// The caller checks first that some entry is not positive (the rare path).
+template <int NMAX, class F>
+KANTOR_BK_HD unsigned support_gauges(const F* P, int n) {
+  unsigned rowm[NMAX];
+  for (int i = 0; i < NMAX; ++i) {
+    rowm[i] = 0;
+    if (i >= n) continue;
+    for (int j = 0; j < n; ++j)
+      if (P[i * NMAX + j] > F(0)) rowm[i] |= 1u << j;
+  }
+  unsigned done = 0, covered = 0, pin = 0;
+  for (int r = 0; r < n; ++r) {
+    if (((done >> r) & 1u) || rowm[r] == 0u) continue;
+    unsigned rows = 1u << r, cols = rowm[r];
+    for (bool grow = true; grow;) {
+      grow = false;
+      for (int i = 0; i < NMAX; ++i) {
+        if (i >= n) break;
+        if (!((rows >> i) & 1u) && (rowm[i] & cols)) {
+          rows |= 1u << i;
+          cols |= rowm[i];
+          grow = true;
+        }
+      }
+    }
+    done |= rows;
+    covered |= cols;
+    const int h = highest_bit(cols, n);
+    if (h != n - 1) pin |= 1u << h;
+  }
+  for (int j = 0; j < n - 1; ++j)
+    if (!((covered >> j) & 1u)) pin |= 1u << j;
+  return pin;
+}
+
+/// Fixes the pinned coordinates (bits of pin below m) of the packed SPD system A x = rhs: row and
+/// column zeroed, diagonal 1, rhs 0, so x_j = 0 exactly and the other coordinates decouple (the
+/// Cholesky factor keeps the zeros).
+template <int NMAX, class F>
+KANTOR_BK_HD void apply_pins(F* A, F* rhs, int m, unsigned pin) {
+  KANTOR_BK_UNROLL
+  for (int j = 0; j < NMAX - 1; ++j) {
+    if (j >= m) break;
+    if (!((pin >> j) & 1u)) continue;
+    KANTOR_BK_UNROLL
+    for (int l = 0; l < NMAX - 1; ++l) {
+      if (l >= m) break;
+      A[l < j ? packed<NMAX>(l, j) : packed<NMAX>(j, l)] = F(0);
+    }
+    A[packed<NMAX>(j, j)] = F(1);
+    rhs[j] = F(0);
+  }
+}
+
+/// Checks the logits and shifts them into the log2 domain: L = (R - max R) * log2(e).
+/// Returns a MatrixStatus: invalid inputs (pattern_masks), kNoProjection (no total support) or
+/// kOk with *pin = the gauge columns of the pattern's blocks (total_support_gauges; 0 for a
+/// pattern of one block, every matrix without -inf included).
+template <int NMAX, class F>
+KANTOR_BK_HD int prepare_log2(F* L, int n, unsigned* pin) {
   F mx = neg_inf<F>();
-  bool bad = false;
+  F sum = F(0);
   KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
@@ -147,13 +322,19 @@ KANTOR_BK_HD int prepare_log2(F* L, int n) {
     for (int j = 0; j < NMAX; ++j) {
       if (j >= n) break;
       const F v = L[i * NMAX + j];
-      bad |= is_nan_or_pos_inf(v);
+      sum += v;
       mx = bk_max(mx, v);
     }
   }
-  if (bad) return kInvalidInput;
-  // Hazard: (-inf) - (-inf) = NaN when every entry is -inf; such a matrix has no projection.
-  if (!(mx > neg_inf<F>())) return kNoProjection;
+  *pin = 0u;
+  // Fast check: a finite sum means no NaN and no infinity (full pattern, one block). Otherwise
+  // (a -inf, NaN, +inf, or an overflowing sum) the exact pattern checks decide.
+  if (!(sum > neg_inf<F>() && sum < std::numeric_limits<F>::infinity())) {
+    unsigned rowm[NMAX];
+    int st = pattern_masks<NMAX>(L, n, rowm);
+    if (st == kOk) st = total_support_gauges<NMAX>(rowm, n, pin);
+    if (st != kOk) return st;
+  }
   KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
@@ -310,9 +491,9 @@ KANTOR_BK_HD void scaled_eval(const F* K, F msum, const F* b, const F* bK, int n
 
 /// Solves A x = rhs for the SPD (m x m, m = n-1) matrix A given as packed upper triangle (it is
 /// overwritten by its Cholesky factor), in place in rhs. Pivots are floored at
-/// tiny * (1 + max diagonal): a zero column (a column of -inf logits) or a pattern without a
-/// positive diagonal makes A singular, and the floor keeps the result finite (the caller clamps
-/// the step) instead of dividing by zero.
+/// tiny * (1 + max diagonal) + 64 eps max diagonal: rounding, or an A made singular by an input
+/// the callers do not screen (a backward on a P without total support), must not give sqrt(<= 0);
+/// the floor keeps the result finite (the caller clamps the step).
 template <int NMAX, class F>
 KANTOR_BK_HD void cholesky_solve(F* A, F* rhs, int m) {
   // Inner loops over k < j: unrolled (NMAX <= 4) they keep a fixed trip count with the guard
@@ -385,7 +566,8 @@ struct NewtonResult {
 /// stop when |c - 1|_1 <= tol_accept and the last step did not halve it (fp32 noise floor).
 template <int NMAX, class F>
 KANTOR_BK_HD NewtonResult newton_project(F* L, int n, F tol_stop, F tol_accept, int max_iter) {
-  NewtonResult res{prepare_log2<NMAX>(L, n), 0};
+  unsigned pin = 0;
+  NewtonResult res{prepare_log2<NMAX>(L, n, &pin), 0};
   if (res.status != kOk) return res;
   constexpr int kH = (NMAX - 1) * NMAX / 2;
   F b[NMAX];
@@ -495,6 +677,8 @@ KANTOR_BK_HD NewtonResult newton_project(F* L, int n, F tol_stop, F tol_accept, 
     KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX - 1; ++j)
       if (j < n - 1) d[j] = (F(1) - c[j]) * F(1.0 / kLn2);
+    // Reducible pattern: one fixed column per extra block (the Hessian is singular otherwise).
+    if (pin) apply_pins<NMAX>(H, d, n - 1, pin);
     cholesky_solve<NMAX>(H, d, n - 1);
     KANTOR_BK_UNROLL
     for (int j = 0; j < NMAX - 1; ++j) {
@@ -599,18 +783,24 @@ struct TruncatedMap {
 /// Initialization X0 of a truncated map from raw logits (in place).
 ///   Sinkhorn: X0 = exp(R - max R) (per-matrix max: cancels in every normalization, keeps
 ///   column-first correct). DeepSeek: X0 = row softmax(R) + 1e-6.
-/// Returns a MatrixStatus (kInvalidInput for NaN / +inf logits).
+/// Returns a MatrixStatus: kOk, or an invalid input (pattern_masks: NaN / +inf logits, a row,
+/// column or matrix of all -inf) with X left unchanged.
 template <int NMAX, class F>
 KANTOR_BK_HD int truncated_init(F* X, int n, const TruncatedMap& map) {
   F mx = neg_inf<F>();
-  bool bad = false;
+  F sum = F(0);
   KANTOR_BK_UNROLL
   for (int k = 0; k < NMAX * NMAX; ++k) {
     if ((k / NMAX) >= n || (k % NMAX) >= n) continue;
-    bad |= is_nan_or_pos_inf(X[k]);
+    sum += X[k];
     mx = bk_max(mx, X[k]);
   }
-  if (bad) return kInvalidInput;
+  // Fast check as in prepare_log2: a finite sum has no NaN and no infinity.
+  if (!(sum > neg_inf<F>() && sum < std::numeric_limits<F>::infinity())) {
+    unsigned rowm[NMAX];
+    const int st = pattern_masks<NMAX>(X, n, rowm);
+    if (st != kOk) return st;
+  }
   KANTOR_BK_UNROLL
   for (int i = 0; i < NMAX; ++i) {
     if (i >= n) break;
@@ -621,7 +811,7 @@ KANTOR_BK_HD int truncated_init(F* X, int n, const TruncatedMap& map) {
       for (int j = 0; j < NMAX; ++j)
         if (j < n) m = bk_max(m, X[i * NMAX + j]);
     }
-    // Guard: all -inf (matrix or row): exp(-inf - (-inf)) = NaN; the row has no mass.
+    // Guard (kept although empty rows are refused above): exp(-inf - (-inf)) = NaN.
     const bool empty = !(m > neg_inf<F>());
     F s = F(0);
     KANTOR_BK_UNROLL
@@ -642,7 +832,7 @@ KANTOR_BK_HD int truncated_init(F* X, int n, const TruncatedMap& map) {
         if (j < n) X[i * NMAX + j] = X[i * NMAX + j] * inv + F(kDeepSeekEps);
     }
   }
-  return mx > neg_inf<F>() ? kOk : kNoProjection;
+  return kOk;
 }
 
 /// One scaling step of P = diag(u) K diag(v). Row step: P_i <- P_i / (rowsum_i + add) is
@@ -675,7 +865,7 @@ KANTOR_BK_HD void scale_step(const F* K, F* u, F* v, F* den_u, F* den_v, int n, 
 template <int NMAX, class F>
 KANTOR_BK_HD int truncated_forward(F* X, int n, const TruncatedMap& map) {
   const int st = truncated_init<NMAX>(X, n, map);
-  if (st == kInvalidInput) return st;
+  if (st != kOk) return st;
   F u[NMAX], v[NMAX], du[NMAX], dv[NMAX];
   KANTOR_BK_UNROLL
   for (int k = 0; k < NMAX; ++k) u[k] = v[k] = du[k] = dv[k] = F(1);
@@ -717,7 +907,7 @@ KANTOR_BK_HD void truncated_backward(const F* R, F* G, int n, const TruncatedMap
   F X0[NMAX * NMAX];
   KANTOR_BK_UNROLL
   for (int k = 0; k < NMAX * NMAX; ++k) X0[k] = R[k];
-  if (truncated_init<NMAX>(X0, n, map) == kInvalidInput) {
+  if (truncated_init<NMAX>(X0, n, map) != kOk) {
     KANTOR_BK_UNROLL
     for (int k = 0; k < NMAX * NMAX; ++k) G[k] = F(0);
     return;
@@ -782,6 +972,7 @@ template <int NMAX, class F>
 KANTOR_BK_HD void implicit_backward(const F* P, F* G, int n) {
   constexpr int kH = (NMAX - 1) * NMAX / 2;
   F rinv[NMAX], mur[NMAX], c[NMAX], y[NMAX], A[kH];
+  F pmin = F(1);  // smallest entry: > 0 means one block (nothing to pin)
   KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX; ++j) {
     c[j] = F(0);
@@ -798,6 +989,7 @@ KANTOR_BK_HD void implicit_backward(const F* P, F* G, int n) {
       if (j >= n) break;
       const F p = P[i * NMAX + j];
       const F gam = G[i * NMAX + j] * p;
+      pmin = bk_min(pmin, p);
       r += p;
       mu += gam;
       c[j] += p;
@@ -828,6 +1020,13 @@ KANTOR_BK_HD void implicit_backward(const F* P, F* G, int n) {
   KANTOR_BK_UNROLL
   for (int j = 0; j < NMAX - 1; ++j)
     if (j < n - 1) A[packed<NMAX>(j, j)] += c[j];
+  // Same gauges as the forward: a P whose support splits into blocks (a reducible pattern) makes
+  // A singular in one direction per extra block; fix one y per block (x, y are determined up to
+  // these shifts, which leave dL/dR unchanged).
+  if (!(pmin > F(0))) {  // also for NaN: the slow path then pins what has no mass
+    const unsigned pin = support_gauges<NMAX>(P, n);
+    if (pin) apply_pins<NMAX>(A, y, n - 1, pin);
+  }
   cholesky_solve<NMAX>(A, y, n - 1);
   y[n - 1] = F(0);
   KANTOR_BK_UNROLL

@@ -79,10 +79,38 @@ std::string BirkhoffSummary::brief_report() const {
   os << ": worst Err " << worst_error << ", median Err " << median_error;
   if (median_bin_decades > 0) os << " (binned, " << median_bin_decades << " decade)";
   os << ", " << not_converged << " above tolerance " << tolerance;
-  if (invalid_inputs) os << ", " << invalid_inputs << " with invalid input";
+  if (invalid_inputs)
+    os << ", " << invalid_inputs << " with invalid input (first: matrix " << first_invalid << ", "
+       << first_invalid_reason << ")";
   os << ", " << seconds * 1e3 << " ms";
   return os.str();
 }
+
+void BirkhoffSummary::throw_if_invalid(const std::string& what) const {
+  if (invalid_inputs <= 0) return;
+  throw InvalidArgument(what + ": matrix " + std::to_string(first_invalid) + " of " +
+                        std::to_string(batch) + " is not a valid input: " + first_invalid_reason +
+                        " (" + std::to_string(invalid_inputs) +
+                        " invalid in all; expected finite logits or -inf, with a finite entry in "
+                        "every row and every column)");
+}
+
+namespace birkhoff {
+std::string invalid_reason(int status) {
+  switch (status) {
+    case kInvalidInput:
+      return "a logit is NaN or +inf";
+    case kEmptyRow:
+      return "a row has every logit -inf";
+    case kEmptyColumn:
+      return "a column has every logit -inf";
+    case kAllNegInf:
+      return "every logit is -inf";
+    default:
+      return "";
+  }
+}
+}  // namespace birkhoff
 
 namespace {
 
@@ -162,9 +190,9 @@ void cpu_forward_range(const T* in, T* out, std::int64_t b0, std::int64_t b1, in
     } else {
       st = truncated_forward<NMAX>(X, n, map);
     }
-    // Invalid input, or Newton on an all -inf matrix (X still holds the logits): write zeros,
-    // never NaN or -inf; the status reports the matrix.
-    if (st == kInvalidInput || (st != kOk && o.method == BirkhoffMethod::kNewton))
+    // Invalid input, or Newton on a pattern without total support (X still holds the logits):
+    // write zeros, never NaN or -inf; the status reports the matrix.
+    if (st != kOk)
       std::fill(X, X + NMAX * NMAX, 0.0);
     status[b] = std::uint8_t(st);
     for (int i = 0; i < n; ++i)
@@ -240,16 +268,19 @@ BirkhoffSummary forward_impl(const Context& ctx, BatchView<const T> logits, Batc
     a.iterations = default_iterations(options.iterations);
     a.tolerance = float(s.tolerance);
     a.max_newton_iterations = options.max_newton_iterations;
-    if (B == 0) return s;
-    birkhoff::DeviceStats st;
-    birkhoff::cuda_forward(a, ctx.cuda_stream(), options.compute_summary ? &st : nullptr);
-    if (options.compute_summary) {
-      s.computed = true;
-      s.worst_error = st.worst;
-      s.median_error = st.median;
-      s.median_bin_decades = st.median_bin_decades;
-      s.not_converged = st.not_converged;
-      s.invalid_inputs = st.invalid;
+    if (B > 0) {
+      birkhoff::DeviceStats st;
+      birkhoff::cuda_forward(a, ctx.cuda_stream(), options.compute_summary ? &st : nullptr);
+      if (options.compute_summary) {
+        s.computed = true;
+        s.worst_error = st.worst;
+        s.median_error = st.median;
+        s.median_bin_decades = st.median_bin_decades;
+        s.not_converged = st.not_converged;
+        s.invalid_inputs = st.invalid;
+        s.first_invalid = st.first_invalid;
+        s.first_invalid_reason = birkhoff::invalid_reason(st.first_invalid_status);
+      }
     }
   } else {
     s.kernel = "cpu float64 " + std::string(n == 4 ? "n=4 unrolled" : "general n");
@@ -279,13 +310,25 @@ BirkhoffSummary forward_impl(const Context& ctx, BatchView<const T> logits, Batc
       for (std::int64_t b = 0; b < B; ++b) {
         const double e = err[std::size_t(b)];
         if (!(e <= s.tolerance)) ++s.not_converged;
-        if (status[std::size_t(b)] == birkhoff::kInvalidInput) ++s.invalid_inputs;
+        if (birkhoff::is_invalid_status(status[std::size_t(b)])) {
+          if (s.invalid_inputs++ == 0) {
+            s.first_invalid = b;
+            s.first_invalid_reason = birkhoff::invalid_reason(status[std::size_t(b)]);
+          }
+        }
       }
       s.worst_error = *std::max_element(err.begin(), err.end());
       auto mid = err.begin() + (B - 1) / 2;
       std::nth_element(err.begin(), mid, err.end());
       s.median_error = *mid;
     }
+  }
+  // An empty batch is a no-op (nothing read or written; the pointers may be null): the summary
+  // of no matrices has no errors.
+  if (B == 0 && options.compute_summary) {
+    s.computed = true;
+    s.worst_error = 0;
+    s.median_error = 0;
   }
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return s;

@@ -125,6 +125,7 @@ kantor_status kantor_birkhoff_forward(const void* logits, void* out, int64_t bat
       stats->median_error = st.median;
       stats->not_converged = st.not_converged;
       stats->invalid_inputs = st.invalid;
+      stats->first_invalid = st.first_invalid;
     }
   });
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kantor/birkhoff.hpp"
 
@@ -47,7 +48,12 @@ struct DeviceStats {
   double median_bin_decades = 0;
   std::int64_t not_converged = 0;
   std::int64_t invalid = 0;
+  std::int64_t first_invalid = -1;  ///< smallest index of a matrix with invalid input
+  int first_invalid_status = 0;     ///< its MatrixStatus
 };
+
+/// Why a MatrixStatus >= kInvalidInput is invalid ("" for the others).
+std::string invalid_reason(int status);
 
 /// Histogram of log10(Err) used for the device median: kHistBins bins of kHistWidth decades
 /// from 10^kHistLo; bin 0 also takes smaller errors (and 0), the last bin larger and non-finite.

@@ -9,13 +9,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <sstream>
 
 #include "kantor/error.hpp"
@@ -66,18 +70,41 @@ bool host_is_little_endian() {
   return b == 1;
 }
 
-// Reads the whole file. Missing, unreadable or directory -> "cannot open 'path': reason".
-std::string read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError("cannot open " + quoted(path) + ": " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-    ::close(fd);
+// What kind of non-regular file st describes, for messages.
+const char* file_kind(const struct stat& st) {
+  if (S_ISFIFO(st.st_mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  if (S_ISDIR(st.st_mode)) return "a directory";
+  return "not a regular file";
+}
+
+[[noreturn]] void refuse_non_regular(const std::string& path, const struct stat& st) {
+  if (S_ISDIR(st.st_mode))
     throw IoError("cannot open " + quoted(path) + ": it is a directory (expected a file)");
+  throw IoError("cannot open " + quoted(path) + ": it is " + file_kind(st) +
+                " (expected a regular file)");
+}
+
+// Reads the whole file. Missing, unreadable, a directory or any other non-regular file (FIFO,
+// device, socket) -> "cannot open 'path': reason". The kind of file is checked with stat before
+// it is opened (opening a FIFO would block until a writer comes), and again on the descriptor,
+// which is opened non-blocking, in case the name was replaced in between.
+std::string read_file(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0)
+    throw IoError("cannot open " + quoted(path) + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) refuse_non_regular(path, st);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) throw IoError("cannot open " + quoted(path) + ": " + std::strerror(errno));
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const struct stat now = st;
+    ::close(fd);
+    refuse_non_regular(path, now);
   }
   std::string out;
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
-    out.reserve(std::size_t(st.st_size));
+  if (st.st_size > 0) out.reserve(std::size_t(st.st_size));
   char buf[1 << 16];
   for (;;) {
     const ssize_t got = ::read(fd, buf, sizeof buf);
@@ -92,6 +119,87 @@ std::string read_file(const std::string& path) {
   }
   ::close(fd);
   return out;
+}
+
+// ---- temporaries still on disk, for a signal handler -----------------------------------------
+
+// The names of the temporary files this process has created and not yet renamed or removed, in
+// fixed storage so that remove_pending_temporaries() can run in a signal handler (unlink is
+// async-signal-safe). A name that does not fit, or a table full, is simply not tracked.
+constexpr int kPendingSlots = 32;
+constexpr std::size_t kPendingNameMax = 4096;
+char g_pending_name[kPendingSlots][kPendingNameMax];
+volatile std::sig_atomic_t g_pending_used[kPendingSlots];
+std::mutex g_pending_mutex;
+
+void track_pending(const std::string& tmp) {
+  if (tmp.size() >= kPendingNameMax) return;
+  std::lock_guard<std::mutex> lock(g_pending_mutex);
+  for (int i = 0; i < kPendingSlots; ++i) {
+    if (g_pending_used[i]) continue;
+    std::memcpy(g_pending_name[i], tmp.c_str(), tmp.size() + 1);
+    g_pending_used[i] = 1;
+    return;
+  }
+}
+
+void untrack_pending(const std::string& tmp) {
+  std::lock_guard<std::mutex> lock(g_pending_mutex);
+  for (int i = 0; i < kPendingSlots; ++i)
+    if (g_pending_used[i] && tmp == g_pending_name[i]) {
+      g_pending_used[i] = 0;
+      return;
+    }
+}
+
+// Owns a temporary file name: tracked from before the file is created, removed (and untracked)
+// when the guard goes away unless release() was called (the file was renamed into place, or the
+// caller took over its removal).
+class PendingTemporary {
+ public:
+  explicit PendingTemporary(std::string tmp) : tmp_(std::move(tmp)) { track_pending(tmp_); }
+  ~PendingTemporary() {
+    if (owned_) {
+      ::unlink(tmp_.c_str());
+      untrack_pending(tmp_);
+    }
+  }
+  PendingTemporary(const PendingTemporary&) = delete;
+  PendingTemporary& operator=(const PendingTemporary&) = delete;
+  const std::string& name() const { return tmp_; }
+  void release() { owned_ = false; }
+
+ private:
+  std::string tmp_;
+  bool owned_ = true;
+};
+
+// Creates tmp, writes `bytes` to it and fsyncs and closes it. Throws IoError naming `path` (the
+// caller removes tmp: PendingTemporary).
+void write_file_contents(const std::string& path, const std::string& tmp, const std::string& bytes) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0666);
+  if (fd < 0)
+    throw IoError("cannot write " + quoted(path) + ": cannot create the temporary file " +
+                  quoted(tmp) + ": " + std::strerror(errno));
+  auto give_up = [&](const std::string& step, int err) {
+    ::close(fd);
+    throw IoError("cannot write " + quoted(path) + ": " + step + ": " + std::strerror(err));
+  };
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t put = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (put < 0) {
+      if (errno == EINTR) continue;
+      give_up("write to " + quoted(tmp) + " failed", errno);
+    }
+    done += std::size_t(put);
+  }
+  // fsync before rename: a crash must leave the old file or the whole new one, never an empty
+  // one. (EINVAL: the file system does not support it, e.g. a pipe or special file.)
+  if (::fsync(fd) != 0 && errno != EINVAL) give_up("fsync of " + quoted(tmp) + " failed", errno);
+  if (::close(fd) != 0)
+    throw IoError("cannot write " + quoted(path) + ": close of " + quoted(tmp) +
+                  " failed: " + std::strerror(errno));
 }
 
 // ---- .npy -----------------------------------------------------------------------------------
@@ -340,23 +448,26 @@ std::string npy_bytes(const std::vector<std::int64_t>& shape, const double* data
 
 // ---- .csv -----------------------------------------------------------------------------------
 
-std::string trim(const std::string& s) {
-  std::size_t b = 0, e = s.size();
-  while (b < e && (s[b] == ' ' || s[b] == '\t')) ++b;
-  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) --e;
-  return s.substr(b, e - b);
+// A range of the file's text (no copy).
+struct Span {
+  const char* b = nullptr;
+  const char* e = nullptr;
+  std::size_t size() const { return std::size_t(e - b); }
+  bool empty() const { return b == e; }
+};
+
+Span trim(Span s) {
+  while (s.b < s.e && (*s.b == ' ' || *s.b == '\t')) ++s.b;
+  while (s.e > s.b && (s.e[-1] == ' ' || s.e[-1] == '\t')) --s.e;
+  return s;
 }
 
-std::vector<std::string> split_fields(const std::string& line) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = line.find(',', start);
-    out.push_back(
-        trim(line.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
-  }
+// The field of `line` starting at `from`: up to the next comma or the end; *next is past the
+// comma (nullptr after the last field).
+Span next_field(Span line, const char* from, const char** next) {
+  const char* comma = static_cast<const char*>(std::memchr(from, ',', std::size_t(line.e - from)));
+  *next = comma ? comma + 1 : nullptr;
+  return trim(Span{from, comma ? comma : line.e});
 }
 
 enum class FieldStatus { kOk, kEmpty, kNotANumber, kOutOfRange };
@@ -409,47 +520,57 @@ FieldStatus parse_number(const std::string& field, double* value) {
   return FieldStatus::kOk;
 }
 
+// Reads a .csv in one pass over the file's text without copying lines or fields beyond the
+// field being parsed: memory is the text plus the values (a 50 MB line of commas fails at its
+// first empty field, it does not become 50 million strings).
 Array read_csv(const std::string& path) {
-  std::string text = read_file(path);
-  if (text.compare(0, 3, "\xEF\xBB\xBF") == 0) text.erase(0, 3);  // UTF-8 byte order mark
+  const std::string text = read_file(path);
   Array out;
   out.dtype = "csv";
   std::int64_t cols = -1, rows = 0, cols_line = 0;
   bool first_content = true;
-  std::size_t pos = 0;
+  std::size_t pos = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;  // UTF-8 byte order mark
   std::int64_t line_no = 0;
+  std::string field;  // the field being parsed, NUL-terminated for strtod
+  auto status_of = [&](Span f, double* value) {
+    field.assign(f.b, f.size());
+    return parse_number(field, value);
+  };
+  auto field_error = [&](std::int64_t column, FieldStatus st, Span f) {
+    const std::string where = "line " + std::to_string(line_no) + ", column " + std::to_string(column);
+    const std::string shown = excerpt(std::string(f.b, std::min<std::size_t>(f.size(), 81)));
+    if (st == FieldStatus::kEmpty) fail(path, where + ": empty field (expected a number)");
+    if (st == FieldStatus::kOutOfRange)
+      fail(path, where + ": '" + shown + "' is out of the float64 range");
+    fail(path, where + ": cannot parse '" + shown +
+                   "' as a number (expected a decimal number, inf or nan)");
+  };
   while (pos < text.size()) {
     std::size_t nl = text.find('\n', pos);
     if (nl == std::string::npos) nl = text.size();
-    std::string line = text.substr(pos, nl - pos);
+    Span line{text.data() + pos, text.data() + nl};
     pos = nl + 1;
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    const std::string content = trim(line);
-    if (content.empty() || content[0] == '#') continue;
-    if (content.find('\0') != std::string::npos)
+    if (!line.empty() && line.e[-1] == '\r') --line.e;
+    const Span content = trim(line);
+    if (content.empty() || *content.b == '#') continue;
+    if (std::memchr(content.b, '\0', content.size()) != nullptr)
       fail(path, "line " + std::to_string(line_no) +
                      " contains a NUL byte (expected a text file of comma-separated numbers)");
-    const std::vector<std::string> fields = split_fields(line);
-    const std::int64_t nf = std::int64_t(fields.size());
-    std::vector<double> values(fields.size());
-    std::vector<FieldStatus> status(fields.size());
-    // A header is a first line of names: no field is empty, a number or starts like one ("1;2"
-    // is a malformed row, not a column name; ",," is a row of empty fields).
-    bool names_only = true;
-    for (std::size_t k = 0; k < fields.size(); ++k) {
-      status[k] = parse_number(fields[k], &values[k]);
-      if (fields[k].empty()) {
-        names_only = false;
-        continue;
-      }
-      const char c0 = fields[k][0];
-      if (status[k] == FieldStatus::kOk || std::isdigit(static_cast<unsigned char>(c0)) ||
-          c0 == '+' || c0 == '-' || c0 == '.')
-        names_only = false;
-    }
+    const std::int64_t nf = 1 + std::int64_t(std::count(line.b, line.e, ','));
     if (first_content) {
       first_content = false;
+      // A header is a first line of names: no field is empty, a number or starts like one
+      // ("1;2" is a malformed row, not a column name; ",," is a row of empty fields).
+      bool names_only = true;
+      for (const char* at = line.b; at != nullptr && names_only;) {
+        const Span f = next_field(line, at, &at);
+        double v;
+        const char c0 = f.empty() ? '\0' : *f.b;
+        if (f.empty() || status_of(f, &v) == FieldStatus::kOk ||
+            std::isdigit(static_cast<unsigned char>(c0)) || c0 == '+' || c0 == '-' || c0 == '.')
+          names_only = false;
+      }
       if (names_only) {  // a header line of column names
         cols = nf;
         cols_line = line_no;
@@ -464,16 +585,15 @@ Array read_csv(const std::string& path) {
                      " fields but line " + std::to_string(cols_line) + " has " +
                      std::to_string(cols) + " (expected every row to have the same length)");
     }
-    for (std::size_t k = 0; k < fields.size(); ++k) {
-      if (status[k] == FieldStatus::kOk) continue;
-      std::string where = "line " + std::to_string(line_no) + ", column " + std::to_string(k + 1);
-      if (status[k] == FieldStatus::kEmpty) fail(path, where + ": empty field (expected a number)");
-      if (status[k] == FieldStatus::kOutOfRange)
-        fail(path, where + ": '" + excerpt(fields[k]) + "' is out of the float64 range");
-      fail(path, where + ": cannot parse '" + excerpt(fields[k]) +
-                     "' as a number (expected a decimal number, inf or nan)");
+    std::int64_t column = 0;
+    for (const char* at = line.b; at != nullptr;) {
+      const Span f = next_field(line, at, &at);
+      ++column;
+      double v = 0;
+      const FieldStatus st = status_of(f, &v);
+      if (st != FieldStatus::kOk) field_error(column, st, f);
+      out.data.push_back(v);
     }
-    out.data.insert(out.data.end(), values.begin(), values.end());
     ++rows;
   }
   out.shape = {rows, cols < 0 ? 0 : cols};
@@ -562,45 +682,30 @@ Array read_vector(const std::string& path, const std::string& what) {
   return a;
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0)
-    throw IoError("cannot write " + quoted(path) + ": cannot create the temporary file " +
-                  quoted(tmp) + ": " + std::strerror(errno));
-  auto give_up = [&](const std::string& step, int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw IoError("cannot write " + quoted(path) + ": " + step + ": " + std::strerror(err));
-  };
-  std::size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t put = ::write(fd, text.data() + done, text.size() - done);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      give_up("write to " + quoted(tmp) + " failed", errno);
-    }
-    done += std::size_t(put);
-  }
-  // fsync before rename: a crash must leave the old file or the whole new one, never an empty
-  // one. (EINVAL: the file system does not support it, e.g. a pipe or special file.)
-  if (::fsync(fd) != 0 && errno != EINVAL) give_up("fsync of " + quoted(tmp) + " failed", errno);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw IoError("cannot write " + quoted(path) + ": close of " + quoted(tmp) +
-                  " failed: " + std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw IoError("cannot write " + quoted(path) + ": rename from " + quoted(tmp) +
-                  " failed: " + std::strerror(err));
-  }
+std::string temporary_path(const std::string& path) {
+  return path + ".tmp." + std::to_string(::getpid());
 }
 
-void write_array(const std::string& path, const std::vector<std::int64_t>& shape,
-                 const double* data, bool float32) {
+void remove_pending_temporaries() noexcept {
+  for (int i = 0; i < kPendingSlots; ++i)
+    if (g_pending_used[i]) ::unlink(g_pending_name[i]);
+}
+
+void write_text_atomic(const std::string& path, const std::string& text) {
+  PendingTemporary tmp(temporary_path(path));
+  write_file_contents(path, tmp.name(), text);
+  if (::rename(tmp.name().c_str(), path.c_str()) != 0)
+    throw IoError("cannot write " + quoted(path) + ": rename from " + quoted(tmp.name()) +
+                  " failed: " + std::strerror(errno));
+  untrack_pending(tmp.name());
+  tmp.release();
+}
+
+namespace {
+
+// The bytes of `path`'s file (format by extension, checked first).
+std::string array_bytes(const std::string& path, const std::vector<std::int64_t>& shape,
+                        const double* data, bool float32) {
   check_array_extension(path);
   std::uint64_t count = 1;
   for (const std::int64_t dim : shape) {
@@ -608,27 +713,105 @@ void write_array(const std::string& path, const std::vector<std::int64_t>& shape
     count *= std::uint64_t(dim);
   }
   if (count > 0 && data == nullptr) fail(path, "cannot write a null data pointer");
-  if (extension(path) == ".npy")
-    write_text_atomic(path, npy_bytes(shape, data, std::size_t(count), float32));
-  else
-    write_text_atomic(path, csv_text(path, shape, data));
+  if (extension(path) == ".npy") return npy_bytes(shape, data, std::size_t(count), float32);
+  return csv_text(path, shape, data);
+}
+
+}  // namespace
+
+void write_array(const std::string& path, const std::vector<std::int64_t>& shape,
+                 const double* data, bool float32) {
+  write_text_atomic(path, array_bytes(path, shape, data, float32));
+}
+
+std::string stage_array(const std::string& path, const std::vector<std::int64_t>& shape,
+                        const double* data, bool float32) {
+  const std::string bytes = array_bytes(path, shape, data, float32);
+  PendingTemporary tmp(temporary_path(path));
+  write_file_contents(path, tmp.name(), bytes);
+  tmp.release();  // still tracked: commit_staged or discard_staged ends it
+  return tmp.name();
+}
+
+void commit_staged(const std::string& staged, const std::string& path) {
+  if (::rename(staged.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    discard_staged(staged);
+    throw IoError("cannot write " + quoted(path) + ": rename from " + quoted(staged) +
+                  " failed: " + std::strerror(err));
+  }
+  untrack_pending(staged);
+}
+
+void discard_staged(const std::string& staged) noexcept {
+  ::unlink(staged.c_str());
+  try {
+    untrack_pending(staged);
+  } catch (...) {
+  }
+}
+
+std::string canonical_path(const std::string& path) {
+  if (char* full = ::realpath(path.c_str(), nullptr)) {
+    std::string out(full);
+    std::free(full);
+    return out;
+  }
+  // The file does not exist (yet): its directory, resolved, and its name.
+  const std::size_t slash = path.find_last_of('/');
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const std::string dir = parent_directory(path);
+  if (char* full = ::realpath(dir.c_str(), nullptr)) {
+    std::string out(full);
+    std::free(full);
+    return (out == "/" ? "" : out) + "/" + name;
+  }
+  return path;
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  if (canonical_path(a) == canonical_path(b)) return true;
+  struct stat sa, sb;  // hard links
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
 }
 
 void check_writable_array_path(const std::string& path, const std::string& what) {
   try {
     check_array_extension(path);
     const std::string dir = parent_directory(path);
+    auto cannot = [&](const std::string& why) -> IoError {
+      return IoError("cannot write " + quoted(path) + ": " + why);
+    };
     struct stat st;
     if (::stat(dir.c_str(), &st) != 0)
-      throw IoError("cannot write " + quoted(path) + ": directory " + quoted(dir) + ": " +
-                    std::strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-      throw IoError("cannot write " + quoted(path) + ": " + quoted(dir) + " is not a directory");
-    if (::access(dir.c_str(), W_OK) != 0)
-      throw IoError("cannot write " + quoted(path) + ": directory " + quoted(dir) + ": " +
-                    std::strerror(errno));
-    if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-      throw IoError("cannot write " + quoted(path) + ": it is a directory (expected a file name)");
+      throw cannot("directory " + quoted(dir) + ": " + std::strerror(errno));
+    if (!S_ISDIR(st.st_mode)) throw cannot(quoted(dir) + " is not a directory");
+    const struct stat dir_st = st;
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      throw cannot("directory " + quoted(dir) + ": " + std::strerror(errno) +
+                   " (cannot create files in it)");
+    // The name and the temporary name the writer will use (temporary_path) must both fit.
+    long name_max = ::pathconf(dir.c_str(), _PC_NAME_MAX);
+    if (name_max <= 0) name_max = NAME_MAX;
+    const std::string tmp = temporary_path(path);
+    const std::size_t slash = tmp.find_last_of('/');
+    const std::size_t tmp_name_len = slash == std::string::npos ? tmp.size() : tmp.size() - slash - 1;
+    if (tmp_name_len > std::size_t(name_max))
+      throw cannot("the file name is too long: its temporary file name " +
+                   quoted(tmp.substr(slash == std::string::npos ? 0 : slash + 1)) + " has " +
+                   std::to_string(tmp_name_len) + " characters, more than the " +
+                   std::to_string(name_max) + " the file system allows (shorten the name)");
+    if (::stat(path.c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) throw cannot("it is a directory (expected a file name)");
+      // In a sticky directory (/tmp) only the owner of a file (or of the directory) may replace
+      // it: the final rename would fail after all the work.
+      const uid_t me = ::geteuid();
+      if ((dir_st.st_mode & S_ISVTX) && me != 0 && st.st_uid != me && dir_st.st_uid != me)
+        throw cannot("it exists, belongs to user id " + std::to_string(st.st_uid) +
+                     " and the directory " + quoted(dir) +
+                     " is sticky: only its owner can replace it (choose another name)");
+    }
   } catch (const IoError& e) {
     throw IoError(what + ": " + e.what());
   }

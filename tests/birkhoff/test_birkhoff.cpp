@@ -317,7 +317,8 @@ TEST(CpuBirkhoff, Bfloat16BackwardMatchesFloat32Backward) {
 }
 
 // Matrices with -inf: the first has a projection (zero diagonal, derangements exist), the rest
-// have none (row of -inf, column of -inf, no positive diagonal, all -inf), then one with NaN.
+// have none: a row of -inf, a column of -inf (invalid inputs), no positive diagonal (valid logits,
+// no total support: not converged), all -inf (invalid), then one with NaN (invalid).
 std::vector<float> special_matrices(int n) {
   const float ninf = -INFINITY;
   auto R = test::random_logits(6 * n * n, 1.0, 99);
@@ -339,8 +340,12 @@ void check_special(const std::vector<float>& R, const std::vector<float>& P,
   const int n = 4;
   for (float v : P) ASSERT_TRUE(std::isfinite(v)) << what;
   EXPECT_EQ(s.not_converged, 5) << what << ": " << s.brief_report();
-  EXPECT_EQ(s.invalid_inputs, 1) << what;
+  EXPECT_EQ(s.invalid_inputs, 4) << what;
+  EXPECT_EQ(s.first_invalid, 1) << what;
+  EXPECT_EQ(s.first_invalid_reason, "a row has every logit -inf") << what;
   EXPECT_FALSE(std::isfinite(s.worst_error)) << what;
+  // Invalid and no-projection matrices: output 0.
+  for (int k = 16; k < 6 * 16; ++k) EXPECT_EQ(P[std::size_t(k)], 0.f) << what << " k=" << k;
   // The first matrix has a projection: zero diagonal, reference match.
   const Mat ref = test::reference_projection(matrix(R, 0, n), n);
   EXPECT_LT(max_abs_diff(ref, P.data()), 1e-6) << what;
@@ -356,7 +361,8 @@ TEST(CpuBirkhoff, MinusInfinityAndNoProjectionAreReportedNotNaN) {
   o.method = BirkhoffMethod::kSinkhorn;
   BirkhoffSummary s = project_birkhoff(ctx, cview(R, 4), view(P, 4), o);
   for (float v : P) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_EQ(s.invalid_inputs, 1);
+  EXPECT_EQ(s.invalid_inputs, 4);
+  EXPECT_EQ(s.first_invalid, 1);
   EXPECT_GE(s.not_converged, 5);
 }
 

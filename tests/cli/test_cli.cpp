@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -288,10 +289,11 @@ class CliTest : public ::testing::Test {
   std::string path(const std::string& name) const { return tmp_->path(name); }
 
   /// Runs `kantor <args>` (args already shell-quoted where needed), capturing stdout/stderr.
-  Result run(const std::string& args) const {
+  /// `prefix` goes before the command (environment assignments, "timeout 20 ").
+  Result run(const std::string& args, const std::string& prefix = "") const {
     const std::string out = dir_ + "/stdout.txt", err = dir_ + "/stderr.txt";
-    const std::string cmd =
-        "'" + std::string(KANTOR_CLI) + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
+    const std::string cmd = prefix + "'" + std::string(KANTOR_CLI) + "' " + args + " >'" + out +
+                            "' 2>'" + err + "' </dev/null";
     const int status = std::system(cmd.c_str());
     Result r;
     r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -641,7 +643,7 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {xy + " --epsilon 0", {"--epsilon must be finite and > 0, got 0"}},
       {xy + " --epsilon=-1", {"--epsilon must be finite and > 0, got -1"}},
       {xy + " --epsilon nan", {"--epsilon"}},
-      {xy + " --epsilon abc", {"--epsilon: invalid value 'abc' (expected a number)"}},
+      {xy + " --epsilon abc", {"--epsilon expects a number, got 'abc'"}},
       {xy, {"missing --epsilon"}},
       {" --source " + x + " --epsilon 0.1", {"missing --target"}},
       {" --epsilon 0.1", {"missing --source"}},
@@ -663,8 +665,13 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {xy + " --epsilon 0.1 --threads=-2", {"--threads must be in [0, 1024]", "got -2"}},
       {xy + " --epsilon 0.1 --threads 100000", {"--threads must be in [0, 1024]"}},
       {xy + " --epsilon 0.1 --max-iterations 1.5",
-       {"--max-iterations: invalid value '1.5' (expected an integer)"}},
-      {xy + " --epsilon 0.1 --threads=two", {"--threads: invalid value 'two' (expected a number)"}},
+       {"--max-iterations expects an integer, got '1.5'"}},
+      {xy + " --epsilon 0.1 --threads=two", {"--threads expects an integer, got 'two'"}},
+      {xy + " --epsilon 0.1 --check-every 99999999999999999999",
+       {"--check-every expects an integer in [", "got '99999999999999999999'"}},
+      {xy + " --epsilon 0.1 --max-iterations 1e3", {"--max-iterations expects an integer, got '1e3'"}},
+      {xy + " --epsilon 0.1 --tolerance 1e-3x", {"--tolerance expects a number, got '1e-3x'"}},
+      {xy + " --epsilon ''", {"--epsilon expects a number, got ''"}},
       {" --demo --source " + x, {"--demo", "--source is not allowed"}},
       {" --demo --target-weights " + b, {"--target-weights is not allowed"}},
       {xy + " --epsilon 0.1 --output-map " + path("no/dir/map.npy"),
@@ -918,13 +925,14 @@ TEST_F(CliTest, FailedMultiOutputRunKeepsPreExistingFiles) {
   const std::vector<double> old_f = {1, 2, 3}, old_g = {4, 5};
   io::write_array(out_dir_ + "/pot_f.npy", {3}, old_f.data());
   io::write_array(out_dir_ + "/pot_g.npy", {2}, old_g.data());
-  // A map name that passes the up-front check but whose temporary file name is too long for the
-  // file system: the map is the last output, so its write fails after the potentials'.
+  // A map name whose temporary file name is too long for the file system: refused by the
+  // up-front check (before the solve), leaving the existing outputs untouched.
   const std::string long_map = out_dir_ + "/" + std::string(246, 'm') + ".npy";
   const Result r = run(kSolveCpu + xy + " --epsilon 0.1 --output-potentials " + out_dir_ +
                        "/pot --output-map " + long_map);
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_NE(r.err.find("cannot write"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("temporary file name"), std::string::npos) << r.err;
   EXPECT_EQ(io::read_array(out_dir_ + "/pot_f.npy").data, old_f);
   EXPECT_EQ(io::read_array(out_dir_ + "/pot_g.npy").data, old_g);
   std::vector<std::string> left = list_dir(out_dir_);
@@ -970,6 +978,15 @@ TEST_F(CliTest, BirkhoffRejectsLogitsThatOverflowFloat32) {
   ASSERT_EQ(P.data.size(), 32u);
   EXPECT_EQ(P.data[6], 0.0);
   EXPECT_NEAR(P.data[0] + P.data[1] + P.data[2] + P.data[3], 1.0, 1e-4);
+  // A row of -inf (no doubly stochastic matrix has that pattern) is invalid input: exit 2 naming
+  // the matrix, nothing written.
+  for (int k = 0; k < 4; ++k) v[1 * 16 + 2 * 4 + k] = -INFINITY;
+  ::unlink((out_dir_ + "/p.npy").c_str());
+  r = run("birkhoff --backend cpu --input " + save_logits(path("row.npy"), 2, 4, v) +
+          " --output " + out_dir_ + "/p.npy");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("matrix 1"), std::string::npos) << r.err;
+  EXPECT_TRUE(list_dir(out_dir_).empty());
 }
 
 TEST_F(CliTest, BirkhoffParsesItsCommandLineStrictly) {
@@ -979,7 +996,9 @@ TEST_F(CliTest, BirkhoffParsesItsCommandLineStrictly) {
       {" --input " + bk + " --tol 1e-3", {"'--tol'"}},
       {" --input " + bk + " --iter 3", {"'--iter'"}},
       {" --input " + bk + " --bogus", {"unrecognised option '--bogus'"}},
-      {" --input " + bk + " --tolerance abc", {"--tolerance: invalid value 'abc'"}},
+      {" --input " + bk + " --tolerance abc", {"--tolerance expects a number, got 'abc'"}},
+      {" --input " + bk + " --iterations 2.5", {"--iterations expects an integer, got '2.5'"}},
+      {" --input " + bk + " --output " + bk, {"--output '" + bk + "' is the input file"}},
       {" --input " + bk + " --output " + path("no/dir/p.npy"),
        {"--output: cannot write '" + path("no/dir/p.npy") + "'"}},
       {" --input " + bk + " --output " + out_dir_ + "/p.txt",
@@ -1003,4 +1022,291 @@ TEST_F(CliTest, BirkhoffParsesItsCommandLineStrictly) {
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
+// ---- reliability: failures fail loudly, outputs checked first, bounded readers -------------
+
+// Does `text` show a non-finite number the way printf / ostream write one (nan, -nan, inf)?
+bool shows_non_finite(const std::string& text) {
+  for (const char* w : {"nan", "inf", "NaN", "Inf", "NAN", "INF"}) {
+    for (std::size_t at = text.find(w); at != std::string::npos; at = text.find(w, at + 1)) {
+      const std::size_t end = at + std::strlen(w);
+      const bool starts = at == 0 || !std::isalnum(static_cast<unsigned char>(text[at - 1]));
+      const bool ends = end == text.size() || !std::isalnum(static_cast<unsigned char>(text[end]));
+      if (starts && ends) return true;
+    }
+  }
+  return false;
+}
+
+// A numerical failure (forced by the CLI's test hook KANTOR_TEST_INJECT: the input validation
+// makes a real one hard to provoke) exits 3, writes no file, and prints no NaN / Inf: null in
+// JSON with the message naming what is missing, "not computed" in the report.
+TEST_F(CliTest, NumericalFailureExitsThreeWritesNothingAndShowsNoNonFinite) {
+  const Fixture30x40 p = make_problem();
+  const std::string files = " --source " + save("x.npy", p.x) + " --target " + save("y.npy", p.y) +
+                            " --epsilon 0.1 --output-potentials " + out_dir_ + "/pot --output-map " +
+                            out_dir_ + "/map.npy";
+  const std::string inject = "KANTOR_TEST_INJECT=numerical-failure ";
+  for (const std::string extra : {"", " --debias"}) {
+    SCOPED_TRACE(extra);
+    // JSON: one object, nulls for what could not be computed, named in the message.
+    Result r = run(kSolveCpu + files + extra + " --json", inject);
+    EXPECT_EQ(r.code, 3) << r.err;
+    Json j;
+    ASSERT_TRUE(JsonParser(r.out).parse(&j)) << "not JSON (a NaN / Inf?): " << r.out;
+    EXPECT_FALSE(shows_non_finite(r.out)) << r.out;
+    EXPECT_EQ(j["termination"].str, "numerical failure");
+    EXPECT_FALSE(j["converged"].b);
+    EXPECT_EQ(j["marginal_error"].kind, Json::kNull);
+    EXPECT_EQ(j["primal_cost"].kind, Json::kNull);
+    EXPECT_NE(j["message"].str.find("not computed"), std::string::npos) << j["message"].str;
+    EXPECT_NE(j["message"].str.find("marginal_error"), std::string::npos) << j["message"].str;
+    EXPECT_NE(j["message"].str.find("primal_cost"), std::string::npos) << j["message"].str;
+    EXPECT_EQ(j["message"].str.find("divergence") != std::string::npos, !extra.empty())
+        << "divergence is null without --debias because it was not asked for";
+    if (!extra.empty()) {
+      EXPECT_EQ(j["divergence"].kind, Json::kNull) << "the divergence of a failed solve";
+    }
+    EXPECT_TRUE(j["outputs"].items.empty());
+    EXPECT_NE(r.err.find("kantor solve: error: numerical failure"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("no output written"), std::string::npos) << r.err;
+    EXPECT_TRUE(list_dir(out_dir_).empty()) << "a failed solve writes no output";
+    // The text report.
+    r = run(kSolveCpu + files + extra, inject);
+    EXPECT_EQ(r.code, 3) << r.err;
+    EXPECT_FALSE(shows_non_finite(r.out)) << r.out;
+    EXPECT_NE(r.out.find("marginal error     not computed"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("primal cost        not computed"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("wrote "), std::string::npos) << r.out;
+    EXPECT_TRUE(list_dir(out_dir_).empty());
+  }
+  // The same run without the failure is fine and writes its outputs.
+  const Result ok = run(kSolveCpu + files);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  EXPECT_EQ(list_dir(out_dir_).size(), 3u);
+  // birkhoff: a non-finite result likewise.
+  const std::string bk = save_logits(path("bk.npy"), 2, 4, std::vector<double>(32, 0.0));
+  for (const std::string mode : {" --json", ""}) {
+    const Result b = run("birkhoff --backend cpu --input " + bk + " --output " + out_dir_ +
+                             "/p.npy" + mode,
+                         inject);
+    EXPECT_EQ(b.code, 3) << b.err;
+    EXPECT_FALSE(shows_non_finite(b.out)) << b.out;
+    EXPECT_NE(b.err.find("kantor birkhoff: error: numerical failure"), std::string::npos) << b.err;
+    EXPECT_EQ(list_dir(out_dir_).size(), 3u) << "no p.npy";
+    if (!mode.empty()) {
+      Json j;
+      ASSERT_TRUE(JsonParser(b.out).parse(&j)) << b.out;
+      EXPECT_EQ(j["worst_error"].kind, Json::kNull);
+      EXPECT_NE(j["message"].str.find("worst_error"), std::string::npos) << j["message"].str;
+      EXPECT_FALSE(j.has("output"));
+    } else {
+      EXPECT_NE(b.out.find("worst Err not computed"), std::string::npos) << b.out;
+    }
+  }
+  const Result help = run("solve --help");
+  EXPECT_NE(help.out.find("3 numerical failure"), std::string::npos) << help.out;
+}
+
+TEST_F(CliTest, OutputsThatCollideOrReplaceAnInputAreRefusedBeforeTheSolve) {
+  const Fixture30x40 p = make_problem();
+  const std::string x = save("x.npy", p.x), y = save("y.npy", p.y), a = save("a.npy", p.a);
+  const std::string xy = " --source " + x + " --target " + y + " --epsilon 0.1";
+  ASSERT_EQ(::symlink(y.c_str(), (out_dir_ + "/ylink.npy").c_str()), 0);
+  const std::string o = out_dir_;
+  const std::vector<BadCase> cases = {
+      {xy + " --output-potentials " + o + "/p --output-map " + o + "/p_f.npy",
+       {"--output-map '" + o + "/p_f.npy' is the same file as --output-potentials '" + o +
+        "/p_f.npy'"}},
+      {xy + " --output-potentials " + o + "/p.csv --output-map " + o + "/sub/../p_g.csv",
+       {"--output-map '" + o + "/sub/../p_g.csv' is the same file as --output-potentials"}},
+      {xy + " --output-map " + x, {"--output-map '" + x + "' is the input file --source '" + x}},
+      {xy + " --output-map " + dir_ + "/./x.npy", {"is the input file --source"}},
+      {xy + " --output-map " + o + "/ylink.npy", {"is the input file --target '" + y + "'"}},
+      // Last, not an error: a prefix equal to an input writes a_f.npy and a_g.npy next to it.
+      {xy + " --source-weights " + a + " --output-potentials " + dir_ + "/a.npy", {}},
+  };
+  ASSERT_EQ(::mkdir((o + "/sub").c_str(), 0755), 0);
+  for (std::size_t i = 0; i + 1 < cases.size(); ++i) {
+    const BadCase& c = cases[i];
+    const Result r = run(kSolveCpu + c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\nstderr: " << r.err;
+    EXPECT_EQ(r.out, "") << c.args;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+    for (const std::string& e : c.expected)
+      EXPECT_NE(r.err.find(e), std::string::npos) << "expected '" << e << "' in: " << r.err;
+    std::vector<std::string> left = list_dir(o);
+    std::sort(left.begin(), left.end());
+    EXPECT_EQ(left, (std::vector<std::string>{"sub", "ylink.npy"})) << c.args;
+  }
+  EXPECT_EQ(io::read_array(x).data, p.x.p) << "the input is untouched";
+  const Result fine = run(kSolveCpu + cases.back().args);
+  EXPECT_EQ(fine.code, 0) << fine.err;
+  // The check comes before the solve: a solve that would take minutes is refused at once.
+  const Result fast = run("solve --demo --backend cpu --tolerance 1e-300 --max-iterations 100000000"
+                          " --output-potentials " + o + "/q --output-map " + o + "/q_g.npy");
+  EXPECT_EQ(fast.code, 2) << fast.err;
+  EXPECT_NE(fast.err.find("is the same file as"), std::string::npos) << fast.err;
+}
+
+TEST_F(CliTest, FailedWritesToStandardOutputExitOneWithAMessage) {
+  // A full disk.
+  for (const std::string cmd : {"info", "info --json", "solve --demo --backend cpu "
+                                "--max-iterations 5 --json", "--help"}) {
+    const std::string err = dir_ + "/err.txt";
+    const std::string line = "'" + std::string(KANTOR_CLI) + "' " + cmd + " >/dev/full 2>'" + err + "'";
+    const int status = std::system(line.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << cmd;
+    EXPECT_EQ(WEXITSTATUS(status), 1) << cmd;
+    const std::string e = read_text(err);
+    EXPECT_NE(e.find("cannot write to standard output"), std::string::npos) << cmd << ": " << e;
+  }
+  // A closed pipe: the reader (true) is gone before kantor writes; SIGPIPE must not kill it
+  // silently (status 141), the write fails with EPIPE and is reported.
+  const std::string err = dir_ + "/err.txt", code = dir_ + "/code.txt";
+  const std::string line = "sh -c \"(sleep 0.5; '" + std::string(KANTOR_CLI) + "' info 2>'" + err +
+                           "'; echo \\$? >'" + code + "') | true\"";
+  ASSERT_EQ(std::system(line.c_str()), 0);
+  for (int i = 0; i < 100 && read_text(code).empty(); ++i) ::usleep(50 * 1000);
+  EXPECT_EQ(read_text(code), "1\n") << read_text(err);
+  EXPECT_NE(read_text(err).find("kantor info: error: cannot write to standard output: Broken pipe"),
+            std::string::npos)
+      << read_text(err);
+}
+
+TEST_F(CliTest, AWriteThatFailsMidwayLeavesNoTemporary) {
+  // Over the file size limit (ulimit -f, in KiB): the write fails inside write() (SIGXFSZ is
+  // ignored, EFBIG): exit 2 naming the file, no temporary and no output left.
+  const std::string line = "sh -c \"ulimit -f 16; exec '" + std::string(KANTOR_CLI) +
+                           "' solve --demo --backend cpu --max-iterations 5 --output-map '" +
+                           out_dir_ + "/map.csv'\" >/dev/null 2>'" + dir_ + "/err.txt'";
+  const int status = std::system(line.c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal";
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_NE(read_text(dir_ + "/err.txt").find("--output-map: cannot write '" + out_dir_ + "/map.csv'"),
+            std::string::npos)
+      << read_text(dir_ + "/err.txt");
+  EXPECT_TRUE(list_dir(out_dir_).empty()) << "left: " << list_dir(out_dir_).front();
+}
+
+TEST_F(CliTest, HugeMalformedCsvFailsFastUnderAMemoryLimit) {
+  // 50 MB of commas: line 1 is 50 million empty fields. Under a 1 GB address-space limit the
+  // reader must report the first one (exit 2), not run out of memory (exit 1) or take long.
+  const std::string commas = save_text("commas.csv", std::string(50u << 20, ',') + "\n");
+  const std::string y = save("y.npy", make_problem().y);
+  const std::string line = "sh -c \"ulimit -v 1000000; exec '" + std::string(KANTOR_CLI) +
+                           "' solve --backend cpu --source '" + commas + "' --target '" + y +
+                           "' --epsilon 0.1\" >/dev/null 2>'" + dir_ + "/err.txt'";
+  const int status = std::system(line.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2) << read_text(dir_ + "/err.txt");
+  EXPECT_NE(read_text(dir_ + "/err.txt")
+                .find("--source: '" + commas + "': line 1, column 1: empty field"),
+            std::string::npos)
+      << read_text(dir_ + "/err.txt");
+}
+
+TEST_F(CliTest, FifosAndDevicesAreRefusedWithoutBlocking) {
+  const std::string fifo = path("fifo.npy"), dev = path("dev.csv");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_EQ(::symlink("/dev/zero", dev.c_str()), 0);
+  const std::string y = save("y.npy", make_problem().y);
+  // timeout: a reader that opened the FIFO would block forever.
+  const std::vector<BadCase> cases = {
+      {"solve --backend cpu --source " + fifo + " --target " + y + " --epsilon 0.1",
+       {"kantor solve: error: --source: cannot open '" + fifo + "': it is a FIFO",
+        "expected a regular file"}},
+      {"solve --backend cpu --source " + y + " --target " + dev + " --epsilon 0.1",
+       {"--target: cannot open '" + dev + "': it is a character device"}},
+      {"birkhoff --backend cpu --input " + fifo, {"kantor birkhoff: error: cannot open '" + fifo}},
+  };
+  for (const BadCase& c : cases) {
+    const Result r = run(c.args, "timeout 20 ");
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    for (const std::string& e : c.expected)
+      EXPECT_NE(r.err.find(e), std::string::npos) << "expected '" << e << "' in: " << r.err;
+  }
+}
+
+TEST_F(CliTest, BirkhoffOutputExtensionIsCaseInsensitiveAndEmptyBatchIsRefused) {
+  const std::string bk = save_logits(path("bk.npy"), 2, 4, std::vector<double>(32, 0.0));
+  const Result r = run("birkhoff --backend cpu --input " + bk + " --output " + out_dir_ + "/P.CSV");
+  EXPECT_EQ(r.code, 0) << r.err;
+  const io::Array P = io::read_array(out_dir_ + "/P.CSV");
+  EXPECT_EQ(P.shape, (std::vector<std::int64_t>{8, 4})) << "B*n rows of n";
+  io::write_array(path("empty.npy"), {0, 4, 4}, nullptr);
+  const Result e = run("birkhoff --backend cpu --input " + path("empty.npy"));
+  EXPECT_EQ(e.code, 2);
+  EXPECT_NE(e.err.find("holds no matrices"), std::string::npos) << e.err;
+}
+
 }  // namespace
+
+// ---- certificates and numerical honesty (issue 8) -----------------------------------------
+
+namespace {
+Cloud make_cloud(std::int64_t n, std::int64_t d, std::vector<double> p) {
+  Cloud c;
+  c.n = n;
+  c.d = d;
+  c.p = std::move(p);
+  return c;
+}
+}  // namespace
+
+// The two-point problem at eps = 1e-17 used to "converge" with plan mass 2: refused now, exit 2,
+// naming the eps and the smallest eps fp64 resolves for it.
+TEST_F(CliTest, EpsBelowTheResolvableRangeIsRefused) {
+  const std::string x = save("x2.npy", make_cloud(2, 2, {0, 0, 1, 0}));
+  const std::string y = save("y2.npy", make_cloud(2, 2, {0, 1, 1, 1}));
+  const Result r = run(kSolveCpu + " --source " + x + " --target " + y + " --epsilon 1e-17");
+  EXPECT_EQ(r.code, 2) << r.err;
+  EXPECT_NE(r.err.find("problem.epsilon = 1e-17"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("smallest eps fp64 can resolve"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+  // fp32: 1e-9 is below fp32's range for unit costs; the message points to fp64.
+  const Result f = run(kSolveCpu + " --source " + x + " --target " + y +
+                       " --epsilon 1e-9 --precision fp32");
+  EXPECT_EQ(f.code, 2) << f.err;
+  EXPECT_NE(f.err.find("use fp64"), std::string::npos) << f.err;
+}
+
+// JSON: epsilon is the eps reached (a solve cut short while annealing is not at the target),
+// target_epsilon the target; the certificate's fields are there.
+TEST_F(CliTest, JsonReportsTheEpsReachedAndTheCertificate) {
+  const Json cut = run_json(kSolveCpu + " --demo --max-iterations 3 --quiet");
+  EXPECT_EQ(cut["target_epsilon"].num, 0.05);
+  EXPECT_GT(cut["epsilon"].num, 0.05);
+  EXPECT_FALSE(cut["converged"].b);
+  const Json ok = run_json(kSolveCpu + " --demo --precision fp32 --quiet");
+  EXPECT_EQ(ok["epsilon"].num, 0.05);
+  EXPECT_TRUE(ok["converged"].b);
+  EXPECT_LE(ok["marginal_error"].num, ok["tolerance"].num);
+  EXPECT_GT(ok["marginal_error_slack"].num, 0);
+  EXPECT_GE(ok["certificates"].num, 1);
+  EXPECT_GT(ok["resolvable_epsilon"].num, 0);
+  EXPECT_LT(ok["resolvable_epsilon"].num, 1e-5);
+}
+
+// Ctrl-C with no convergence check in sight (--check-every 100000) still stops within about a
+// second: the flag is polled between row blocks of a pass. Exit 130, nothing written.
+TEST_F(CliTest, CtrlCStopsWithinASecondBetweenChecks) {
+  const std::vector<std::string> args = {
+      "solve",         "--demo",           "--backend",     "cpu",
+      "--tolerance",   "1e-300",           "--max-iterations", "100000",
+      "--check-every", "100000",           "--quiet",       "--output-map",
+      out_dir_ + "/map.npy"};
+  const pid_t pid = spawn_cli(args, dir_ + "/stdout.txt", dir_ + "/stderr.txt");
+  ASSERT_GT(pid, 0);
+  ::usleep(1200 * 1000);
+  const auto sent = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 130) << read_text(dir_ + "/stderr.txt");
+  EXPECT_LT(waited, 1.0);
+  EXPECT_TRUE(list_dir(out_dir_).empty());
+  EXPECT_EQ(read_text(dir_ + "/stdout.txt"), "");
+}

@@ -1,8 +1,14 @@
 // kantor::io: .npy / .csv readers against hand-made files, writer round trips, every malformed
 // file case, and the atomic-write guarantees (no temporary and no partial file on failure).
 #include <dirent.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <climits>
+#include <csignal>
 
 #include <cmath>
 #include <cstdint>
@@ -539,6 +545,246 @@ TEST_F(IoTest, CsvFirstLineOfEmptyFieldsIsNotAHeader) {
   // A real header still works.
   EXPECT_EQ(io::read_array(write_bytes("ok.csv", "a,b,c\n1,2,3\n")).shape,
             (std::vector<std::int64_t>{1, 3}));
+}
+
+// ---- reliability: bounded readers, non-regular files, output checks, temporaries ----------
+
+// Runs fn in a forked child (after `setup`, with an alarm of `seconds`) and returns what it
+// returned, "IoError: <message>", "bad_alloc" or "exception: <what>"; "child died: ..." when the
+// child did not exit normally (alarm: it blocked).
+std::string in_child(const std::function<std::string()>& fn,
+                     const std::function<void()>& setup = [] {}, unsigned seconds = 30) {
+  int fds[2];
+  if (::pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    ::alarm(seconds);
+    std::string out;
+    try {
+      setup();
+      out = fn();
+    } catch (const IoError& e) {
+      out = std::string("IoError: ") + e.what();
+    } catch (const std::bad_alloc&) {
+      out = "bad_alloc";
+    } catch (const std::exception& e) {
+      out = std::string("exception: ") + e.what();
+    }
+    if (::write(fds[1], out.data(), out.size()) < 0) _exit(3);
+    _exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t got; (got = ::read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, std::size_t(got));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    return "child died: " + std::string(WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status))
+                                                            : "exit " + std::to_string(WEXITSTATUS(status))) +
+           " " + out;
+  return out;
+}
+
+// The virtual memory size of this process in bytes (VmSize of /proc/self/status).
+std::uint64_t vm_size() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmSize:", 0) == 0) return std::stoull(line.substr(7)) * 1024;
+  return 0;
+}
+
+// A 50 MB line of commas is 50 million empty fields: the reader must fail at the first one
+// without materializing them (one std::string per field was ~50x the file: gigabytes).
+TEST_F(IoTest, CsvLineOfCommasFailsFastUnderAMemoryLimit) {
+  const std::string p = write_bytes("commas.csv", std::string(50u << 20, ',') + "\n1,2\n");
+  const std::string digits = write_bytes("digits.csv", std::string(20u << 20, '1') + ",x\n");
+  ASSERT_GT(vm_size(), 0u);
+  const auto limit = [] {
+    // The file (50 MB), once, plus room: far below the ~2 GB of a copy per field.
+    const rlim_t bytes = rlim_t(vm_size() + (200u << 20));
+    const struct rlimit rl = {bytes, bytes};
+    if (::setrlimit(RLIMIT_AS, &rl) != 0) throw std::runtime_error("setrlimit failed");
+  };
+  std::string got = in_child([&] { return io::read_array(p).dtype; }, limit);
+  EXPECT_HAS(got, "IoError: '" + p + "': line 1, column 1: empty field");
+  got = in_child([&] { return io::read_array(digits).dtype; }, limit);
+  EXPECT_HAS(got, "IoError: '" + digits + "': line 1, column 1: '111");  // excerpt, capped
+  EXPECT_HAS(got, "...' is out of the float64 range");
+}
+
+TEST_F(IoTest, NonRegularFilesAreRefusedBeforeTheyAreOpened) {
+  const std::string fifo = path("fifo.csv"), fifo_npy = path("fifo.npy");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  ASSERT_EQ(::mkfifo(fifo_npy.c_str(), 0644), 0);
+  ASSERT_EQ(::symlink("/dev/zero", path("zero.npy").c_str()), 0);
+  ASSERT_EQ(::symlink("/dev/null", path("null.csv").c_str()), 0);
+  // In a child with an alarm: opening a FIFO for reading would block until a writer comes.
+  std::string got = in_child([&] { return io::read_array(fifo).dtype; }, [] {}, 10);
+  EXPECT_HAS(got, "IoError: cannot open '" + fifo + "': it is a FIFO");
+  EXPECT_HAS(got, "expected a regular file");
+  got = in_child([&] { return io::read_matrix(fifo_npy, "--source").dtype; }, [] {}, 10);
+  EXPECT_HAS(got, "IoError: --source: cannot open '" + fifo_npy + "': it is a FIFO");
+  got = in_child([&] { return io::read_array(path("zero.npy")).dtype; }, [] {}, 10);
+  EXPECT_HAS(got, "it is a character device");
+  got = in_child([&] { return io::read_array(path("null.csv")).dtype; }, [] {}, 10);
+  EXPECT_HAS(got, "it is a character device");
+}
+
+TEST_F(IoTest, ExtensionIsCheckedCaseInsensitivelyByTheCheckAndTheWriter) {
+  const std::vector<double> v = {1, 2, 3, 4};
+  for (const char* name : {"UP.CSV", "mixed.Csv", "UP.NPY", "mixed.nPy"}) {
+    io::check_writable_array_path(path(name), "--output-map");
+    io::write_array(path(name), {2, 2}, v.data());
+    const io::Array a = io::read_array(path(name));
+    EXPECT_EQ(a.dtype, io::extension(name) == ".csv" ? "csv" : "float64") << name;
+    EXPECT_EQ(a.data, v) << name;
+  }
+  for (const char* name : {"x.txt", "x.csv.bak", "x"}) {
+    EXPECT_HAS(io_error([&] { io::check_writable_array_path(path(name), "--o"); }),
+               "unknown file type");
+    EXPECT_HAS(io_error([&] { io::write_array(path(name), {4}, v.data()); }), "unknown file type");
+  }
+}
+
+// The up-front check uses the writer's own temporary name: a name that fits but whose temporary
+// does not is refused before any work, and the longest accepted name can really be written.
+TEST_F(IoTest, CheckRefusesANameWhoseTemporaryExceedsNameMax) {
+  long name_max = ::pathconf(dir_.c_str(), _PC_NAME_MAX);
+  if (name_max <= 0) name_max = NAME_MAX;
+  const std::string tmp_suffix = io::temporary_path("x").substr(1);  // ".tmp.<pid>"
+  EXPECT_EQ(io::temporary_path(path("a.npy")), path("a.npy") + tmp_suffix);
+  const std::size_t longest = std::size_t(name_max) - tmp_suffix.size();
+  const std::string ok = path(std::string(longest - 4, 'n') + ".npy");
+  const std::string too_long = path(std::string(longest - 3, 'n') + ".npy");
+  io::check_writable_array_path(ok, "--output-map");
+  const std::vector<double> v = {1, 2};
+  io::write_array(ok, {2}, v.data());
+  EXPECT_EQ(io::read_array(ok).data, v);
+  const std::string msg = io_error([&] { io::check_writable_array_path(too_long, "--output-map"); });
+  EXPECT_HAS(msg, "--output-map: cannot write '" + too_long + "'");
+  EXPECT_HAS(msg, "temporary file name");
+  EXPECT_HAS(msg, "more than the " + std::to_string(name_max));
+  // And the writer itself fails there, leaving nothing.
+  EXPECT_HAS(io_error([&] { io::write_array(too_long, {2}, v.data()); }), "cannot write");
+  EXPECT_EQ(list_dir(dir_).size(), 1u);
+}
+
+// Runs `fn` as an unprivileged user: as root, in a child that switched to uid/gid 65534
+// (nobody); otherwise directly. The directory must be reachable by that user.
+std::string as_unprivileged(const std::function<std::string()>& fn) {
+  return in_child(fn, [] {
+    if (::geteuid() != 0) return;
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) throw std::runtime_error("setuid failed");
+  });
+}
+
+TEST_F(IoTest, CheckRefusesAnUnwritableDirectory) {
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  const std::string ro = path("ro");
+  ASSERT_EQ(::mkdir(ro.c_str(), 0555), 0);
+  const std::string got = as_unprivileged([&] {
+    io::check_writable_array_path(ro + "/map.npy", "--output-map");
+    return std::string("accepted");
+  });
+  EXPECT_HAS(got, "IoError: --output-map: cannot write '" + ro + "/map.npy': directory '" + ro + "'");
+  EXPECT_HAS(got, "Permission denied");
+}
+
+TEST_F(IoTest, CheckRefusesAnotherUsersFileInAStickyDirectory) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to own a file that the test user cannot";
+  ASSERT_EQ(::chmod(dir_.c_str(), 0755), 0);
+  const std::string sticky = path("sticky");
+  ASSERT_EQ(::mkdir(sticky.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(sticky.c_str(), 01777), 0);
+  const std::vector<double> v = {1};
+  io::write_array(sticky + "/root.npy", {1}, v.data());  // owned by root
+  std::string got = as_unprivileged([&] {
+    io::check_writable_array_path(sticky + "/root.npy", "--output-map");
+    return std::string("accepted");
+  });
+  EXPECT_HAS(got, "IoError: --output-map: cannot write '" + sticky + "/root.npy'");
+  EXPECT_HAS(got, "sticky");
+  // A new name there is fine, and the unprivileged user can really write it.
+  got = as_unprivileged([&] {
+    io::check_writable_array_path(sticky + "/mine.npy", "--output-map");
+    io::write_array(sticky + "/mine.npy", {1}, v.data());
+    return std::string("accepted");
+  });
+  EXPECT_EQ(got, "accepted");
+}
+
+TEST_F(IoTest, SameFileComparesCanonicalPathsAndInodes) {
+  const std::vector<double> v = {1};
+  io::write_array(path("a.npy"), {1}, v.data());
+  ASSERT_EQ(::mkdir(path("sub").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(path("a.npy").c_str(), path("link.npy").c_str()), 0);
+  ASSERT_EQ(::link(path("a.npy").c_str(), path("hard.npy").c_str()), 0);
+  EXPECT_TRUE(io::same_file(path("a.npy"), dir_ + "/./sub/../a.npy"));
+  EXPECT_TRUE(io::same_file(path("a.npy"), path("link.npy")));
+  EXPECT_TRUE(io::same_file(path("a.npy"), path("hard.npy")));
+  EXPECT_TRUE(io::same_file(path("new.npy"), dir_ + "/sub/../new.npy"));  // neither exists
+  EXPECT_FALSE(io::same_file(path("a.npy"), path("b.npy")));
+  EXPECT_FALSE(io::same_file(path("new_f.npy"), path("new_g.npy")));
+  EXPECT_EQ(io::canonical_path(dir_ + "/sub/../x.csv"), io::canonical_path(dir_) + "/x.csv");
+}
+
+// A signal arriving during the write (here SIGXFSZ: the file exceeds RLIMIT_FSIZE inside
+// write()) whose handler calls remove_pending_temporaries() leaves no temporary behind.
+TEST_F(IoTest, SignalDuringAWriteLeavesNoTemporary) {
+  const std::vector<double> big(1 << 17, 0.5);  // 1 MB of float64
+  const std::string got = in_child(
+      [&] {
+        io::write_array(path("big.npy"), {std::int64_t(big.size())}, big.data());
+        return std::string("written");
+      },
+      [] {
+        struct sigaction action {};
+        action.sa_handler = [](int) {
+          io::remove_pending_temporaries();
+          _exit(42);
+        };
+        sigemptyset(&action.sa_mask);
+        ::sigaction(SIGXFSZ, &action, nullptr);
+        const struct rlimit rl = {64 * 1024, 64 * 1024};
+        ::setrlimit(RLIMIT_FSIZE, &rl);
+      });
+  EXPECT_HAS(got, "child died: exit 42");
+  EXPECT_TRUE(list_dir(dir_).empty()) << "left: " << list_dir(dir_).front();
+}
+
+TEST_F(IoTest, StagedFilesAreCommittedDiscardedOrRemovedOnASignal) {
+  const std::vector<double> v = {1, 2, 3};
+  std::string staged = io::stage_array(path("s.npy"), {3}, v.data());
+  EXPECT_EQ(staged, io::temporary_path(path("s.npy")));
+  EXPECT_FALSE(exists(path("s.npy")));
+  io::commit_staged(staged, path("s.npy"));
+  EXPECT_EQ(io::read_array(path("s.npy")).data, v);
+  staged = io::stage_array(path("t.csv"), {3}, v.data());
+  EXPECT_TRUE(exists(staged));
+  io::discard_staged(staged);
+  EXPECT_EQ(list_dir(dir_), (std::vector<std::string>{"s.npy"}));
+  // A staged file still pending when a fatal signal arrives is removed by the handler.
+  const std::string got = in_child(
+      [&] {
+        io::stage_array(path("u.npy"), {3}, v.data());
+        ::raise(SIGTERM);
+        return std::string("survived");
+      },
+      [] {
+        struct sigaction action {};
+        action.sa_handler = [](int) {
+          io::remove_pending_temporaries();
+          _exit(43);
+        };
+        sigemptyset(&action.sa_mask);
+        ::sigaction(SIGTERM, &action, nullptr);
+      });
+  EXPECT_HAS(got, "child died: exit 43");
+  EXPECT_EQ(list_dir(dir_), (std::vector<std::string>{"s.npy"}));
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ using cuda::Bf16;
 using cuda::KernelParams;
 using cuda::kThreads;
 
-constexpr int kStatsWords = 3 + kHistBins;
+constexpr int kStatsWords = 4 + kHistBins;
 
 bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
@@ -137,12 +137,17 @@ void cuda_forward(const ForwardArgs& a, void* stream_ptr, DeviceStats* stats) {
   stats->worst = worst;
   stats->not_converged = std::int64_t(h[1]);
   stats->invalid = std::int64_t(h[2]);
+  if (h[3]) {  // ~(b * 8 + status) of the first invalid matrix
+    const unsigned long long key = ~h[3];
+    stats->first_invalid = std::int64_t(key >> 3);
+    stats->first_invalid_status = int(key & 7ull);
+  }
   // Median: the bin where the cumulative count reaches ceil(B / 2); its geometric centre.
   const unsigned long long half = (unsigned long long)(a.batch + 1) / 2;
   unsigned long long cum = 0;
   int bin = kHistBins - 1;
   for (int k = 0; k < kHistBins; ++k) {
-    cum += h[3 + k];
+    cum += h[4 + k];
     if (cum >= half) {
       bin = k;
       break;

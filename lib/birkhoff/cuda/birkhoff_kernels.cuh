@@ -50,17 +50,24 @@ struct KernelParams {
   float tol_stop = 1e-6f, tol_accept = 5e-6f, tolerance = 1e-5f;
   int max_iter = 30;
   bool implicit = true;
-  unsigned long long* stats = nullptr;  // [max bits, not converged, invalid, hist[kHistBins]]
+  // [max bits, not converged, invalid, ~first invalid key, hist[kHistBins]]; the key of an
+  // invalid matrix b is b * 8 + status: its complement's atomicMax (from the zeroed buffer) keeps
+  // the smallest index and its reason.
+  unsigned long long* stats = nullptr;
 };
 
 /// Block-level reduction of the error statistics, then one global atomic per non-empty bin.
-/// Called by every thread of the block (active = the thread owns a matrix).
+/// Called by every thread of the block (active = the thread owns matrix b).
 __device__ __forceinline__ void reduce_stats(const KernelParams& p, bool active, float err,
-                                             int status) {
+                                             int status, std::int64_t b) {
   __shared__ unsigned s_hist[kHistBins];
   __shared__ unsigned s_max, s_fail, s_invalid;
+  __shared__ unsigned long long s_first;
   for (int k = threadIdx.x; k < kHistBins; k += blockDim.x) s_hist[k] = 0;
-  if (threadIdx.x == 0) s_max = s_fail = s_invalid = 0;
+  if (threadIdx.x == 0) {
+    s_max = s_fail = s_invalid = 0;
+    s_first = 0;
+  }
   __syncthreads();
   if (active) {
     // Non-finite (or no projection) counts as +inf: largest error, last bin, not converged.
@@ -73,15 +80,21 @@ __device__ __forceinline__ void reduce_stats(const KernelParams& p, bool active,
     atomicAdd(&s_hist[bin], 1u);
     atomicMax(&s_max, __float_as_uint(e));  // e >= 0: float order = unsigned order
     if (!(e <= p.tolerance)) atomicAdd(&s_fail, 1u);
-    if (status == kInvalidInput) atomicAdd(&s_invalid, 1u);
+    if (is_invalid_status(status)) {
+      atomicAdd(&s_invalid, 1u);
+      atomicMax(&s_first, ~((unsigned long long)b * 8ull + (unsigned long long)status));
+    }
   }
   __syncthreads();
   for (int k = threadIdx.x; k < kHistBins; k += blockDim.x)
-    if (s_hist[k]) atomicAdd(&p.stats[3 + k], (unsigned long long)s_hist[k]);
+    if (s_hist[k]) atomicAdd(&p.stats[4 + k], (unsigned long long)s_hist[k]);
   if (threadIdx.x == 0) {
     atomicMax(&p.stats[0], (unsigned long long)s_max);
     if (s_fail) atomicAdd(&p.stats[1], (unsigned long long)s_fail);
-    if (s_invalid) atomicAdd(&p.stats[2], (unsigned long long)s_invalid);
+    if (s_invalid) {
+      atomicAdd(&p.stats[2], (unsigned long long)s_invalid);
+      atomicMax(&p.stats[3], s_first);
+    }
   }
 }
 
@@ -157,14 +170,14 @@ __global__ void __launch_bounds__(kThreads) forward4_kernel(KernelParams p) {
     unpack4<S>(sm, threadIdx.x, x);
     if (kNewton) {
       status = newton_project<4>(x, 4, p.tol_stop, p.tol_accept, p.max_iter).status;
-      // Guard: no projection / invalid input leaves logits (or NaN) behind: write zeros.
+      // Guard: no total support / invalid input leaves logits (or NaN) behind: write zeros.
       if (status != kOk) {
 #pragma unroll
         for (int k = 0; k < 16; ++k) x[k] = 0.f;
       }
     } else {
       status = truncated_forward<4>(x, 4, p.map);
-      if (status == kInvalidInput) {
+      if (status != kOk) {
 #pragma unroll
         for (int k = 0; k < 16; ++k) x[k] = 0.f;
       }
@@ -179,7 +192,7 @@ __global__ void __launch_bounds__(kThreads) forward4_kernel(KernelParams p) {
       for (int k = 0; k < 16; ++k) r[k] = rounded<S>(x[k]);
       err = marginal_error<4>(r, 4);
     }
-    reduce_stats(p, active, err, status);  // contains __syncthreads
+    reduce_stats(p, active, err, status, m0 + threadIdx.x);  // contains __syncthreads
   } else {
     __syncthreads();
   }
@@ -235,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) forward_general_kernel(KernelParams 
         for (int k = 0; k < kMaxN * kMaxN; ++k) x[k] = 0.f;  // guard: never NaN / -inf out
     } else {
       status = truncated_forward<kMaxN>(x, n, p.map);
-      if (status == kInvalidInput)
+      if (status != kOk)
         for (int k = 0; k < kMaxN * kMaxN; ++k) x[k] = 0.f;
     }
     S* out = static_cast<S*>(p.out) + b * n * n;
@@ -246,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) forward_general_kernel(KernelParams 
       }
     if (p.stats) err = marginal_error<kMaxN>(x, n);
   }
-  if (p.stats) reduce_stats(p, active, err, status);
+  if (p.stats) reduce_stats(p, active, err, status, b);
 }
 
 template <class S>
