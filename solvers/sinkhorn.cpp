@@ -219,11 +219,23 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
          << to_string(s.precision) << " can resolve for this data, " << s.resolvable_epsilon
          << " (the ulp of the largest score term c|x|^2 = " << oracle.max_score_term()
          << " or of a potential ~ c*D^2 = " << cmax << "): no digit of the plan could be right";
-      const double r64 = resolvable_epsilon(Precision::kFp64, oracle.max_score_term(), cmax);
-      if (s.precision != Precision::kFp64 && epsilon >= r64)
-        os << "; use fp64 (resolves eps >= " << r64 << ")";
-      else
-        os << "; use a larger eps or rescale the problem";
+      // The least precise precision, finer than this one, that resolves this eps.
+      const Precision order[] = {Precision::kBf16, Precision::kTf32, Precision::kFp32,
+                                 Precision::kFp64};
+      bool finer = false, named = false;
+      for (Precision q : order) {
+        if (q == s.precision) {
+          finer = true;
+          continue;
+        }
+        const double rq = resolvable_epsilon(q, oracle.max_score_term(), cmax);
+        if (finer && epsilon >= rq) {
+          os << "; use " << to_string(q) << " (resolves eps >= " << rq << ")";
+          named = true;
+          break;
+        }
+      }
+      if (!named) os << "; use a larger eps or rescale the problem";
       throw InvalidArgument(os.str());
     }
   }

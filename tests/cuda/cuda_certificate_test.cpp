@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -131,6 +132,59 @@ TEST(CudaCertificate, Bf16AtTinyEpsIsRefused) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("smallest eps bf16 can resolve"), std::string::npos)
         << e.what();
+  }
+}
+
+
+// The certify kernel alone, on odd sizes (n = 1, partial tiles of rows and keys, d not a multiple
+// of the 8-coordinate chunk, zero weights) and arbitrary potentials: the same numbers as the CPU
+// engine's loop. Small enough for compute-sanitizer (gpu-check runs racecheck on it).
+TEST(CudaCertificate, KernelMatchesTheCpuEngineOnOddSizes) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (or a CPU-only build)";
+  const Context gpu(ContextOptions{Backend::kCuda});
+  const Context cpu(ContextOptions{Backend::kCpu, 2});
+  std::mt19937_64 rng(13);
+  std::normal_distribution<double> nd(0, 1);
+  struct Shape { std::int64_t n, m, d; };
+  for (const Shape sh : {Shape{1, 1, 1}, Shape{1, 40, 3}, Shape{129, 33, 13}, Shape{200, 257, 70},
+                         Shape{77, 5, 8}, Shape{300, 300, 9}}) {
+    const std::vector<double> x = uniform_cloud(rng, sh.n, sh.d, 2.0);
+    const std::vector<double> y = uniform_cloud(rng, sh.m, sh.d, 2.0);
+    std::vector<double> a(std::size_t(sh.n), 1.0), b(std::size_t(sh.m), 1.0);
+    if (sh.n > 2) a[1] = 0;
+    if (sh.m > 2) b[0] = 0, b[2] = 0;
+    double sa = 0, sb = 0;
+    for (double v : a) sa += v;
+    for (double v : b) sb += v;
+    for (double& v : b) v *= sa / sb;
+    std::vector<double> f(std::size_t(sh.n)), g(std::size_t(sh.m));
+    for (double& v : f) v = 0.5 * nd(rng);
+    for (double& v : g) v = 0.5 * nd(rng);
+    if (sh.m > 2) g[0] = std::numeric_limits<double>::infinity();  // masked key: ignored
+    Problem<double> p;
+    p.x = host_matrix<const double>(x.data(), sh.n, sh.d);
+    p.y = host_matrix<const double>(y.data(), sh.m, sh.d);
+    p.a = host_vector<const double>(a.data(), sh.n);
+    p.b = host_vector<const double>(b.data(), sh.m);
+    p.epsilon = 0.3;
+    for (const double eps : {0.3, 3.0}) {
+      auto og = make_oracle(gpu, p, Precision::kFp64);
+      auto oc = make_oracle(cpu, p, Precision::kFp64);
+      Buffer<double> fd(gpu, sh.n), gd(gpu, sh.m);
+      copy(gpu, VectorView<const double>{f.data(), sh.n, MemorySpace::kHost}, fd.view());
+      copy(gpu, VectorView<const double>{g.data(), sh.m, MemorySpace::kHost}, gd.view());
+      const Certificate cg = og->certify(eps, fd.data(), gd.data());
+      const Certificate cc = oc->certify(eps, f.data(), g.data());
+      const std::string what = "n=" + std::to_string(sh.n) + " m=" + std::to_string(sh.m) +
+                               " d=" + std::to_string(sh.d) + " eps=" + std::to_string(eps);
+      ASSERT_TRUE(std::isfinite(cg.bound)) << what;
+      EXPECT_NEAR(cg.computed, cc.computed, 1e-12 * (1 + cc.computed)) << what;
+      EXPECT_NEAR(cg.plan_mass, cc.plan_mass, 1e-12 * (1 + cc.plan_mass)) << what;
+      EXPECT_NEAR(cg.slack, cc.slack, 1e-9 * cc.slack + 1e-300) << what;
+      const ReferenceError ref = true_marginal_error(x, y, sh.d, a, b, f, g, 1.0, eps);
+      EXPECT_GE(cg.bound, ref.error - ref.slack) << what;
+      EXPECT_NEAR(cg.computed, ref.error, 1e-10 * (1 + ref.error)) << what;
+    }
   }
 }
 

@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(kThreads) forward4_kernel(KernelParams p) {
       float r[16];
 #pragma unroll
       for (int k = 0; k < 16; ++k) r[k] = rounded<S>(x[k]);
-      err = marginal_error<4>(r, 4);
+      err = __double2float_ru(marginal_error<4>(r, 4));  // rounded up: never below
     }
     reduce_stats(p, active, err, status, m0 + threadIdx.x);  // contains __syncthreads
   } else {
@@ -257,7 +257,7 @@ __global__ void __launch_bounds__(kThreads) forward_general_kernel(KernelParams 
         out[i * n + j] = from_f<S>(x[i * kMaxN + j]);
         x[i * kMaxN + j] = rounded<S>(x[i * kMaxN + j]);
       }
-    if (p.stats) err = marginal_error<kMaxN>(x, n);
+    if (p.stats) err = __double2float_ru(marginal_error<kMaxN>(x, n));
   }
   if (p.stats) reduce_stats(p, active, err, status, b);
 }
