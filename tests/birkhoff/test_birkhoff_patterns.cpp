@@ -17,6 +17,7 @@
 #include "kantor/config.hpp"
 #include "kantor/info.hpp"
 #include "lib/birkhoff/algorithms.hpp"
+#include "tests/birkhoff/helpers.hpp"
 #include "tests/birkhoff/reference.hpp"
 
 namespace kantor {
@@ -24,26 +25,11 @@ namespace {
 
 using test::Mat;
 
-Context cpu_context() { return Context(ContextOptions{Backend::kCpu, 2}); }
-
-BatchView<const float> cview(const std::vector<float>& v, int n) {
-  return {v.data(), std::int64_t(v.size()) / (n * n), n, MemorySpace::kHost};
-}
-BatchView<float> view(std::vector<float>& v, int n) {
-  return {v.data(), std::int64_t(v.size()) / (n * n), n, MemorySpace::kHost};
-}
-
-Mat matrix(const std::vector<float>& v, std::int64_t b, int n) {
-  Mat m(n * n);
-  for (int k = 0; k < n * n; ++k) m[k] = v[std::size_t(b * n * n + k)];
-  return m;
-}
-
-double max_abs_diff(const Mat& a, const float* b) {
-  double d = 0;
-  for (std::size_t k = 0; k < a.size(); ++k) d = std::max(d, std::fabs(a[k] - double(b[k])));
-  return d;
-}
+using test::cpu_context;
+using test::cview;
+using test::matrix;
+using test::max_abs_diff;
+using test::view;
 
 const float kNegInf = -INFINITY;
 

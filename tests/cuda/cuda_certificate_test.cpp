@@ -16,17 +16,11 @@
 #include "kantor/oracle.hpp"
 #include "kantor/sinkhorn.hpp"
 #include "support/certificate_reference.hpp"
+#include "support/gpu.hpp"
 
 namespace kantor::testing {
 namespace {
 
-bool have_gpu() {
-#if KANTOR_CUDA_ENABLED
-  return !cuda_devices().empty();
-#else
-  return false;
-#endif
-}
 
 std::vector<double> uniform_cloud(std::mt19937_64& rng, std::int64_t n, std::int64_t d,
                                   double scale) {

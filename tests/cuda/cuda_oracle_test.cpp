@@ -23,17 +23,12 @@
 #include "kantor/oracle.hpp"
 #include "kantor/sinkhorn.hpp"
 #include "oracles/cuda/bf16_round.hpp"
+#include "support/gpu.hpp"
 
 namespace kantor {
 namespace {
 
-bool have_gpu() {
-#if KANTOR_CUDA_ENABLED
-  return !cuda_devices().empty();
-#else
-  return false;
-#endif
-}
+using testing::have_gpu;
 
 #define SKIP_WITHOUT_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (or a CPU-only build)"
