@@ -4,6 +4,13 @@
 #   cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a \
 #         -DBoost_USE_STATIC_LIBS=ON -DKANTOR_MARCH=x86-64-v3
 # and copy kantor + kantor_test_* into one folder.   Usage: scripts/gpu-check.sh [BIN_DIR]
+# After the plain test run, kantor_test_cuda runs again under compute-sanitizer (memcheck, then
+# racecheck) on its small-size tests; the summary prints their error / hazard counts.
+#   KANTOR_MEMCHECK_FILTER   gtest filter for memcheck  (default: Cuda*:-CudaLarge.*)
+#   KANTOR_RACECHECK_FILTER  gtest filter for racecheck (default: the three small CudaSinkhorn
+#                            solves that reach the fp32 SIMT, tf32 and bf16 mma kernels; racecheck
+#                            is ~100x slower: CudaOracle.PassesFp64 alone takes 2 minutes)
+#   KANTOR_SANITIZER_TIMEOUT seconds per tool (default 300); KANTOR_GPU_SANITIZE=0 skips both.
 set -u
 bin="${1:-.device-final}"
 out="${OUT:-/tmp/kantor-gpu-check}"
@@ -21,6 +28,51 @@ for t in kantor_test_core kantor_test_sinkhorn kantor_test_birkhoff kantor_test_
   summary+="$t rc=$rc $(( $(date +%s) - start ))s: $line"$'\n'
   grep -E "^\[  FAILED  \]" "$out/$t.log" | head -20
 done
+# ---- compute-sanitizer over the Cuda suite (CudaLarge.* is n = 100,000: too slow under it)
+sanitizer_summary=""
+csan=""
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  csan="$(command -v compute-sanitizer)"
+elif [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+  csan=/usr/local/cuda/bin/compute-sanitizer
+fi
+if [ "${KANTOR_GPU_SANITIZE:-1}" = 0 ]; then
+  sanitizer_summary="compute-sanitizer: skipped (KANTOR_GPU_SANITIZE=0)"$'\n'
+elif [ -z "$csan" ]; then
+  sanitizer_summary="compute-sanitizer: NOT RUN: not found on the PATH or in /usr/local/cuda/bin (it ships with the CUDA toolkit)"$'\n'
+elif [ ! -x "$bin/kantor_test_cuda" ]; then
+  sanitizer_summary="compute-sanitizer: NOT RUN: $bin/kantor_test_cuda is missing"$'\n'
+else
+  for tool in memcheck racecheck; do
+    if [ "$tool" = memcheck ]; then
+      filter="${KANTOR_MEMCHECK_FILTER:-Cuda*:-CudaLarge.*}"
+      extra=(--leak-check full)
+    else
+      filter="${KANTOR_RACECHECK_FILTER:-CudaCertificate.KernelMatchesTheCpuEngineOnOddSizes:CudaSinkhorn.DeviceResidentProblemMatchesHost:CudaSinkhorn.Bf16AccuracyAgainstUnroundedFp64:CudaSinkhorn.Tf32AccuracyAgainstUnroundedFp64}"
+      extra=(--racecheck-report all)
+    fi
+    log="$out/compute-sanitizer-$tool.log"
+    start=$(date +%s)
+    timeout "${KANTOR_SANITIZER_TIMEOUT:-300}" "$csan" --tool "$tool" "${extra[@]}" \
+      --error-exitcode 86 "$bin/kantor_test_cuda" --gtest_filter="$filter" >"$log" 2>&1
+    rc=$?
+    # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: H hazards displayed
+    # (N errors, W warnings)".
+    errors=$(grep -Eo "ERROR SUMMARY: [0-9]+|\([0-9]+ errors?" "$log" | tail -1 | grep -Eo "[0-9]+")
+    hazards=$(grep -Eo "RACECHECK SUMMARY: [0-9]+ hazards?" "$log" | tail -1 | grep -Eo "[0-9]+")
+    tests=$(grep -E "^\[  (PASSED|FAILED)  \]" "$log" | tr '\n' ' ')
+    note=""
+    [ "$rc" -eq 124 ] && note=" TIMED OUT after ${KANTOR_SANITIZER_TIMEOUT:-300}s"
+    [ "$rc" -eq 86 ] && note=" (errors reported)"
+    line="compute-sanitizer $tool rc=$rc$note $(( $(date +%s) - start ))s: errors=${errors:-?}"
+    [ "$tool" = racecheck ] && line+=" hazards=${hazards:-?}"
+    sanitizer_summary+="$line filter=$filter $tests"$'\n'
+    grep -E "^========= (Invalid|Program hit|Error|Race|Warning|ERROR SUMMARY|RACECHECK)" "$log" \
+      | sort | uniq -c | sort -rn | head -10
+  done
+fi
+printf "%s" "$sanitizer_summary"
+
 "$bin/kantor" solve --demo --backend cuda --json >"$out/demo_cuda.json" 2>&1
 echo "demo (cuda): $(head -c 400 "$out/demo_cuda.json")"
 {
@@ -55,3 +107,5 @@ for line in open(sys.argv[1]):
 PY
 echo "---- tests"
 printf "%s" "$summary"
+echo "---- compute-sanitizer"
+printf "%s" "$sanitizer_summary"
