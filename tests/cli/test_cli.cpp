@@ -785,11 +785,23 @@ Interrupted interrupt_solve(const std::string& dir, bool terminal, bool quiet,
     ADD_FAILURE() << "cannot start " << KANTOR_CLI;
     return r;
   }
-  ::usleep(1500 * 1000);
+  // Wait 1.5 s, and where a progress line is expected until it has appeared (up to 30 s: an
+  // instrumented build on a loaded machine can take longer than 1.5 s to its first line).
+  if (terminal) ::fcntl(master, F_SETFL, O_NONBLOCK);
+  const bool want_progress = terminal && !quiet;
+  for (int waited_ms = 0; waited_ms < 30000; waited_ms += 100) {
+    ::usleep(100 * 1000);
+    if (terminal) {
+      char buf[4096];
+      for (ssize_t got; (got = ::read(master, buf, sizeof buf)) > 0;) r.err.append(buf, got);
+    }
+    if (waited_ms >= 1400 &&
+        (!want_progress || r.err.find("solving: iteration") != std::string::npos))
+      break;
+  }
   EXPECT_EQ(::kill(pid, SIGINT), 0);
   EXPECT_EQ(::waitpid(pid, &r.status, 0), pid);
   if (terminal) {
-    ::fcntl(master, F_SETFL, O_NONBLOCK);
     char buf[4096];
     for (ssize_t got; (got = ::read(master, buf, sizeof buf)) > 0;) r.err.append(buf, got);
     ::close(keep_open);
