@@ -557,17 +557,19 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   Progress progress(!st.quiet && ::isatty(STDERR_FILENO));
   options.callbacks.push_back(progress.callback());
 
+  const auto t0 = Clock::now();
+  // One prepared problem serves the solve and the barycentric map.
+  SinkhornSolver<T> solver(ctx, p, precision);
   Potentials<T> pot;
   SinkhornSummary s;
   DivergenceSummary div;
-  const auto t0 = Clock::now();
   {
     InterruptGuard guard;
     if (st.debias) {
-      div = sinkhorn_divergence(ctx, p, options, &pot);
+      div = solver.divergence(options, &pot);
       s = div.xy;
     } else {
-      s = solve_sinkhorn(ctx, p, options, &pot);
+      s = solver.solve(options, &pot);
     }
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -591,7 +593,7 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   }
   if (!failed && !st.map_path.empty()) {
     std::vector<T> map(std::size_t(in.n * in.d));
-    barycentric_map(ctx, p, pot, precision, host_matrix(map.data(), in.n, in.d));
+    solver.barycentric_map(pot, host_matrix(map.data(), in.n, in.d));
     std::vector<double> out = to_double(map);
     // Back to the original coordinates. Where the points lie farther from the origin than the
     // widest side of their box, float32 would round the map coarser than the solve: float64.

@@ -489,28 +489,65 @@ void check_options(const SinkhornOptions& options) {
 }  // namespace
 
 template <class T>
-SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
-                               const SinkhornOptions& options, Potentials<T>* potentials) {
-  const auto t0 = Clock::now();
+SinkhornSolver<T>::SinkhornSolver(const Context& ctx, const Problem<T>& problem,
+                                  std::optional<Precision> precision)
+    : ctx_(&ctx),
+      problem_(problem),
+      precision_(precision.value_or(natural_precision<T>())),
+      oracle_(make_oracle(ctx, problem, precision_)) {}
+template <class T>
+SinkhornSolver<T>::~SinkhornSolver() = default;
+template <class T>
+SinkhornSolver<T>::SinkhornSolver(SinkhornSolver&&) noexcept = default;
+template <class T>
+SinkhornSolver<T>& SinkhornSolver<T>::operator=(SinkhornSolver&&) noexcept = default;
+
+namespace {
+void check_precision(const SinkhornOptions& options, Precision solver) {
+  if (options.precision && *options.precision != solver)
+    throw InvalidArgument("SinkhornOptions: precision " + to_string(*options.precision) +
+                          " differs from the solver's " + to_string(solver) +
+                          " (its data is prepared for one precision)");
+}
+}  // namespace
+
+template <class T>
+SinkhornSummary SinkhornSolver<T>::solve(const SinkhornOptions& options, Potentials<T>* pot) {
+  return solve_from(options, pot, Clock::now());
+}
+
+template <class T>
+SinkhornSummary SinkhornSolver<T>::solve_from(const SinkhornOptions& options, Potentials<T>* pot,
+                                              Clock::time_point t0) {
   check_options(options);
-  auto oracle = make_oracle(ctx, problem, options.precision.value_or(natural_precision<T>()));
+  check_precision(options, precision_);
   Potentials<T> local;
   // A self-problem (y = x, b = a) runs the symmetric schedule from f = g, as the divergence's
   // self-terms do: under alternating updates f_i - g_i decays very slowly (docs/numerics.md).
   SinkhornOptions run_options = options;
-  if (options.symmetric_self_problems && is_self_problem(problem))
+  if (options.symmetric_self_problems && is_self_problem(problem_))
     run_options.schedule = Schedule::kSymmetric;
-  return run_sinkhorn(ctx, *oracle, problem.cost_scale, problem.epsilon, run_options,
-                      potentials ? potentials : &local, t0);
+  return run_sinkhorn(*ctx_, *oracle_, problem_.cost_scale, problem_.epsilon, run_options,
+                      pot ? pot : &local, t0);
 }
 
 template <class T>
-DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& problem,
-                                      const SinkhornOptions& options, Potentials<T>* potentials) {
-  const auto t0 = Clock::now();
+DivergenceSummary SinkhornSolver<T>::divergence(const SinkhornOptions& options,
+                                                Potentials<T>* potentials) {
+  return divergence_from(options, potentials, Clock::now());
+}
+
+template <class T>
+DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& options,
+                                                     Potentials<T>* potentials,
+                                                     Clock::time_point t0) {
   check_options(options);
-  const Precision precision = options.precision.value_or(natural_precision<T>());
-  auto oracle_xy = make_oracle(ctx, problem, precision);
+  check_precision(options, precision_);
+
+  const Context& ctx = *ctx_;
+  const Problem<T>& problem = problem_;
+  const Precision precision = precision_;
+  Oracle<T>* oracle_xy = oracle_.get();
   // One eps schedule for the three problems: the one of (x, y).
   SinkhornOptions shared = options;
   if (shared.initial_epsilon == 0) {
@@ -532,7 +569,6 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
       run_sinkhorn(ctx, *oracle_xy, problem.cost_scale, problem.epsilon,
                    is_self_problem(problem) ? self : shared, potentials ? potentials : &local, t0);
   const double cmax = problem.cost_scale * oracle_xy->diameter() * oracle_xy->diameter();
-  oracle_xy.reset();
   if (ctx.cancel_requested()) {
     out.xx.termination = out.yy.termination = TerminationType::kUserAbort;
     out.xx.message = out.yy.message = "cancelled before this problem started";
@@ -569,23 +605,49 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
 }
 
 template <class T>
-void barycentric_map(const Context& ctx, const Problem<T>& problem, const Potentials<T>& potentials,
-                     Precision precision, MatrixView<T> out) {
-  auto oracle = make_oracle(ctx, problem, precision);
-  if (potentials.f.size() != oracle->n() || potentials.g.size() != oracle->m())
+void SinkhornSolver<T>::barycentric_map(const Potentials<T>& potentials, MatrixView<T> out) {
+  Oracle<T>& oracle = *oracle_;
+  if (potentials.f.size() != oracle.n() || potentials.g.size() != oracle.m())
     throw InvalidArgument("barycentric_map: potentials have sizes " +
                           std::to_string(potentials.f.size()) + ", " +
                           std::to_string(potentials.g.size()) + " but the problem has n = " +
-                          std::to_string(oracle->n()) + ", m = " + std::to_string(oracle->m()));
-  if (out.rows != oracle->n() || out.cols != oracle->dim() || out.space != MemorySpace::kHost)
+                          std::to_string(oracle.n()) + ", m = " + std::to_string(oracle.m()));
+  if (out.rows != oracle.n() || out.cols != oracle.dim() || out.space != MemorySpace::kHost)
     throw InvalidArgument("barycentric_map: out must be a host n x d matrix");
-  const std::int64_t n = oracle->n(), d = oracle->dim();
-  Buffer<T> buf(ctx, n * d);
-  oracle->barycentric_map(T(problem.epsilon), potentials.f.data(), potentials.g.data(),
-                          MatrixView<T>{buf.data(), n, d, d, buf.space()});
-  const std::vector<T> host = to_host(ctx, buf.cview());
+  // The plan is that of the potentials' own eps (after a solve cut short while annealing it is
+  // not problem.epsilon).
+  const double eps = potentials.epsilon > 0 ? potentials.epsilon : problem_.epsilon;
+  const std::int64_t n = oracle.n(), d = oracle.dim();
+  Buffer<T> buf(*ctx_, n * d);
+  oracle.barycentric_map(T(eps), potentials.f.data(), potentials.g.data(),
+                         MatrixView<T>{buf.data(), n, d, d, buf.space()});
+  const std::vector<T> host = to_host(*ctx_, buf.cview());
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t k = 0; k < d; ++k) out(i, k) = host[std::size_t(i * d + k)];
+}
+
+template <class T>
+SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
+                               const SinkhornOptions& options, Potentials<T>* potentials) {
+  const auto t0 = Clock::now();
+  check_options(options);
+  SinkhornSolver<T> solver(ctx, problem, options.precision);
+  return solver.solve_from(options, potentials, t0);
+}
+
+template <class T>
+DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& problem,
+                                      const SinkhornOptions& options, Potentials<T>* potentials) {
+  const auto t0 = Clock::now();
+  check_options(options);
+  SinkhornSolver<T> solver(ctx, problem, options.precision);
+  return solver.divergence_from(options, potentials, t0);
+}
+
+template <class T>
+void barycentric_map(const Context& ctx, const Problem<T>& problem, const Potentials<T>& potentials,
+                     Precision precision, MatrixView<T> out) {
+  SinkhornSolver<T>(ctx, problem, precision).barycentric_map(potentials, out);
 }
 
 template <class T>
@@ -672,6 +734,7 @@ std::string DivergenceSummary::full_report() const {
 }
 
 #define KANTOR_INSTANTIATE(T)                                                             \
+  template class SinkhornSolver<T>;                                                       \
   template SinkhornSummary solve_sinkhorn(const Context&, const Problem<T>&,              \
                                           const SinkhornOptions&, Potentials<T>*);        \
   template DivergenceSummary sinkhorn_divergence(const Context&, const Problem<T>&,       \

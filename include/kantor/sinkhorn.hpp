@@ -8,7 +8,9 @@
 //   std::cout << summary.brief_report() << "\n";
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -178,10 +180,61 @@ DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& prob
                                       const SinkhornOptions& options,
                                       Potentials<T>* potentials = nullptr);
 
-/// Barycentric map T(x_i) = sum_j P_ij y_j / sum_j P_ij for converged potentials; `out` is an
-/// n x d host matrix. Synchronizes.
+/// Barycentric map T(x_i) = sum_j P_ij y_j / sum_j P_ij of the plan of `potentials` at the eps
+/// they were computed at (potentials.epsilon; problem.epsilon when that is 0); `out` is an n x d
+/// host matrix. Synchronizes. Prepares the problem anew: after a solve, SinkhornSolver's
+/// barycentric_map reuses the solve's prepared data instead.
 template <class T>
 void barycentric_map(const Context& ctx, const Problem<T>& problem,
                      const Potentials<T>& potentials, Precision precision, MatrixView<T> out);
+
+template <class T>
+class Oracle;
+
+/// A problem prepared once (validated, copied, centred, uploaded to the device) for several
+/// calls: a solve, then values of its plan, without preparing the data again. The problem's
+/// views must outlive the solver. The free functions above are one-call wrappers of it.
+///
+///   kantor::SinkhornSolver<float> solver(ctx, problem, kantor::Precision::kTf32);
+///   kantor::Potentials<float> pot;
+///   auto summary = solver.solve(kantor::SinkhornOptions{}, &pot);
+///   solver.barycentric_map(pot, kantor::host_matrix(map.data(), n, d));
+template <class T>
+class SinkhornSolver {
+ public:
+  /// precision unset: fp64 for double, fp32 for float. Throws InvalidArgument (problem,
+  /// precision) like solve_sinkhorn.
+  SinkhornSolver(const Context& ctx, const Problem<T>& problem,
+                 std::optional<Precision> precision = std::nullopt);
+  ~SinkhornSolver();
+  SinkhornSolver(SinkhornSolver&&) noexcept;
+  SinkhornSolver& operator=(SinkhornSolver&&) noexcept;
+  SinkhornSolver(const SinkhornSolver&) = delete;
+  SinkhornSolver& operator=(const SinkhornSolver&) = delete;
+
+  Precision precision() const { return precision_; }
+  /// As solve_sinkhorn; options.precision must be unset or this solver's precision.
+  SinkhornSummary solve(const SinkhornOptions& options, Potentials<T>* potentials);
+  /// As sinkhorn_divergence (the (x, y) problem on this solver's prepared data).
+  DivergenceSummary divergence(const SinkhornOptions& options, Potentials<T>* potentials = nullptr);
+  /// As barycentric_map, on the prepared data.
+  void barycentric_map(const Potentials<T>& potentials, MatrixView<T> out);
+
+ private:
+  template <class U>
+  friend SinkhornSummary solve_sinkhorn(const Context&, const Problem<U>&, const SinkhornOptions&,
+                                        Potentials<U>*);
+  template <class U>
+  friend DivergenceSummary sinkhorn_divergence(const Context&, const Problem<U>&,
+                                               const SinkhornOptions&, Potentials<U>*);
+  SinkhornSummary solve_from(const SinkhornOptions& options, Potentials<T>* potentials,
+                             std::chrono::steady_clock::time_point t0);
+  DivergenceSummary divergence_from(const SinkhornOptions& options, Potentials<T>* potentials,
+                                    std::chrono::steady_clock::time_point t0);
+  const Context* ctx_;
+  Problem<T> problem_;
+  Precision precision_;
+  std::unique_ptr<Oracle<T>> oracle_;
+};
 
 }  // namespace kantor

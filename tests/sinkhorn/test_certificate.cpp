@@ -271,3 +271,53 @@ TEST(Certificate, CancellationStopsALongSolvePromptly) {
 
 }  // namespace
 }  // namespace kantor::testing
+
+namespace kantor::testing {
+namespace {
+
+// SinkhornSolver: one prepared problem for a solve and its barycentric map; the map uses the
+// potentials' eps (a solve cut short while annealing is not at problem.epsilon), and a precision
+// other than the solver's is refused.
+TEST(SinkhornSolverClass, MapUsesThePotentialsEpsAndTheSolveMatchesTheFreeFunction) {
+  Rng rng(21);
+  const std::int64_t n = 30, m = 25, d = 2;
+  PointData<double> pd = make_point_data<double>(d, gaussian_cloud(rng, n, d),
+                                                 gaussian_cloud(rng, m, d, 0.5), {}, {}, 1e-3);
+  const Context ctx = cpu_context();
+  const Problem<double> p = pd.problem();
+  SinkhornSolver<double> solver(ctx, p);
+  SinkhornOptions opt;
+  opt.max_iterations = 4;  // stops while annealing
+  Potentials<double> pot;
+  const SinkhornSummary s = solver.solve(opt, &pot);
+  ASSERT_GT(s.epsilon_reached, p.epsilon);
+  EXPECT_EQ(pot.epsilon, s.epsilon_reached);
+  std::vector<double> map(std::size_t(n * d));
+  solver.barycentric_map(pot, host_matrix(map.data(), n, d));
+  const std::vector<double> g = to_host(ctx, pot.g.cview());
+  const std::vector<double> want = dense_barycentric_map(pd.dense(), s.epsilon_reached, g);
+  for (std::size_t k = 0; k < map.size(); ++k)
+    EXPECT_NEAR(map[k], want[k], 1e-9 * (1 + std::abs(want[k]))) << k;
+  // The plan at problem.epsilon would be another map: the test can tell the two apart.
+  const std::vector<double> wrong = dense_barycentric_map(pd.dense(), p.epsilon, g);
+  double diff = 0;
+  for (std::size_t k = 0; k < map.size(); ++k) diff = std::max(diff, std::abs(wrong[k] - want[k]));
+  EXPECT_GT(diff, 1e-3);
+  // The free function agrees (it prepares the problem anew).
+  std::vector<double> map2(map.size());
+  barycentric_map(ctx, p, pot, Precision::kFp64, host_matrix(map2.data(), n, d));
+  EXPECT_EQ(map, map2);
+  // A full solve through the class equals the free function's, bitwise (same engine, same data).
+  Potentials<double> a, b;
+  const SinkhornSummary sa = solver.solve(SinkhornOptions{}, &a);
+  const SinkhornSummary sb = solve_sinkhorn(ctx, p, SinkhornOptions{}, &b);
+  EXPECT_EQ(sa.iterations, sb.iterations);
+  EXPECT_EQ(sa.dual_cost, sb.dual_cost);
+  EXPECT_EQ(to_host(ctx, a.f.cview()), to_host(ctx, b.f.cview()));
+  SinkhornOptions other;
+  other.precision = Precision::kFp32;
+  EXPECT_THROW(solver.solve(other, &a), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace kantor::testing
