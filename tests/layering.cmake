@@ -1,7 +1,7 @@
 # Layering rules of docs/architecture.md, checked on the sources (CMake include paths cannot
 # express them all): lib/ never includes oracles/ or solvers/; oracles/ never includes solvers/;
 # apps/ and solvers/ never include lib/ or oracles/ (they use the public headers); nothing under
-# include/kantor/ includes a CUDA header.
+# include/kantor/ includes a CUDA header; lib/core includes no other part of lib/.
 set(violations "")
 function(check_dir dir pattern)
   file(GLOB_RECURSE files ${SOURCE_DIR}/${dir}/*.hpp ${SOURCE_DIR}/${dir}/*.cpp
@@ -15,6 +15,9 @@ function(check_dir dir pattern)
   set(violations "${violations}" PARENT_SCOPE)
 endfunction()
 check_dir(lib "oracles/|solvers/")
+# lib/core is the ground floor (errors, types, views, validation, file formats, the certificate
+# math): it includes no engine, no runtime and no cost preparation.
+check_dir(lib/core "lib/cpu/|lib/cuda/|lib/runtime/|lib/costs/|lib/birkhoff/")
 check_dir(oracles "solvers/")
 check_dir(solvers "lib/|oracles/")
 check_dir(apps "lib/|oracles/|solvers/")

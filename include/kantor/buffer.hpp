@@ -11,7 +11,7 @@
 namespace kantor {
 
 namespace detail {
-// Allocate / free / copy raw bytes in a memory space (lib/core/buffer.cpp). Copies are issued on
+// Allocate / free / copy raw bytes in a memory space (lib/runtime/buffer.cpp). Copies are issued on
 // the context's stream; device-to-host copies synchronize that stream before returning.
 void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes);
 void free_bytes(const Context& ctx, MemorySpace space, void* p) noexcept;

@@ -17,7 +17,7 @@
 #include "kantor/error.hpp"
 #include "lib/birkhoff/algorithms.hpp"
 #include "lib/birkhoff/engine.hpp"
-#include "lib/core/context_impl.hpp"
+#include "lib/runtime/context_impl.hpp"
 
 namespace kantor {
 

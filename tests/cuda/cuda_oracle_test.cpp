@@ -147,7 +147,7 @@ float engine_round(Precision p, float v) {
 
 // The inputs as the engine of precision p sees them, in double: float data for fp32/tf32/bf16,
 // and for tf32/bf16 the rounded coordinates after the engine's centring (midpoint of the joint
-// bounding box, lib/core/problem_data.cpp). The CPU fp64 engine on these inputs is the exact
+// bounding box, lib/costs/problem_data.cpp). The CPU fp64 engine on these inputs is the exact
 // reference of the kernels; the rounding of the inputs themselves is measured separately.
 HostData engine_inputs(const HostData& h, Precision p) {
   HostData r = h;

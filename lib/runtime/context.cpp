@@ -3,7 +3,7 @@
 #include "kantor/config.hpp"
 
 #include "kantor/error.hpp"
-#include "lib/core/context_impl.hpp"
+#include "lib/runtime/context_impl.hpp"
 #include "lib/cuda/runtime.hpp"
 
 namespace kantor {

@@ -1,4 +1,4 @@
-#include "lib/core/problem_data.hpp"
+#include "lib/costs/problem_data.hpp"
 
 #include <algorithm>
 #include <cmath>
