@@ -577,9 +577,11 @@ DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& opti
   Problem<T> pxx = problem;
   pxx.y = problem.x;
   pxx.b = problem.a;
+  pxx.reference_y = problem.reference_x;  // the self-terms are certified on the caller's points
   Problem<T> pyy = problem;
   pyy.x = problem.y;
   pyy.a = problem.b;
+  pyy.reference_x = problem.reference_y;
   {
     Potentials<T> p;
     auto o = make_oracle(ctx, pxx, precision);

@@ -1325,3 +1325,13 @@ TEST_F(CliTest, CtrlCStopsWithinASecondBetweenChecks) {
   EXPECT_TRUE(list_dir(out_dir_).empty());
   EXPECT_EQ(read_text(dir_ + "/stdout.txt"), "");
 }
+
+// fp32 with --debias: the self-terms OT(a, a), OT(b, b) are certified on the file's points too
+// (their reference coordinates are the same side's; n != m caught a mix-up on the H200).
+TEST_F(CliTest, Fp32DivergenceCertifiesEveryTermOnTheFilePoints) {
+  const Json j = run_json(kSolveCpu + " --demo --precision fp32 --debias --max-iterations 40 --quiet");
+  EXPECT_EQ(j["precision"].str, "fp32");
+  EXPECT_EQ(j["divergence"].kind, Json::kNumber);
+  EXPECT_GE(j["divergence"].num, 0);
+  EXPECT_GT(j["marginal_error"].num, 0);
+}

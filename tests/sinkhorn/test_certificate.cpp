@@ -321,3 +321,26 @@ TEST(SinkhornSolverClass, MapUsesThePotentialsEpsAndTheSolveMatchesTheFreeFuncti
 
 }  // namespace
 }  // namespace kantor::testing
+
+namespace kantor::testing {
+namespace {
+
+// The divergence of float data with double reference coordinates, n != m: each of the three
+// problems is certified on the reference points of its own sides.
+TEST(Certificate, DivergenceWithReferenceCoordinatesCertifiesEachTerm) {
+  Rng rng(31);
+  const std::int64_t n = 40, m = 55, d = 3;
+  std::vector<double> x = gaussian_cloud(rng, n, d), y = gaussian_cloud(rng, m, d, 0.4);
+  PointData<float> pd = make_point_data<float>(d, x, y, {}, {}, 0.05);
+  Problem<float> p = pd.problem();
+  p.reference_x = host_matrix<const double>(x.data(), n, d);
+  p.reference_y = host_matrix<const double>(y.data(), m, d);
+  const DivergenceSummary s = sinkhorn_divergence(cpu_context(), p, SinkhornOptions{});
+  EXPECT_TRUE(s.converged()) << s.full_report();
+  EXPECT_LE(s.xx.marginal_error, s.xx.tolerance);
+  EXPECT_LE(s.yy.marginal_error, s.yy.tolerance);
+  EXPECT_GE(s.divergence, 0);
+}
+
+}  // namespace
+}  // namespace kantor::testing
