@@ -13,8 +13,8 @@
 
 #include "kantor/error.hpp"
 #include "lib/core/certificate.hpp"
-#include "lib/core/context_impl.hpp"
-#include "lib/core/problem_data.hpp"
+#include "lib/runtime/context_impl.hpp"
+#include "lib/costs/problem_data.hpp"
 #include "lib/cpu/row_pass.hpp"
 
 namespace kantor {
