@@ -1,0 +1,42 @@
+// kantor solve's outputs: the files it writes (potentials, barycentric map), checked before the
+// work and written all-or-nothing through temporaries.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kantor::cli {
+
+struct PotentialPaths {
+  std::string f, g;
+};
+
+/// PREFIX -> PREFIX_f.npy, PREFIX_g.npy; a PREFIX ending in .npy or .csv picks that format
+/// (pot.csv -> pot_f.csv, pot_g.csv).
+PotentialPaths potential_paths(const std::string& prefix);
+
+struct OutputFile {
+  std::string option;  // "--output-map", for messages
+  std::string path;
+  std::vector<std::int64_t> shape;
+  std::vector<double> data;
+  bool float32 = false;
+};
+
+/// Writes every file to its temporary name first and renames them into place only once all were
+/// written (details in the definition).
+void write_outputs(const std::vector<OutputFile>& files);
+
+/// Every output file, checked before any work: writable, no two outputs naming the same file, no
+/// output naming an input file. Pairs are (option, path).
+void check_outputs(const std::vector<std::pair<std::string, std::string>>& outputs,
+                   const std::vector<std::pair<std::string, std::string>>& inputs);
+
+template <class T>
+std::vector<double> to_double(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+}  // namespace kantor::cli
