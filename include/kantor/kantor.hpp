@@ -1,4 +1,5 @@
-// Umbrella header: the whole public API of kantor.
+// Umbrella header: the public API of the kantor library (target kantor::kantor). File formats
+// (npy, csv) are a separate library: include "kantor/io.hpp" and link kantor::io.
 #pragma once
 
 #include "kantor/buffer.hpp"
@@ -6,7 +7,6 @@
 #include "kantor/context.hpp"
 #include "kantor/error.hpp"
 #include "kantor/info.hpp"
-#include "kantor/io.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/potentials.hpp"
 #include "kantor/problem.hpp"

@@ -1,4 +1,5 @@
 // An outside project using an installed kantor through find_package(kantor).
+#include <kantor/io.hpp>
 #include <kantor/kantor.hpp>
 
 #include <cmath>
@@ -18,5 +19,9 @@ int main() {
   const double expected = 1.0 / (1.0 + std::exp(1.0));
   std::printf("%s\nprimal %.17g expected %.17g\n", s.brief_report().c_str(), s.primal_cost,
               expected);
-  return s.converged() && std::abs(s.primal_cost - expected) < 1e-9 ? 0 : 1;
+  // The file-format library (kantor::io): a round trip through .npy.
+  kantor::io::write_array("consumer_x.npy", {2, 1}, x.data());
+  const kantor::io::Array back = kantor::io::read_matrix("consumer_x.npy", "x");
+  const bool io_ok = back.data == x;
+  return s.converged() && std::abs(s.primal_cost - expected) < 1e-9 && io_ok ? 0 : 1;
 }
