@@ -177,15 +177,7 @@ TEST(CpuBirkhoff, ImplicitGradientMatchesFiniteDifferencesOfConvergedMap) {
     project_birkhoff_backward(ctx, cview(P, n), cview(G, n), view(D, n), {});
     for (std::int64_t b = 0; b < B; ++b) {
       const Mat Rb = matrix(R, b, n);
-      for (int i = 0; i < n; ++i) {
-        double rs = 0, cs = 0;
-        for (int j = 0; j < n; ++j) {
-          rs += D[std::size_t(b * n * n + i * n + j)];
-          cs += D[std::size_t(b * n * n + j * n + i)];
-        }
-        EXPECT_NEAR(rs, 0, 1e-6);
-        EXPECT_NEAR(cs, 0, 1e-6);
-      }
+      test::expect_zero_row_and_column_sums(D, b, n);
       const double h = 1e-5;
       for (int k = 0; k < n * n; ++k) {
         Mat Rp = Rb, Rm = Rb;
@@ -242,16 +234,7 @@ TEST(CpuBirkhoff, ImplicitGradientOfTruncatedOutputUsesItsMarginals) {
   o.iterations = 1;
   project_birkhoff(ctx, cview(R, n), view(P, n), o);
   project_birkhoff_backward(ctx, cview(P, n), cview(G, n), view(D, n), {});
-  for (int b = 0; b < 8; ++b)
-    for (int i = 0; i < n; ++i) {
-      double rs = 0, cs = 0;
-      for (int j = 0; j < n; ++j) {
-        rs += D[std::size_t(b * 16 + i * n + j)];
-        cs += D[std::size_t(b * 16 + j * n + i)];
-      }
-      EXPECT_NEAR(rs, 0, 1e-6);
-      EXPECT_NEAR(cs, 0, 1e-6);
-    }
+  for (int b = 0; b < 8; ++b) test::expect_zero_row_and_column_sums(D, b, n);
 }
 
 // ---- bf16, -inf, invalid input ---------------------------------------------------------------
@@ -386,25 +369,8 @@ TEST(CpuBirkhoff, BadArgumentsThrow) {
 
 bool cuda_available() { return KANTOR_CUDA_ENABLED && !cuda_devices().empty(); }
 
-#define KANTOR_REQUIRE_CUDA()                                             \
-  do {                                                                    \
-    if (!KANTOR_CUDA_ENABLED) GTEST_SKIP() << "built without CUDA";       \
-    if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device visible"; \
-  } while (0)
 
-template <class T>
-struct DeviceCopy {
-  Buffer<T> buf;
-  int n;
-  DeviceCopy(const Context& ctx, const std::vector<T>& host, int n_)
-      : buf(ctx, std::int64_t(host.size())), n(n_) {
-    copy(ctx, VectorView<const T>{host.data(), std::int64_t(host.size()), MemorySpace::kHost},
-         buf.view());
-  }
-  BatchView<const T> c() const { return batch_view<const T>(buf, n); }
-  BatchView<T> v() const { return batch_view<T>(buf, n); }
-  std::vector<T> host(const Context& ctx) const { return to_host(ctx, buf.cview()); }
-};
+using test::DeviceCopy;
 
 struct GpuForward {
   std::vector<float> P;

@@ -291,15 +291,7 @@ TEST(CpuBirkhoffPatterns, ImplicitGradientOnReduciblePatternsMatchesFiniteDiffer
       double scale = 0;
       for (int k = 0; k < n * n; ++k)
         scale = std::max(scale, double(std::fabs(D[std::size_t(b * n * n + k)])));
-      for (int i = 0; i < n; ++i) {
-        double rs = 0, cs = 0;
-        for (int j = 0; j < n; ++j) {
-          rs += D[std::size_t(b * n * n + i * n + j)];
-          cs += D[std::size_t(b * n * n + j * n + i)];
-        }
-        EXPECT_NEAR(rs, 0, 1e-6);
-        EXPECT_NEAR(cs, 0, 1e-6);
-      }
+      test::expect_zero_row_and_column_sums(D, b, n);
       const double h = 1e-5;
       for (int k = 0; k < n * n; ++k) {
         const float dv = D[std::size_t(b * n * n + k)];
@@ -599,24 +591,8 @@ TEST(CpuBirkhoffPatterns, EmptyBatchIsANoOp) {
 
 // ---- CUDA engine on the same cases (skips without a device) ------------------------------------
 
-#define KANTOR_REQUIRE_CUDA()                                             \
-  do {                                                                    \
-    if (!KANTOR_CUDA_ENABLED) GTEST_SKIP() << "built without CUDA";       \
-    if (cuda_devices().empty()) GTEST_SKIP() << "no CUDA device visible"; \
-  } while (0)
 
-struct Device {
-  Buffer<float> buf;
-  int n;
-  Device(const Context& ctx, const std::vector<float>& host, int n_)
-      : buf(ctx, std::int64_t(host.size())), n(n_) {
-    copy(ctx, VectorView<const float>{host.data(), std::int64_t(host.size()), MemorySpace::kHost},
-         buf.view());
-  }
-  BatchView<const float> c() const { return batch_view<const float>(buf, n); }
-  BatchView<float> v() const { return batch_view<float>(buf, n); }
-  std::vector<float> host(const Context& ctx) const { return to_host(ctx, buf.cview()); }
-};
+using Device = test::DeviceCopy<float>;
 
 TEST(CudaBirkhoffPatterns, ReduciblePatternsForwardAndBackward) {
   KANTOR_REQUIRE_CUDA();

@@ -61,47 +61,34 @@ TEST(CudaCertificate, BoundsTheTrueErrorAndMatchesTheCpuEngine) {
     SinkhornOptions opt;
     opt.precision = c.precision;
     opt.max_iterations = 2000;
-    auto check = [&](const auto& xs, const auto& ys, auto* pot, const SinkhornSummary& s,
-                     auto tag) {
+    // Float data is rounded from the double points, which are the reference (fp64: the same).
+    auto run = [&](auto tag) {
       using T = decltype(tag);
-      const std::vector<T> f = to_host(gpu, pot->f.cview()), g = to_host(gpu, pot->g.cview());
-      const ReferenceError ref = true_marginal_error(x, y, c.d, {}, {}, f, g, 1.0, s.epsilon_reached);
+      const std::vector<T> xs = cast<T>(x), ys = cast<T>(y);
+      Problem<T> p;
+      p.x = host_matrix<const T>(xs.data(), c.n, c.d);
+      p.y = host_matrix<const T>(ys.data(), c.m, c.d);
+      p.reference_x = host_matrix<const double>(x.data(), c.n, c.d);
+      p.reference_y = host_matrix<const double>(y.data(), c.m, c.d);
+      p.epsilon = c.eps;
+      Potentials<T> pot;
+      const SinkhornSummary s = solve_sinkhorn(gpu, p, opt, &pot);
+      const std::vector<T> f = to_host(gpu, pot.f.cview()), g = to_host(gpu, pot.g.cview());
+      const ReferenceError ref =
+          true_marginal_error(x, y, c.d, {}, {}, f, g, 1.0, s.epsilon_reached);
       EXPECT_GE(s.marginal_error, ref.error - ref.slack) << what << ": " << s.message;
       if (s.converged()) EXPECT_LE(ref.error - ref.slack, s.tolerance) << what;
       if (!s.converged()) ++not_converged;
       // The CPU engine's certificate of the same potentials on the same points.
-      Problem<T> p;
-      p.x = host_matrix<const T>(xs.data(), c.n, c.d);
-      p.y = host_matrix<const T>(ys.data(), c.m, c.d);
-      p.epsilon = c.eps;
-      p.reference_x = host_matrix<const double>(x.data(), c.n, c.d);
-      p.reference_y = host_matrix<const double>(y.data(), c.m, c.d);
       auto oracle = make_oracle(cpu, p, c.precision == Precision::kFp64 ? Precision::kFp64
                                                                           : Precision::kFp32);
       const Certificate cc = oracle->certify(s.epsilon_reached, f.data(), g.data());
       EXPECT_NEAR(cc.bound, s.marginal_error, 1e-9 * cc.bound + 1e-300) << what;
     };
-    if (c.precision == Precision::kFp64) {
-      Problem<double> p;
-      p.x = host_matrix<const double>(x.data(), c.n, c.d);
-      p.y = host_matrix<const double>(y.data(), c.m, c.d);
-      p.epsilon = c.eps;
-      Potentials<double> pot;
-      const SinkhornSummary s = solve_sinkhorn(gpu, p, opt, &pot);
-      check(x, y, &pot, s, double{});
-    } else {
-      // float data rounded from double, with the double points as the reference.
-      const std::vector<float> xf = cast<float>(x), yf = cast<float>(y);
-      Problem<float> p;
-      p.x = host_matrix<const float>(xf.data(), c.n, c.d);
-      p.y = host_matrix<const float>(yf.data(), c.m, c.d);
-      p.reference_x = host_matrix<const double>(x.data(), c.n, c.d);
-      p.reference_y = host_matrix<const double>(y.data(), c.m, c.d);
-      p.epsilon = c.eps;
-      Potentials<float> pot;
-      const SinkhornSummary s = solve_sinkhorn(gpu, p, opt, &pot);
-      check(xf, yf, &pot, s, float{});
-    }
+    if (c.precision == Precision::kFp64)
+      run(double{});
+    else
+      run(float{});
   }
   EXPECT_GT(not_converged, 0);  // the small-eps fp32 / tf32 cases sit on their rounding floors
 }

@@ -269,11 +269,6 @@ TEST(Certificate, CancellationStopsALongSolvePromptly) {
   EXPECT_LT(s.iterations, opt.max_iterations);
 }
 
-}  // namespace
-}  // namespace kantor::testing
-
-namespace kantor::testing {
-namespace {
 
 // SinkhornSolver: one prepared problem for a solve and its barycentric map; the map uses the
 // potentials' eps (a solve cut short while annealing is not at problem.epsilon), and a precision
@@ -319,11 +314,6 @@ TEST(SinkhornSolverClass, MapUsesThePotentialsEpsAndTheSolveMatchesTheFreeFuncti
   EXPECT_THROW(solver.solve(other, &a), InvalidArgument);
 }
 
-}  // namespace
-}  // namespace kantor::testing
-
-namespace kantor::testing {
-namespace {
 
 // The divergence of float data with double reference coordinates, n != m: each of the three
 // problems is certified on the reference points of its own sides.
