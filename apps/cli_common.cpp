@@ -93,6 +93,40 @@ std::string numeric_option_error(const boost::program_options::options_descripti
 
 }  // namespace
 
+std::string leading_field(const std::string& message) {
+  std::size_t end = 0;
+  while (end < message.size()) {
+    const unsigned char c = static_cast<unsigned char>(message[end]);
+    if (std::isalnum(c) || c == '_' || c == '.') {
+      ++end;
+    } else if (message.compare(end, 2, "::") == 0) {
+      end += 2;
+    } else {
+      break;
+    }
+  }
+  return message.substr(0, end);
+}
+
+void throw_invalid_options(const std::string& why, const std::string& what,
+                           const FieldOptions& options) {
+  const std::string field = leading_field(why);
+  for (const auto& fo : options)
+    if (fo.first == field) throw InvalidArgument(fo.second + ": " + why);
+  throw InvalidArgument(what + ": " + why);
+}
+
+Context make_context(const ContextOptions& options) {
+  try {
+    return Context(options);
+  } catch (const InvalidArgument& e) {
+    // "ContextOptions::threads must be in [0, 1024] (0 = all cores), got -2"
+    if (leading_field(e.what()) == "ContextOptions::threads")
+      throw InvalidArgument(std::string("--threads: ") + e.what());
+    throw;
+  }
+}
+
 boost::program_options::variables_map parse_command_line(
     const std::vector<std::string>& args, const boost::program_options::options_description& desc) {
   namespace po = boost::program_options;

@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "kantor/context.hpp"
 
 namespace kantor::cli {
 
@@ -67,6 +70,28 @@ int finish_stdout(const std::string& name, int code);
 
 /// Writes `s` as a JSON string literal (quotes included).
 std::string json_escape(const std::string& s);
+
+// ---- the library's checks, with the CLI's names ------------------------------------------------
+// The library validates its inputs itself, each message naming the field ("problem.x: ...",
+// "max_iterations must be >= 1, got 0"); the CLI does not repeat those checks but puts the file
+// or option the field came from in front of the library's message.
+
+/// (library field, CLI option) pairs, e.g. {"max_iterations", "--max-iterations"}.
+using FieldOptions = std::vector<std::pair<std::string, std::string>>;
+
+/// The field a library message starts with: its leading identifier ("max_iterations must be >= 1"
+/// -> "max_iterations", "ContextOptions::threads must ..." -> "ContextOptions::threads",
+/// "problem.cost.scale must ..." -> "problem.cost.scale").
+std::string leading_field(const std::string& message);
+
+/// Throws InvalidArgument for a failed Options::is_valid: "<option>: <why>" where <option> is the
+/// CLI option that sets the field `why` names (from `options`), or "<what>: <why>" (`what`: the
+/// struct, e.g. "SinkhornOptions") when no option sets it.
+[[noreturn]] void throw_invalid_options(const std::string& why, const std::string& what,
+                                        const FieldOptions& options);
+
+/// A Context for the CLI: ContextOptions' own errors name the option ("--threads: ...").
+Context make_context(const ContextOptions& options);
 
 /// Parses a subcommand's arguments against `desc` (no abbreviated option names, no positional
 /// arguments: a stray word throws InvalidArgument naming it). Does not call notify().

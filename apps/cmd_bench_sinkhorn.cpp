@@ -5,6 +5,12 @@
 // a warm-up run: CUDA events on the GPU, std::chrono on the CPU. Prints the median and min/max
 // over repeats, the achieved exp2/s and flop/s and their fractions of the H200 ceilings.
 //
+// Policies of the engine redesign, for its acceptance rows: --classes L (a LabelAugmented cost:
+// random labels in [0, L) sorted by class, a random table), --block-fraction F (a block list
+// keeping a fraction F of each row tile's key tiles, one contiguous run around the diagonal),
+// --values K (time apply_mat with K value columns, P V, instead of iterations), --kernel (force
+// a kernel family of the dispatch table).
+//
 //   kantor bench sinkhorn --n 50000 --d 64 --precision tf32 --backend cuda --json
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -44,6 +50,10 @@ struct BenchOptions {
   int warmup = 2;
   unsigned seed = 0;
   bool json = false;
+  std::int64_t classes = 0;     // > 0: LabelAugmented cost with this many classes
+  double block_fraction = 1;    // < 1: block-list schedule keeping this fraction of key tiles
+  std::int64_t values = 0;      // > 0: time apply_mat with this many value columns
+  std::string kernel = "auto";  // ContextOptions::kernel
 };
 
 struct Timing {
@@ -71,12 +81,61 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   for (auto& v : a) v = T(v / sa);
   for (auto& v : b) v = T(v / sb);
   Problem<T> p;
-  p.x = host_matrix<const T>(x.data(), n, d);
-  p.y = host_matrix<const T>(y.data(), m, d);
+  p.features().x = host_matrix<const T>(x.data(), n, d);
+  p.features().y = host_matrix<const T>(y.data(), m, d);
   p.a = host_vector<const T>(a.data(), n);
   p.b = host_vector<const T>(b.data(), m);
   p.epsilon = o.epsilon;
+  std::vector<std::int32_t> lx, ly;
+  std::vector<double> table;
+  if (o.classes > 0) {
+    // Labels sorted by class (as a dataset sorted by label), a random table in [0, 2).
+    const std::int64_t L = o.classes;
+    lx.resize(std::size_t(n));
+    ly.resize(std::size_t(m));
+    for (std::int64_t i = 0; i < n; ++i) lx[std::size_t(i)] = std::int32_t(i * L / n);
+    for (std::int64_t j = 0; j < m; ++j) ly[std::size_t(j)] = std::int32_t(j * L / m);
+    table.resize(std::size_t(L * L));
+    for (auto& v : table) v = 2 * ud(rng);
+    LabelAugmented<T> l;
+    l.features = p.features();
+    l.labels_x = host_vector<const std::int32_t>(lx.data(), n);
+    l.labels_y = host_vector<const std::int32_t>(ly.data(), m);
+    l.table = host_matrix<const double>(table.data(), L, L);
+    p.cost = l;
+  }
   auto oracle = make_oracle(ctx, p, precision);
+  if (o.block_fraction < 1) {
+    // Each row tile keeps one run of ceil(F * key tiles) tiles around its diagonal position.
+    auto make = [&](std::int64_t rows, std::int64_t keys) {
+      const BlockShape sh = oracle->block_shape();
+      BlockList l;
+      l.row_tile = sh.row_tile;
+      l.key_tile = sh.key_tile;
+      const std::int64_t rt = (rows + l.row_tile - 1) / l.row_tile;
+      const std::int64_t kt = (keys + l.key_tile - 1) / l.key_tile;
+      const std::int64_t w = std::max<std::int64_t>(1, std::int64_t(std::ceil(o.block_fraction * double(kt))));
+      l.run_ptr.push_back(0);
+      for (std::int64_t r = 0; r < rt; ++r) {
+        const std::int64_t c = r * kt / rt;
+        const std::int64_t b0 = std::max<std::int64_t>(0, std::min(kt - w, c - w / 2));
+        l.runs.push_back(std::int32_t(b0));
+        l.runs.push_back(std::int32_t(b0 + w));
+        l.run_ptr.push_back(std::int64_t(l.runs.size()) / 2);
+      }
+      return l;
+    };
+    const BlockList lf = make(n, m), lg = make(m, n);
+    oracle->set_block_lists(&lf, &lg);
+  }
+  Buffer<T> V, PV;
+  if (o.values > 0) {
+    std::vector<T> hv(std::size_t(m * o.values));
+    for (auto& v : hv) v = T(nd(rng));
+    V = Buffer<T>(ctx, m * o.values);
+    PV = Buffer<T>(ctx, n * o.values);
+    copy(ctx, host_vector<const T>(hv.data(), m * o.values), V.view());
+  }
   Buffer<T> f(ctx, n), g(ctx, m);
   Buffer<double> err(ctx, 1);
   const T eps = T(o.epsilon);
@@ -86,7 +145,11 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   };
   auto iterate = [&] {
     for (std::int64_t k = 0; k < o.iterations; ++k) {
-      if (schedule == Schedule::kAlternating) {
+      if (o.values > 0) {
+        oracle->apply_mat(eps, f.data(), g.data(),
+                          MatrixView<const T>{V.data(), m, o.values, o.values, V.space()},
+                          MatrixView<T>{PV.data(), n, o.values, o.values, PV.space()});
+      } else if (schedule == Schedule::kAlternating) {
         oracle->update_f(eps, g.data(), f.data(), nullptr);
         oracle->update_g(eps, f.data(), g.data(), nullptr);
       } else {
@@ -139,13 +202,21 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
       "backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")(
       "repeats", po::value(&o.repeats), "timed repeats (default 20)")(
       "warmup", po::value(&o.warmup), "untimed warm-up runs (default 2)")(
-      "seed", po::value(&o.seed), "data seed (default 0)")("json", po::bool_switch(&o.json),
-                                                           "print one JSON object");
+      "seed", po::value(&o.seed), "data seed (default 0)")(
+      "classes", po::value(&o.classes), "label-augmented cost with L classes (default 0: none)")(
+      "block-fraction", po::value(&o.block_fraction),
+      "block-list schedule keeping this fraction of the key tiles (default 1: dense)")(
+      "values", po::value(&o.values),
+      "time apply_mat (P V) with K value columns instead of iterations (default 0)")(
+      "kernel", po::value(&o.kernel),
+      "auto | exact | mma | tf32-chunked | gemm: force a kernel family (default auto)")(
+      "json", po::bool_switch(&o.json), "print one JSON object");
   po::variables_map vm = parse_command_line(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: kantor bench sinkhorn --n N --m M --d D --epsilon E --iterations K "
                  "[--schedule alternating|symmetric] [--precision fp32|tf32|bf16|fp64] "
-                 "[--backend cpu|cuda|auto] [--repeats R] [--json]\n\n"
+                 "[--backend cpu|cuda|auto] [--repeats R] [--classes L] [--block-fraction F] "
+                 "[--values K] [--kernel auto|exact|mma|tf32-chunked|gemm] [--json]\n\n"
               << desc << std::endl;
     return kExitOk;
   }
@@ -161,9 +232,19 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   if (o.repeats < 1)
     throw InvalidArgument("--repeats must be >= 1, got " + std::to_string(o.repeats));
   if (o.warmup < 0) throw InvalidArgument("--warmup must be >= 0");
+  if (o.classes < 0 || o.classes > (1 << 20))
+    throw InvalidArgument("--classes must be in [0, 2^20], got " + std::to_string(o.classes));
+  if (!(o.block_fraction > 0 && o.block_fraction <= 1))
+    throw InvalidArgument("--block-fraction must be in (0, 1], got " +
+                          std::to_string(o.block_fraction));
+  if (o.values < 0 || o.values > 4096)
+    throw InvalidArgument("--values must be in [0, 4096], got " + std::to_string(o.values));
   const Schedule schedule = parse_schedule(o.schedule, "--schedule");
   const Backend backend = parse_backend(o.backend, "--backend");
-  Context ctx({backend});
+  ContextOptions co;
+  co.backend = backend;
+  co.kernel = parse_kernel_choice(o.kernel, "--kernel");
+  Context ctx(co);
   if (o.precision.empty()) o.precision = ctx.backend() == Backend::kCuda ? "tf32" : "fp32";
   const Precision precision = parse_precision(o.precision, "--precision");
 
@@ -175,7 +256,9 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   const double median = k % 2 ? ms[k / 2] : 0.5 * (ms[k / 2 - 1] + ms[k / 2]);
   // Work per timed run: 2K LSE passes over n x m pairs (both schedules), one exp2 per pair; flops
   // of the scores: 2d per pair (dot product, tf32/bf16) or 3d (exact differences, fp32/fp64).
-  const double pairs = 2.0 * double(o.iterations) * double(o.n) * double(o.m);
+  // (--values: K one-sided passes.)
+  const double pairs =
+      (o.values > 0 ? 1.0 : 2.0) * double(o.iterations) * double(o.n) * double(o.m);
   const bool dot = precision == Precision::kTf32 || precision == Precision::kBf16;
   const double flops = pairs * double(o.d) * (dot ? 2.0 : 3.0);
   const double sec = median * 1e-3;
@@ -215,7 +298,11 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
         .add("flop_fraction_of_h200", flop_rate / flop_ceiling)
         .add("marginal_error", t.marginal_error)
         .add("certified_marginal_error", t.certificate)
-        .add("certify_ms", t.certify_ms);
+        .add("certify_ms", t.certify_ms)
+        .add("classes", o.classes)
+        .add("block_fraction", o.block_fraction)
+        .add("values", o.values)
+        .add("kernel", o.kernel);
     std::cout << j.str() << std::endl;
   } else {
     std::printf(

@@ -1,6 +1,8 @@
 // kantor birkhoff: batched Birkhoff (doubly stochastic) projection of an [B, n, n] logits file.
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -70,7 +72,9 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
   o.iterations = iterations;
   o.tolerance = tolerance;
   std::string why;
-  if (!o.is_valid(&why)) throw InvalidArgument(why);
+  if (!o.is_valid(&why))
+    throw_invalid_options(why, "BirkhoffOptions",
+                          {{"iterations", "--iterations"}, {"tolerance", "--tolerance"}});
   // Refuse an unwritable output, or one that is the input file, before any work.
   if (!output.empty()) {
     io::check_writable_array_path(output, "--output");
@@ -87,14 +91,12 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
     throw InvalidArgument("--input '" + input + "' has shape [" + std::to_string(a.shape[0]) +
                           ", " + std::to_string(a.shape[1]) + ", " + std::to_string(a.shape[2]) +
                           "]: the matrices are not square");
-  if (a.shape[1] < 2 || a.shape[1] > 16)
-    throw InvalidArgument("--input '" + input + "': n = " + std::to_string(a.shape[1]) +
-                          " is outside the supported range 2..16");
-  const int n = int(a.shape[1]);
+  // n in 2..16: project_birkhoff's check, below (with the file's name in front).
+  const int n = int(std::min<std::int64_t>(a.shape[1], std::numeric_limits<int>::max()));
   const std::int64_t B = a.shape[0];
   if (B == 0)
     throw InvalidArgument("--input '" + input + "' holds no matrices (shape [0, " +
-                          std::to_string(n) + ", " + std::to_string(n) +
+                          std::to_string(a.shape[1]) + ", " + std::to_string(a.shape[2]) +
                           "]; expected B >= 1)");
   std::vector<float> host(a.data.size());
   for (std::size_t k = 0; k < a.data.size(); ++k) {
@@ -119,12 +121,17 @@ int cmd_birkhoff(const std::vector<std::string>& args) {
                           ", or exactly -inf to forbid the entry)");
   }
 
-  Context ctx(ContextOptions{parse_backend(backend, "--backend"), threads});
+  const Context ctx = make_context(ContextOptions{parse_backend(backend, "--backend"), threads});
   Buffer<float> R(ctx, std::int64_t(host.size())), P(ctx, std::int64_t(host.size()));
   copy(ctx, VectorView<const float>{host.data(), std::int64_t(host.size()), MemorySpace::kHost},
        R.view());
-  BirkhoffSummary s =
-      project_birkhoff(ctx, batch_view<const float>(R, n), batch_view<float>(P, n), o);
+  BirkhoffSummary s;
+  try {
+    s = project_birkhoff(ctx, BatchView<const float>{R.data(), B, n, R.space()},
+                         BatchView<float>{P.data(), B, n, P.space()}, o);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument("--input '" + input + "': " + e.what());
+  }
   // Invalid matrices (NaN/+inf logits, an all -inf row, column or matrix) are bad input: exit 2
   // naming the first one, nothing written.
   s.throw_if_invalid("--input '" + input + "'");

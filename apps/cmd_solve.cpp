@@ -44,7 +44,12 @@ namespace po = boost::program_options;
 using Clock = std::chrono::steady_clock;
 
 constexpr double kDefaultScaling = 0.5;
-constexpr int kMaxThreads = 1024;
+
+// The SinkhornOptions fields the CLI sets, by option (their is_valid messages name the field).
+const FieldOptions kSinkhornOptionNames = {{"scaling", "--scaling"},
+                                           {"tolerance", "--tolerance"},
+                                           {"max_iterations", "--max-iterations"},
+                                           {"check_every", "--check-every"}};
 
 // ---- settings ---------------------------------------------------------------------------------
 
@@ -135,18 +140,26 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
     check_float_mass(in.b, in.b_name, precision);
   }
   Problem<T> p;
-  p.x = host_matrix(x.data(), in.n, in.d);
-  p.y = host_matrix(y.data(), in.m, in.d);
+  p.features().x = host_matrix(x.data(), in.n, in.d);
+  p.features().y = host_matrix(y.data(), in.m, in.d);
   if (!a.empty()) p.a = host_vector(a.data(), in.n);
   if (!b.empty()) p.b = host_vector(b.data(), in.m);
   p.epsilon = st.epsilon;
-  p.cost_scale = st.cost_scale;
+  p.features().scale = st.cost_scale;
   // The certificate is about the file's float64 coordinates, not their centred float32 copies.
   if (is_float) {
     p.reference_x = host_matrix(in.x.data(), in.n, in.d);
     p.reference_y = host_matrix(in.y.data(), in.m, in.d);
   }
-  validate(p);
+  // The solver validates the problem (the float64 one already passed kantor::validate) and its
+  // range in the precision (eps resolvable, costs finite): its messages get the file / option.
+  auto named = [&in](auto&& fn) -> decltype(fn()) {
+    try {
+      return fn();
+    } catch (const InvalidArgument& e) {
+      rethrow_problem_error(e, in);
+    }
+  };
 
   SinkhornOptions options = st.options;
   options.precision = precision;
@@ -155,18 +168,20 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
 
   const auto t0 = Clock::now();
   // One prepared problem serves the solve and the barycentric map.
-  SinkhornSolver<T> solver(ctx, p, precision);
+  SinkhornSolver<T> solver = named([&] { return SinkhornSolver<T>(ctx, p, precision); });
   Potentials<T> pot;
   SinkhornSummary s;
   DivergenceSummary div;
   {
     InterruptGuard guard;
-    if (st.debias) {
-      div = solver.divergence(options, &pot);
-      s = div.xy;
-    } else {
-      s = solver.solve(options, &pot);
-    }
+    named([&] {
+      if (st.debias) {
+        div = solver.divergence(options, &pot);
+        s = div.xy;
+      } else {
+        s = solver.solve(options, &pot);
+      }
+    });
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   progress.finish();
@@ -352,7 +367,9 @@ int cmd_solve(const std::vector<std::string>& args) {
   }
   po::notify(vm);
 
-  // Combinations and ranges, all before any file is read.
+  // Combinations, all before any file is read. Ranges are the library's checks: the options'
+  // (SinkhornOptions::is_valid) below, before any file is read too; --epsilon and --cost-scale
+  // with the problem (kantor::validate, check_and_finish), --threads by the Context.
   for (const char* opt :
        {"source", "target", "source-weights", "target-weights", "output-map", "output-potentials"})
     if (vm.count(opt) && vm[opt].as<std::string>().empty())
@@ -378,25 +395,6 @@ int cmd_solve(const std::vector<std::string>& args) {
         "the annealing factor, --fixed-epsilon turns annealing off)");
   Settings st;
   st.epsilon = vm.count("epsilon") ? epsilon : kDemoEpsilon;
-  if (!(st.epsilon > 0) || !std::isfinite(st.epsilon))
-    throw InvalidArgument("--epsilon must be finite and > 0, got " + fmt(st.epsilon));
-  if (!(cost_scale > 0) || !std::isfinite(cost_scale))
-    throw InvalidArgument("--cost-scale must be finite and > 0, got " + fmt(cost_scale));
-  if (!(scaling > 0 && scaling < 1))
-    throw InvalidArgument("--scaling must be in (0, 1), got " + fmt(scaling));
-  if (!(tolerance >= 0) || !std::isfinite(tolerance))
-    throw InvalidArgument(
-        "--tolerance must be finite and >= 0 (0: default of the precision), "
-        "got " +
-        fmt(tolerance));
-  if (max_iterations < 1)
-    throw InvalidArgument("--max-iterations must be >= 1, got " + std::to_string(max_iterations));
-  if (check_every < 1)
-    throw InvalidArgument("--check-every must be >= 1, got " + std::to_string(check_every));
-  // The upper bound guards against a typo starting thousands of OS threads.
-  if (threads < 0 || threads > kMaxThreads)
-    throw InvalidArgument("--threads must be in [0, " + std::to_string(kMaxThreads) +
-                          "] (0: all hardware threads), got " + std::to_string(threads));
   st.options.schedule = parse_schedule(schedule, "--schedule");
   const Backend backend_choice = parse_backend(backend, "--backend");
   std::optional<Precision> precision;
@@ -406,6 +404,11 @@ int cmd_solve(const std::vector<std::string>& args) {
   st.options.tolerance = tolerance;
   st.options.max_iterations = max_iterations;
   st.options.check_every = check_every;
+  {
+    std::string why;
+    if (!st.options.is_valid(&why))
+      throw_invalid_options(why, "SinkhornOptions", kSinkhornOptionNames);
+  }
   st.cost_scale = cost_scale;
   st.debias = debias;
   st.json = json;
@@ -427,13 +430,13 @@ int cmd_solve(const std::vector<std::string>& args) {
   }
 
   Input in = demo ? demo_input() : load_input(source, target, source_weights, target_weights);
-  check_and_finish(&in);
+  check_and_finish(&in, st.epsilon, st.cost_scale);
 
   ContextOptions co;
   co.backend = backend_choice;
-  co.threads = threads;
+  co.threads = threads;  // ContextOptions checks the range (a typo must not start 10^5 threads)
   co.cancel = &g_cancel;
-  const Context ctx(co);
+  const Context ctx = make_context(co);
   const Precision prec =
       precision.value_or(ctx.backend() == Backend::kCuda ? Precision::kFp32 : Precision::kFp64);
   if (ctx.backend() == Backend::kCpu && (prec == Precision::kTf32 || prec == Precision::kBf16))

@@ -10,8 +10,11 @@
 #include <utility>
 #include <vector>
 
+#include "apps/cli_common.hpp"
 #include "kantor/error.hpp"
 #include "kantor/io.hpp"
+#include "kantor/problem.hpp"
+#include "kantor/view.hpp"
 
 namespace kantor::cli {
 namespace {
@@ -60,19 +63,26 @@ std::vector<double> gaussian_mixture(DemoRandom& rng, std::int64_t n, std::int64
   return out;
 }
 
-void check_cloud(const std::vector<double>& v, std::int64_t rows, std::int64_t cols,
-                 const std::string& name) {
-  if (rows == 0)
-    throw InvalidArgument(name + ": empty point cloud (0 points; expected at least 1)");
-  if (cols == 0)
-    throw InvalidArgument(name + ": points have 0 coordinates (expected shape (n, d), d >= 1)");
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t k = 0; k < cols; ++k)
-      if (!std::isfinite(v[std::size_t(i * cols + k)]))
-        throw InvalidArgument(name + ": non-finite coordinate " +
-                              fmt(v[std::size_t(i * cols + k)]) + " at point " + std::to_string(i) +
-                              ", coordinate " + std::to_string(k) +
-                              " (0-based; expected finite numbers)");
+// The file (or option) a library message about the problem is about, from the field it names
+// first ("" when it names none of the CLI's inputs).
+std::string problem_context(const std::string& message, const Input& in) {
+  auto both = [](const std::string& p, const std::string& q) {
+    return p.empty() || q.empty() ? p + q : p + " and " + q;
+  };
+  const std::string field = leading_field(message);
+  if (field == "problem.x" || field == "problem.reference_x") return in.x_name;
+  if (field == "problem.y" || field == "problem.reference_y") return in.y_name;
+  // "problem.a: 29 weights for 30 points": the points are the other file's.
+  const bool count = message.find(" weights for ") != std::string::npos;
+  if (field == "problem.a") return count ? in.a_name + " for " + in.x_name : in.a_name;
+  if (field == "problem.b") return count ? in.b_name + " for " + in.y_name : in.b_name;
+  if (field == "problem.epsilon") return "--epsilon";
+  if (field == "problem.cost.scale") return "--cost-scale";
+  if (field == "problem") {  // about two arrays: "problem: dimension mismatch, x has ..."
+    if (message.find("total mass") != std::string::npos) return both(in.a_name, in.b_name);
+    return both(in.x_name, in.y_name);
+  }
+  return "";
 }
 
 /// (min, max) of coordinate k over both clouds.
@@ -112,53 +122,48 @@ Input demo_input() {
   return in;
 }
 
-double check_weights(const std::vector<double>& w, std::int64_t points, const std::string& name,
-                     const std::string& cloud_name) {
-  if (std::int64_t(w.size()) != points)
-    throw InvalidArgument(name + " has " + std::to_string(w.size()) + " weights but " + cloud_name +
-                          " has " + std::to_string(points) +
-                          " points (expected one weight per point)");
-  double total = 0;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(w[i]) || w[i] < 0)
-      throw InvalidArgument(name + ": weight " + std::to_string(i) + " is " + fmt(w[i]) +
-                            " (0-based; expected finite and >= 0)");
-    total += w[i];
-  }
-  if (!(total > 0))
-    throw InvalidArgument(name + ": all weights are zero (expected a positive total mass)");
-  if (!std::isfinite(total))
-    throw InvalidArgument(name + ": the weights sum to " + fmt(total) +
-                          ", beyond the float64 range (expected a finite total mass; rescale "
-                          "the weights)");
-  return total;
+void rethrow_problem_error(const InvalidArgument& e, const Input& in) {
+  const std::string context = problem_context(e.what(), in);
+  if (context.empty()) throw e;
+  throw InvalidArgument(context + ": " + e.what());
 }
 
-/// Checks shapes, values and masses, naming the file of each problem; a missing weight file
-/// becomes uniform weights with the total mass of the other one (1 when both are missing).
-void check_and_finish(Input* in) {
-  check_cloud(in->x, in->n, in->d, in->x_name);
-  check_cloud(in->y, in->m, in->dy, in->y_name);
-  if (in->dy != in->d)
-    throw InvalidArgument("dimension mismatch: " + in->x_name +
-                          " has d = " + std::to_string(in->d) + " coordinates per point but " +
-                          in->y_name + " has d = " + std::to_string(in->dy));
+void check_and_finish(Input* in, double epsilon, double cost_scale) {
   const bool has_a = !in->a_name.empty(), has_b = !in->b_name.empty();
-  const double ma = has_a ? check_weights(in->a, in->n, in->a_name, in->x_name) : 0;
-  const double mb = has_b ? check_weights(in->b, in->m, in->b_name, in->y_name) : 0;
-  if (has_a && has_b && std::abs(ma - mb) > 1e-6 * std::max(ma, mb))
-    throw InvalidArgument("unequal total mass: " + in->a_name + " sums to " + fmt(ma) + " but " +
-                          in->b_name + " sums to " + fmt(mb) +
-                          " (balanced OT needs equal totals to 1e-6 relative)");
   if (has_a != has_b) {  // uniform weights on the other side, with the same total
-    if (has_a) {
-      in->b.assign(std::size_t(in->m), ma / double(in->m));
-      in->b_name = "uniform target weights (total mass of " + in->a_name + ")";
+    const std::vector<double>& given = has_a ? in->a : in->b;
+    double total = 0;
+    for (const double w : given) total += w;
+    // Only a valid total is spread; otherwise the given file is what validate reports (the
+    // other side stays empty: uniform).
+    if (total > 0 && std::isfinite(total)) {
+      if (has_a) {
+        in->b.assign(std::size_t(in->m), total / double(in->m));
+        in->b_name = "uniform target weights (total mass of " + in->a_name + ")";
+      } else {
+        in->a.assign(std::size_t(in->n), total / double(in->n));
+        in->a_name = "uniform source weights (total mass of " + in->b_name + ")";
+      }
     }
-    if (has_b) {
-      in->a.assign(std::size_t(in->n), mb / double(in->n));
-      in->a_name = "uniform source weights (total mass of " + in->b_name + ")";
-    }
+  }
+  // The float64 problem as read, through the library's checks.
+  Problem<double> p;
+  p.features().x = host_matrix(in->x.data(), in->n, in->d);
+  p.features().y = host_matrix(in->y.data(), in->m, in->dy);
+  p.features().scale = cost_scale;
+  // A weight file with no weights is 0 weights for n points, not "uniform" (an empty view).
+  static const double kNoWeights = 0;
+  auto weights = [&](const std::vector<double>& w, bool given) {
+    if (!given && w.empty()) return VectorView<const double>{};
+    return host_vector(w.empty() ? &kNoWeights : w.data(), std::int64_t(w.size()));
+  };
+  p.a = weights(in->a, !in->a_name.empty());
+  p.b = weights(in->b, !in->b_name.empty());
+  p.epsilon = epsilon;
+  try {
+    validate(p);
+  } catch (const InvalidArgument& e) {
+    rethrow_problem_error(e, *in);
   }
 }
 

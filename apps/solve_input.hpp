@@ -1,5 +1,6 @@
 // kantor solve's input side: the problem in float64 as read from files or generated (--demo),
-// its checks (naming the file of each array), and the conversion to the solve's precision.
+// its checks (the library's, kantor::validate, with the file of each array in front of its
+// message), and the conversion to the solve's precision.
 #pragma once
 
 #include <cmath>
@@ -33,9 +34,15 @@ Input demo_input();
 /// Reads the four files (weights may be empty names: uniform).
 Input load_input(const std::string& source, const std::string& target,
                  const std::string& source_weights, const std::string& target_weights);
-/// Checks shapes, values and masses, naming the file of each array; a missing weight file
-/// becomes uniform weights with the total mass of the other one (1 when both are missing).
-void check_and_finish(Input* in);
+/// A missing weight file becomes uniform weights with the total mass of the other one (1 when
+/// both are missing); then the float64 problem (clouds, weights, masses, cost scale, epsilon)
+/// goes through kantor::validate, whose errors get the file or option of the field in front.
+void check_and_finish(Input* in, double epsilon, double cost_scale);
+
+/// Re-throws an InvalidArgument of the library about the problem (kantor::validate, the solver's
+/// setup) with the file or option its field came from in front: "--source 'x.npy': problem.x:
+/// non-finite coordinate nan at point 3, coordinate 0". Other messages pass unchanged.
+[[noreturn]] void rethrow_problem_error(const InvalidArgument& e, const Input& in);
 
 /// The joint bounding box of x and y in float64: its midpoint per coordinate, its widest side.
 struct Box {

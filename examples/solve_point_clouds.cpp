@@ -21,8 +21,8 @@ int main(int argc, char** argv) try {
     y.shape = {300, 2};
   }
   kantor::Problem<double> problem;  // uniform weights, cost |x - y|^2
-  problem.x = kantor::host_matrix<const double>(x.data.data(), x.rows(), x.cols());
-  problem.y = kantor::host_matrix<const double>(y.data.data(), y.rows(), y.cols());
+  problem.features().x = kantor::host_matrix<const double>(x.data.data(), x.rows(), x.cols());
+  problem.features().y = kantor::host_matrix<const double>(y.data.data(), y.rows(), y.cols());
   problem.epsilon = argc >= 4 ? std::stod(argv[3]) : 0.05;
 
   kantor::Context ctx({kantor::Backend::kAuto});  // CUDA when available, else CPU

@@ -19,7 +19,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv >"$
 cat "$out/gpu.txt"
 "$bin/kantor" info
 summary=""
-for t in kantor_test_core kantor_test_sinkhorn kantor_test_birkhoff kantor_test_cuda; do
+for t in kantor_test_core kantor_test_sinkhorn kantor_test_oracles kantor_test_birkhoff kantor_test_cuda; do
   [ -x "$bin/$t" ] || continue
   start=$(date +%s)
   "$bin/$t" >"$out/$t.log" 2>&1
@@ -43,18 +43,28 @@ elif [ -z "$csan" ]; then
 elif [ ! -x "$bin/kantor_test_cuda" ]; then
   sanitizer_summary="compute-sanitizer: NOT RUN: $bin/kantor_test_cuda is missing"$'\n'
 else
-  for tool in memcheck racecheck; do
-    if [ "$tool" = memcheck ]; then
-      filter="${KANTOR_MEMCHECK_FILTER:-Cuda*:-CudaLarge.*}"
-      extra=(--leak-check full)
-    else
-      filter="${KANTOR_RACECHECK_FILTER:-CudaCertificate.KernelMatchesTheCpuEngineOnOddSizes:CudaSinkhorn.DeviceResidentProblemMatchesHost:CudaSinkhorn.Bf16AccuracyAgainstUnroundedFp64:CudaSinkhorn.Tf32AccuracyAgainstUnroundedFp64}"
-      extra=(--racecheck-report all)
-    fi
+  # The policy kernels (label pair term, block lists: kantor_test_oracles' CUDA conformance cases)
+  # and the tensor-core value pass (CudaValuesMma) run under both tools too.
+  policy_filter="${KANTOR_POLICY_FILTER:-*cuda_tf32_lab100_blocks30_300x257x3:*cuda_bf16_lab1_emptyrows_300x257x3:*cuda_tf32_lab1_dense_130x200x17:*cuda_fp32_lab100_onetile_300x257x3}"
+  for tool in memcheck racecheck memcheck-policies racecheck-policies; do
+    binary="$bin/kantor_test_cuda"
+    case "$tool" in
+      memcheck)
+        filter="${KANTOR_MEMCHECK_FILTER:-Cuda*:-CudaLarge.*}"
+        extra=(--leak-check full) ;;
+      racecheck)
+        filter="${KANTOR_RACECHECK_FILTER:-CudaCertificate.KernelMatchesTheCpuEngineOnOddSizes:CudaSinkhorn.DeviceResidentProblemMatchesHost:CudaSinkhorn.Bf16AccuracyAgainstUnroundedFp64:CudaSinkhorn.Tf32AccuracyAgainstUnroundedFp64:CudaValuesMma.*}"
+        extra=(--racecheck-report all) ;;
+      memcheck-policies)
+        binary="$bin/kantor_test_oracles"; filter="$policy_filter"; extra=(--leak-check full) ;;
+      racecheck-policies)
+        binary="$bin/kantor_test_oracles"; filter="$policy_filter"; extra=(--racecheck-report all) ;;
+    esac
+    [ -x "$binary" ] || continue
     log="$out/compute-sanitizer-$tool.log"
     start=$(date +%s)
-    timeout "${KANTOR_SANITIZER_TIMEOUT:-300}" "$csan" --tool "$tool" "${extra[@]}" \
-      --error-exitcode 86 "$bin/kantor_test_cuda" --gtest_filter="$filter" >"$log" 2>&1
+    timeout "${KANTOR_SANITIZER_TIMEOUT:-300}" "$csan" --tool "${tool%-policies}" "${extra[@]}" \
+      --error-exitcode 86 "$binary" --gtest_filter="$filter" >"$log" 2>&1
     rc=$?
     # memcheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK SUMMARY: H hazards displayed
     # (N errors, W warnings)".
@@ -65,7 +75,7 @@ else
     [ "$rc" -eq 124 ] && note=" TIMED OUT after ${KANTOR_SANITIZER_TIMEOUT:-300}s"
     [ "$rc" -eq 86 ] && note=" (errors reported)"
     line="compute-sanitizer $tool rc=$rc$note $(( $(date +%s) - start ))s: errors=${errors:-?}"
-    [ "$tool" = racecheck ] && line+=" hazards=${hazards:-?}"
+    [ "${tool%-policies}" = racecheck ] && line+=" hazards=${hazards:-?}"
     sanitizer_summary+="$line filter=$filter $tests"$'\n'
     grep -E "^========= (Invalid|Program hit|Error|Race|Warning|ERROR SUMMARY|RACECHECK)" "$log" \
       | sort | uniq -c | sort -rn | head -10

@@ -76,13 +76,13 @@ bool SinkhornOptions::is_valid(std::string* why) const {
     return fail("precision is not a Precision value: " +
                 std::to_string(static_cast<int>(*precision)));
   if (!(scaling > 0 && scaling < 1))
-    return fail("scaling must be in (0, 1), got " + std::to_string(scaling));
+    return fail("scaling must be in (0, 1), got " + format_number(scaling));
   if (!(initial_epsilon >= 0) || !std::isfinite(initial_epsilon))
     return fail("initial_epsilon must be >= 0 (0 = automatic), got " +
-                std::to_string(initial_epsilon));
+                format_number(initial_epsilon));
   if (!(tolerance >= 0) || !std::isfinite(tolerance))
     return fail("tolerance must be >= 0 (0 = default of the precision), got " +
-                std::to_string(tolerance));
+                format_number(tolerance));
   if (max_iterations < 1)
     return fail("max_iterations must be >= 1, got " + std::to_string(max_iterations));
   if (check_every < 1) return fail("check_every must be >= 1, got " + std::to_string(check_every));
@@ -145,8 +145,7 @@ std::string precision_that_resolves(double term, double cmax, double eps, double
 // The iteration loop on an existing oracle. `pot` receives the potentials (warm start when it
 // holds vectors of sizes n and m).
 template <class T>
-SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_scale,
-                             double epsilon, const SinkhornOptions& options, Potentials<T>* pot,
+SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsilon, const SinkhornOptions& options, Potentials<T>* pot,
                              Clock::time_point t_start) {
   SinkhornSummary s;
   s.n = oracle.n();
@@ -170,15 +169,15 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
     throw InvalidArgument("warm-start potentials are in " + to_string(pot->f.space()) +
                           " memory but the context works in " + to_string(ctx.memory_space()));
   }
-  // Guard: a largest cost c*D^2 that overflows T makes every score inf/NaN and the annealing
-  // schedule infinite; refuse it before iterating.
+  // Guard: a largest cost (c*D^2 [+ c_w max W]) that overflows T makes every score inf/NaN and
+  // the annealing schedule infinite; refuse it before iterating.
   {
-    const double d = oracle.diameter();
-    const double cmax = cost_scale * d * d;
+    const double cmax = oracle.max_cost();
     if (!std::isfinite(cmax) || cmax > double(std::numeric_limits<T>::max()) / 4) {
       std::ostringstream os;
-      os << "problem: the largest cost c*D^2 = " << cmax << " (D = " << d
-         << ", the diagonal of the clouds' bounding box) overflows " << to_string(s.precision)
+      os << "problem: the largest cost c*D^2 = " << cmax
+         << " (D the diagonal of the clouds' bounding box, plus the largest label term) "
+         << "overflows " << to_string(s.precision)
          << " arithmetic; rescale the clouds or the cost scale";
       throw InvalidArgument(os.str());
     }
@@ -242,8 +241,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   // Annealing starts at c*D^2 unless told otherwise; a warm start resumes at the target.
   double eps = epsilon;
   if (options.anneal && !warm) {
-    const double d = oracle.diameter();
-    const double eps0 = options.initial_epsilon > 0 ? options.initial_epsilon : cost_scale * d * d;
+    const double eps0 = options.initial_epsilon > 0 ? options.initial_epsilon : oracle.max_cost();
     eps = std::max(eps0, epsilon);
   }
   s.initial_epsilon = eps;
@@ -268,7 +266,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   int stalled_checks = 0;
   double last_residual = 0;  // the engine's residual at the last check
   constexpr int kStallChecks = 10;
-  const double cmax = cost_scale * oracle.diameter() * oracle.diameter();
+  const double cmax = oracle.max_cost();
   s.termination = TerminationType::kMaxIterations;
   while (s.iterations < options.max_iterations) {
     // Cancellation (ContextOptions::cancel, e.g. Ctrl-C): polled every iteration on the host (and
@@ -463,21 +461,33 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double cost_
   return s;
 }
 
-// True when y = x and b = a element by element (host data; device data compares pointers).
+// True when y = x, b = a and (label-augmented) the labels agree, element by element (host data;
+// device data compares pointers).
 template <class T>
-bool is_self_problem(const Problem<T>& p) {
+bool is_self_problem(const Problem<T>& problem) {
+  const SqEuclidean<T>& p = problem.features();
+  if (const LabelAugmented<T>* l = problem.labels()) {
+    const VectorView<const std::int32_t>&lx = l->labels_x, &ly = l->labels_y;
+    if (lx.size != ly.size) return false;
+    if (lx.space != MemorySpace::kHost || ly.space != MemorySpace::kHost) {
+      if (lx.data != ly.data) return false;
+    } else {
+      for (std::int64_t i = 0; i < lx.size; ++i)
+        if (lx[i] != ly[i]) return false;
+    }
+  }
   if (p.x.rows != p.y.rows || p.x.cols != p.y.cols) return false;
   if (p.x.space != MemorySpace::kHost || p.y.space != MemorySpace::kHost)
-    return p.x.data == p.y.data && p.x.stride == p.y.stride && p.a.data == p.b.data;
+    return p.x.data == p.y.data && p.x.stride == p.y.stride && problem.a.data == problem.b.data;
   for (std::int64_t i = 0; i < p.x.rows; ++i)
     for (std::int64_t k = 0; k < p.x.cols; ++k)
       if (!(p.x(i, k) == p.y(i, k))) return false;
-  if ((p.a.data == nullptr) != (p.b.data == nullptr)) return false;
-  if (p.a.data == nullptr) return true;
-  if (p.a.space != MemorySpace::kHost || p.b.space != MemorySpace::kHost)
-    return p.a.data == p.b.data;
-  for (std::int64_t i = 0; i < p.a.size; ++i)
-    if (!(p.a[i] == p.b[i])) return false;
+  const VectorView<const T>&a = problem.a, &b = problem.b;
+  if ((a.data == nullptr) != (b.data == nullptr)) return false;
+  if (a.data == nullptr) return true;
+  if (a.space != MemorySpace::kHost || b.space != MemorySpace::kHost) return a.data == b.data;
+  for (std::int64_t i = 0; i < a.size; ++i)
+    if (!(a[i] == b[i])) return false;
   return true;
 }
 
@@ -527,7 +537,7 @@ SinkhornSummary SinkhornSolver<T>::solve_from(const SinkhornOptions& options, Po
   SinkhornOptions run_options = options;
   if (options.symmetric_self_problems && is_self_problem(problem_))
     run_options.schedule = Schedule::kSymmetric;
-  return run_sinkhorn(*ctx_, *oracle_, problem_.cost_scale, problem_.epsilon, run_options,
+  return run_sinkhorn(*ctx_, *oracle_, problem_.epsilon, run_options,
                       pot ? pot : &local, t0);
 }
 
@@ -550,10 +560,7 @@ DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& opti
   Oracle<T>* oracle_xy = oracle_.get();
   // One eps schedule for the three problems: the one of (x, y).
   SinkhornOptions shared = options;
-  if (shared.initial_epsilon == 0) {
-    const double d = oracle_xy->diameter();
-    shared.initial_epsilon = problem.cost_scale * d * d;
-  }
+  if (shared.initial_epsilon == 0) shared.initial_epsilon = oracle_xy->max_cost();
   // The self-problems OT(a, a) and OT(b, b) run the symmetric schedule from f = g (GeomLoss's
   // h <- (h + T(h)) / 2, which keeps f = g bitwise). Alternating updates converge very slowly
   // on a self-problem: an isolated point is transported onto itself at zero cost, so only
@@ -566,31 +573,36 @@ DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& opti
   DivergenceSummary out;
   Potentials<T> local;
   out.xy =
-      run_sinkhorn(ctx, *oracle_xy, problem.cost_scale, problem.epsilon,
+      run_sinkhorn(ctx, *oracle_xy, problem.epsilon,
                    is_self_problem(problem) ? self : shared, potentials ? potentials : &local, t0);
-  const double cmax = problem.cost_scale * oracle_xy->diameter() * oracle_xy->diameter();
+  const double cmax = oracle_xy->max_cost();
   if (ctx.cancel_requested()) {
     out.xx.termination = out.yy.termination = TerminationType::kUserAbort;
     out.xx.message = out.yy.message = "cancelled before this problem started";
     return out;
   }
+  // The self-terms: the same cost with one side's features (and labels, over the same table).
   Problem<T> pxx = problem;
-  pxx.y = problem.x;
+  pxx.features().y = problem.features().x;
   pxx.b = problem.a;
   pxx.reference_y = problem.reference_x;  // the self-terms are certified on the caller's points
   Problem<T> pyy = problem;
-  pyy.x = problem.y;
+  pyy.features().x = problem.features().y;
   pyy.a = problem.b;
   pyy.reference_x = problem.reference_y;
+  if (const LabelAugmented<T>* l = problem.labels()) {
+    std::get<LabelAugmented<T>>(pxx.cost).labels_y = l->labels_x;
+    std::get<LabelAugmented<T>>(pyy.cost).labels_x = l->labels_y;
+  }
   {
     Potentials<T> p;
     auto o = make_oracle(ctx, pxx, precision);
-    out.xx = run_sinkhorn(ctx, *o, problem.cost_scale, problem.epsilon, self, &p, Clock::now());
+    out.xx = run_sinkhorn(ctx, *o, problem.epsilon, self, &p, Clock::now());
   }
   {
     Potentials<T> p;
     auto o = make_oracle(ctx, pyy, precision);
-    out.yy = run_sinkhorn(ctx, *o, problem.cost_scale, problem.epsilon, self, &p, Clock::now());
+    out.yy = run_sinkhorn(ctx, *o, problem.epsilon, self, &p, Clock::now());
   }
   out.divergence_raw = out.xy.dual_cost - 0.5 * out.xx.dual_cost - 0.5 * out.yy.dual_cost;
   // Error bound of the raw value: each dual cost is off from its OT_eps by at most about its
@@ -656,19 +668,23 @@ template <class T>
 void to_shifted(const Context& ctx, const Problem<T>& problem, const Potentials<T>& p,
                 std::vector<T>* fh, std::vector<T>* gh) {
   validate(problem);
+  if (problem.labels())
+    throw InvalidArgument("to_shifted: shifted potentials f - c|x|^2 are defined for a "
+                          "squared-Euclidean cost only (this problem's cost is label-augmented)");
+  const SqEuclidean<T>& fe = problem.features();
   *fh = to_host(ctx, p.f.cview());
   *gh = to_host(ctx, p.g.cview());
-  if (std::int64_t(fh->size()) != problem.x.rows || std::int64_t(gh->size()) != problem.y.rows)
+  if (std::int64_t(fh->size()) != fe.x.rows || std::int64_t(gh->size()) != fe.y.rows)
     throw InvalidArgument("to_shifted: potentials do not match the problem's sizes");
   auto shift = [&](const MatrixView<const T>& v, std::vector<T>* pot) {
     for (std::int64_t i = 0; i < v.rows; ++i) {
       double sq = 0;
       for (std::int64_t k = 0; k < v.cols; ++k) sq += double(v(i, k)) * double(v(i, k));
-      (*pot)[std::size_t(i)] = T(double((*pot)[std::size_t(i)]) - problem.cost_scale * sq);
+      (*pot)[std::size_t(i)] = T(double((*pot)[std::size_t(i)]) - fe.scale * sq);
     }
   };
-  shift(problem.x, fh);
-  shift(problem.y, gh);
+  shift(fe.x, fh);
+  shift(fe.y, gh);
 }
 
 // ---- reports --------------------------------------------------------------------------------

@@ -3,7 +3,13 @@
  * call forward and backward from its own stream. Every function returns a kantor_status; on
  * failure kantor_birkhoff_last_error() returns a message (per calling thread).
  * Layout: batch contiguous row-major n x n matrices, 2 <= n <= 16; dtype float32 or bfloat16
- * (raw 16-bit patterns); math in float32. Example: docs/birkhoff.md. */
+ * (raw 16-bit patterns); math in float32. Example: docs/birkhoff.md.
+ * The calls are project_birkhoff / project_birkhoff_backward of kantor/birkhoff.hpp on the CUDA
+ * engine: same defaults, checks and results. Arguments are checked before any CUDA call (a bad
+ * argument is KANTOR_STATUS_INVALID_ARGUMENT on any build and machine). The current CUDA device
+ * is the one of the pointers and the stream; each calling thread keeps a few small contexts, one
+ * per (device, stream) it used, created on the first call with that pair (they borrow the stream
+ * and hold no device memory and no thread). */
 #ifndef KANTOR_BIRKHOFF_C_H_
 #define KANTOR_BIRKHOFF_C_H_
 
@@ -17,7 +23,8 @@ typedef enum kantor_status {
   KANTOR_STATUS_OK = 0,
   KANTOR_STATUS_INVALID_ARGUMENT = 1, /* bad shape, dtype, option or null pointer */
   KANTOR_STATUS_NOT_COMPILED = 2,     /* this build has no CUDA engine */
-  KANTOR_STATUS_CUDA_ERROR = 3,       /* a CUDA call or launch failed */
+  KANTOR_STATUS_CUDA_ERROR = 3,       /* a CUDA call or launch failed, or no CUDA device is
+                                         visible */
   KANTOR_STATUS_OUT_OF_MEMORY = 4,
   KANTOR_STATUS_INTERNAL_ERROR = 5
 } kantor_status;
@@ -35,7 +42,7 @@ typedef struct kantor_birkhoff_options {
   int column_first;          /* sinkhorn: 0 row-first, 1 column-first */
   int iterations;            /* sinkhorn sweeps / deepseek repeat; 0 = 20 */
   double tolerance;          /* Err threshold; 0 = 1e-5 (float32), 3e-2 (bfloat16) */
-  int max_newton_iterations; /* newton cap; 0 = 30 */
+  int max_newton_iterations; /* newton cap, 1..1000; 0 = 30 */
   int unrolled_gradient;     /* backward: 0 implicit at P, 1 exact gradient of the truncated map */
 } kantor_birkhoff_options;
 
@@ -53,7 +60,8 @@ void kantor_birkhoff_default_options(kantor_birkhoff_options* options);
 
 /* Forward: out = projection of logits (device pointers, same dtype). stream: a cudaStream_t or
  * NULL for the default stream. stats == NULL: asynchronous on the stream. stats != NULL: the
- * error statistics are reduced on the device and the call synchronizes the stream. */
+ * error statistics are reduced on the device and the call synchronizes the stream. options ==
+ * NULL: the defaults. batch == 0: nothing is read or written (pointers may be NULL). */
 kantor_status kantor_birkhoff_forward(const void* logits, void* out, int64_t batch, int n,
                                       kantor_dtype dtype, const kantor_birkhoff_options* options,
                                       void* stream, kantor_birkhoff_stats* stats);

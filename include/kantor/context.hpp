@@ -29,6 +29,9 @@ struct ContextOptions {
   /// is lock-free). Once it reads true, CPU passes stop handing out row blocks and solvers end at
   /// the next iteration with TerminationType::kUserAbort; results are then not meaningful.
   const std::atomic<bool>* cancel = nullptr;
+  /// Kernel family override for tests and benchmarks (kantor/types.hpp); kAuto = the dispatch
+  /// table.
+  KernelChoice kernel = KernelChoice::kAuto;
 };
 
 class Context {
@@ -52,6 +55,8 @@ class Context {
   int device() const;
   /// The CUDA stream all work is issued on (opaque cudaStream_t), null on CPU.
   void* cuda_stream() const;
+  /// ContextOptions::kernel.
+  KernelChoice kernel() const;
   /// True once ContextOptions::cancel is set and reads true.
   bool cancel_requested() const;
   /// Blocks until all work issued on this context has finished (no-op on CPU).

@@ -50,4 +50,9 @@ class OutOfMemory : public Error {
   using Error::Error;
 };
 
+/// A number as error messages print it: up to 10 significant digits, shortest form ("0", "-1",
+/// "1.5", "1e-09", "nan", "inf"), never std::to_string's fixed 6 decimals (which shows 1e-9 as
+/// "0.000000").
+std::string format_number(double v);
+
 }  // namespace kantor

@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kantor/context.hpp"
 #include "kantor/problem.hpp"
@@ -25,6 +26,33 @@ struct Certificate {
   double plan_mass = std::numeric_limits<double>::quiet_NaN();  ///< sum_ij P_ij
 };
 
+/// A block-sparse key schedule for one direction of the passes (rows = that direction's queries:
+/// x for the f side, y for the g side). Row tile r (rows [r row_tile, (r+1) row_tile)) scans
+/// only the keys of its runs p in [run_ptr[r], run_ptr[r+1]): key tiles [runs[2p], runs[2p+1]),
+/// key tile t = keys [t key_tile, (t+1) key_tile) clipped to the key count. Keys outside the runs
+/// are absent from that row's sums (the truncated kernel of the multiscale solver). The runs of
+/// one row tile must not overlap. A row tile without runs has an empty sum: its potential update
+/// gives +inf (as a row whose keys are all masked).
+struct BlockList {
+  std::int64_t row_tile = 0;           ///< > 0; the engine's BlockShape::row_tile
+  std::int64_t key_tile = 0;           ///< > 0; a multiple of BlockShape::key_tile
+  std::vector<std::int64_t> run_ptr;   ///< ceil(rows / row_tile) + 1 offsets, run_ptr[0] = 0
+  std::vector<std::int32_t> runs;      ///< 2 run_ptr.back() entries: (begin, end) key tiles
+};
+
+/// The tile shape an engine's block lists use (its kernels' row block and key stage).
+struct BlockShape {
+  std::int64_t row_tile = 0;
+  std::int64_t key_tile = 0;
+};
+
+/// Throws InvalidArgument naming the first defect of `list` as a schedule of `rows` queries over
+/// `keys` keys on an engine of tile shape `shape` ("f side" / "g side" in `what`): tile sizes,
+/// run_ptr length, monotonicity and end, runs outside [0, ceil(keys / key_tile)], begin > end,
+/// overlapping runs of one row tile.
+void validate_block_list(const BlockList& list, std::int64_t rows, std::int64_t keys,
+                         const BlockShape& shape, const std::string& what);
+
 template <class T>
 class Oracle {
  public:
@@ -37,11 +65,23 @@ class Oracle {
   virtual MemorySpace memory_space() const = 0;
   /// Engine and kernel actually used, for the Summary, e.g. "cpu lse blocked 64x256 fp64".
   virtual std::string description() const = 0;
-  /// Diagonal D of the joint bounding box of x and y (host value, computed at setup).
-  virtual double diameter() const = 0;
-  /// Largest cost term c |x_i|^2 or c |y_j|^2 of a score on the centred clouds (host value from
-  /// setup): the magnitude whose rounding in the engine's arithmetic limits the resolvable eps.
+  /// An upper bound of every cost C_ij (host value from setup): c D^2 with D the diagonal of the
+  /// joint bounding box of the features, plus the largest label term c_w W for a LabelAugmented
+  /// cost. The annealing start and the scale of the potentials' rounding.
+  virtual double max_cost() const = 0;
+  /// Largest cost term of a score (c |x_i|^2 or c |y_j|^2 on the centred clouds, plus the largest
+  /// label term): the magnitude whose rounding in the engine's arithmetic limits the resolvable
+  /// eps (host value from setup).
   virtual double max_score_term() const = 0;
+  /// The kind of cost the passes evaluate: "sqeuclidean" or "label-augmented".
+  virtual std::string cost_kind() const = 0;
+  /// The tile shape of this engine's block lists.
+  virtual BlockShape block_shape() const = 0;
+  /// Sets the key schedule of every later pass (update, symmetric step, value passes, statistics;
+  /// not the certificate, which always sums over every pair): null = dense (all keys). The lists
+  /// are validated (validate_block_list) and copied. Squared-Euclidean and label-augmented costs
+  /// alike.
+  virtual void set_block_lists(const BlockList* f_side, const BlockList* g_side) = 0;
   /// Normalized weights (total mass 1), in the oracle's memory space.
   virtual const T* a() const = 0;
   virtual const T* b() const = 0;
@@ -63,6 +103,8 @@ class Oracle {
   virtual void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V,
                          MatrixView<T> out) = 0;
   /// out (n x d) = barycentric map T(x_i) = sum_j P_ij y_j / sum_j P_ij, original coordinates.
+  /// SqEuclidean costs only (the map estimates the Monge map of that cost): InvalidArgument
+  /// naming the cost otherwise.
   virtual void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) = 0;
 
   /// out[0] = <a, f> + <b, g>.
@@ -77,7 +119,7 @@ class Oracle {
   virtual Certificate certify(double eps, const T* f, const T* g) = 0;
 };
 
-/// The oracle for (context backend, squared-Euclidean geometry, precision). Copies, centres and
+/// The oracle for (context backend, the problem's cost, precision). Copies, centres and
 /// normalizes the problem data once. Validates the problem. Throws InvalidArgument for a
 /// precision the engine or T does not support (fp64 needs T = double; fp32, tf32 and bf16 need
 /// T = float; tf32 and bf16 need the CUDA engine).

@@ -17,7 +17,20 @@ enum class MemorySpace { kHost, kDevice };
 ///   accumulation (CUDA engine only), kFp64 float64 throughout.
 enum class Precision { kFp32, kTf32, kBf16, kFp64 };
 
+/// Which LSE kernel family serves the passes: kAuto = the engine's dispatch table (the CUDA
+/// engine's is lib/cuda/dispatch.cpp, with the measured evidence for each entry); the others
+/// force one family, for tests and benchmarks (InvalidArgument when it cannot serve the pass:
+/// the message says why). CUDA engine: kExact = CUDA cores, exact differences (fp32, fp64 and
+/// the fallback of every other family); kMma = the pipelined mma.sync kernel (tf32 d <= 64,
+/// bf16 d <= 128); kTf32Chunked = TF32 in 32-wide d chunks (any d); kGemm = cuBLAS TF32 score
+/// blocks + row LSE (dense schedule, squared-Euclidean cost). The CPU engine has one family and
+/// accepts only kAuto and kExact.
+enum class KernelChoice { kAuto, kExact, kMma, kTf32Chunked, kGemm };
+
 std::string to_string(Backend b);
+std::string to_string(KernelChoice k);
+/// Parse "auto" | "exact" | "mma" | "tf32-chunked" | "gemm".
+KernelChoice parse_kernel_choice(const std::string& s, const std::string& what = "kernel");
 std::string to_string(MemorySpace s);
 std::string to_string(Precision p);
 

@@ -17,8 +17,11 @@ struct VectorView {
   MemorySpace space = MemorySpace::kHost;
 
   T& operator[](std::int64_t i) const { return data[i]; }
-  /// Implicit conversion to a view of const elements.
-  operator VectorView<const T>() const { return {data, size, space}; }
+  /// Implicit conversion to a view of const elements (views of non-const elements only).
+  template <class U = T, class = std::enable_if_t<!std::is_const<U>::value>>
+  operator VectorView<const U>() const {
+    return {data, size, space};
+  }
 };
 
 /// A row-major matrix: element (i, k) is data[i * stride + k], stride >= cols.
@@ -32,7 +35,10 @@ struct MatrixView {
 
   T& operator()(std::int64_t i, std::int64_t k) const { return data[i * stride + k]; }
   T* row(std::int64_t i) const { return data + i * stride; }
-  operator MatrixView<const T>() const { return {data, rows, cols, stride, space}; }
+  template <class U = T, class = std::enable_if_t<!std::is_const<U>::value>>
+  operator MatrixView<const U>() const {
+    return {data, rows, cols, stride, space};
+  }
 };
 
 /// A view of a contiguous host vector.

@@ -1,6 +1,7 @@
 // Front end of the batched Birkhoff projection: validation, dispatch to the CPU engine (below,
 // float64 math over the shared per-matrix algorithms) or the CUDA engine (lib/birkhoff/cuda),
-// and the Summary.
+// and the Summary. The only front end: the C API (birkhoff_c.cpp) is an adapter over
+// project_birkhoff / project_birkhoff_backward, so every default and check lives here.
 #include "kantor/birkhoff.hpp"
 
 #include <algorithm>
@@ -129,13 +130,18 @@ inline double load(bfloat16 v) { return to_float(v); }
 inline void store(float& d, double v) { d = float(v); }
 inline void store(bfloat16& d, double v) { d = to_bfloat16(float(v)); }
 
+MemorySpace memory_space_of(Backend backend) {
+  return backend == Backend::kCuda ? MemorySpace::kDevice : MemorySpace::kHost;
+}
+
 template <class T>
-void check_view(const Context& ctx, const BatchView<T>& v, const char* name, std::int64_t batch,
+void check_view(Backend backend, const BatchView<T>& v, const char* name, std::int64_t batch,
                 int n) {
-  if (v.space != ctx.memory_space())
+  const MemorySpace space = memory_space_of(backend);
+  if (v.space != space)
     throw InvalidArgument(std::string(name) + " is in " + to_string(v.space) +
-                          " memory but the context runs on " + to_string(ctx.backend()) +
-                          " (expected " + to_string(ctx.memory_space()) + " memory)");
+                          " memory but the context runs on " + to_string(backend) +
+                          " (expected " + to_string(space) + " memory)");
   if (v.batch != batch || v.n != n)
     throw InvalidArgument(std::string(name) + " has shape [" + std::to_string(v.batch) + ", " +
                           std::to_string(v.n) + ", " + std::to_string(v.n) + "], expected [" +
@@ -162,6 +168,30 @@ void check_shape(std::int64_t batch, int n, const char* name) {
 void check_options(const BirkhoffOptions& o) {
   std::string why;
   if (!o.is_valid(&why)) throw InvalidArgument("BirkhoffOptions: " + why);
+}
+
+template <class T>
+void check_forward_args(Backend backend, const BatchView<const T>& logits,
+                        const BatchView<T>& out, const BirkhoffOptions& options) {
+  check_options(options);
+  check_shape(logits.batch, logits.n, "project_birkhoff: logits");
+  check_view(backend, logits, "project_birkhoff: logits", logits.batch, logits.n);
+  check_view(backend, out, "project_birkhoff: out", logits.batch, logits.n);
+}
+
+template <class T>
+void check_backward_args(Backend backend, const BatchView<const T>& P,
+                         const BatchView<const T>& G, const BatchView<T>& D,
+                         const BirkhoffOptions& options, const BatchView<const T>& R) {
+  check_options(options);
+  const bool implicit = options.gradient == BirkhoffGradient::kImplicit;
+  check_shape(G.batch, G.n, "project_birkhoff_backward: grad_P");
+  check_view(backend, G, "project_birkhoff_backward: grad_P", G.batch, G.n);
+  check_view(backend, D, "project_birkhoff_backward: grad_logits", G.batch, G.n);
+  check_view(backend, implicit ? P : R,
+             implicit ? "project_birkhoff_backward: P"
+                      : "project_birkhoff_backward: logits (unrolled gradient)",
+             G.batch, G.n);
 }
 
 // ---- CPU engine ---------------------------------------------------------------------------
@@ -242,10 +272,7 @@ template <class T>
 BirkhoffSummary forward_impl(const Context& ctx, BatchView<const T> logits, BatchView<T> out,
                              const BirkhoffOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
-  check_options(options);
-  check_shape(logits.batch, logits.n, "project_birkhoff: logits");
-  check_view(ctx, logits, "project_birkhoff: logits", logits.batch, logits.n);
-  check_view(ctx, out, "project_birkhoff: out", logits.batch, logits.n);
+  check_forward_args(ctx.backend(), logits, out, options);
   const bool bf16 = !std::is_same<T, float>::value;
   BirkhoffSummary s;
   s.batch = logits.batch;
@@ -337,16 +364,8 @@ BirkhoffSummary forward_impl(const Context& ctx, BatchView<const T> logits, Batc
 template <class T>
 void backward_impl(const Context& ctx, BatchView<const T> P, BatchView<const T> G, BatchView<T> D,
                    const BirkhoffOptions& options, BatchView<const T> R) {
-  check_options(options);
+  check_backward_args(ctx.backend(), P, G, D, options, R);
   const bool implicit = options.gradient == BirkhoffGradient::kImplicit;
-  const BatchView<const T>& primary = implicit ? P : R;
-  check_shape(G.batch, G.n, "project_birkhoff_backward: grad_P");
-  check_view(ctx, G, "project_birkhoff_backward: grad_P", G.batch, G.n);
-  check_view(ctx, D, "project_birkhoff_backward: grad_logits", G.batch, G.n);
-  check_view(ctx, primary,
-             implicit ? "project_birkhoff_backward: P"
-                      : "project_birkhoff_backward: logits (unrolled gradient)",
-             G.batch, G.n);
   const int n = G.n;
   const std::int64_t B = G.batch;
   if (B == 0) return;
@@ -376,6 +395,27 @@ void backward_impl(const Context& ctx, BatchView<const T> P, BatchView<const T> 
 
 }  // namespace
 
+namespace birkhoff {
+void check_forward(Backend backend, BatchView<const float> logits, BatchView<float> out,
+                   const BirkhoffOptions& options) {
+  check_forward_args(backend, logits, out, options);
+}
+void check_forward(Backend backend, BatchView<const bfloat16> logits, BatchView<bfloat16> out,
+                   const BirkhoffOptions& options) {
+  check_forward_args(backend, logits, out, options);
+}
+void check_backward(Backend backend, BatchView<const float> P, BatchView<const float> grad_P,
+                    BatchView<float> grad_logits, const BirkhoffOptions& options,
+                    BatchView<const float> logits) {
+  check_backward_args(backend, P, grad_P, grad_logits, options, logits);
+}
+void check_backward(Backend backend, BatchView<const bfloat16> P,
+                    BatchView<const bfloat16> grad_P, BatchView<bfloat16> grad_logits,
+                    const BirkhoffOptions& options, BatchView<const bfloat16> logits) {
+  check_backward_args(backend, P, grad_P, grad_logits, options, logits);
+}
+}  // namespace birkhoff
+
 BirkhoffSummary project_birkhoff(const Context& ctx, BatchView<const float> logits,
                                  BatchView<float> out, const BirkhoffOptions& options) {
   return forward_impl<float>(ctx, logits, out, options);
@@ -398,7 +438,7 @@ void project_birkhoff_backward(const Context& ctx, BatchView<const bfloat16> P,
 
 void fill_normal(const Context& ctx, BatchView<float> out, double mean, double stddev,
                  std::uint64_t seed) {
-  check_view(ctx, out, "fill_normal: out", out.batch, out.n);
+  check_view(ctx.backend(), out, "fill_normal: out", out.batch, out.n);
   const std::int64_t count = out.elements();
   if (count == 0) return;
   if (ctx.backend() == Backend::kCuda) {

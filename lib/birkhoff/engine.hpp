@@ -1,5 +1,7 @@
-// Internal interface between the Birkhoff front end (lib/birkhoff/birkhoff.cpp, the C API) and
-// the CUDA engine (lib/birkhoff/cuda/). No CUDA types: streams are opaque cudaStream_t pointers.
+// Internal interface between the Birkhoff front end (lib/birkhoff/birkhoff.cpp) and the CUDA
+// engine (lib/birkhoff/cuda/), plus the front end's argument checks for the C API
+// (lib/birkhoff/birkhoff_c.cpp, an adapter over the front end that never calls the engine
+// itself). No CUDA types: streams are opaque cudaStream_t pointers.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +56,22 @@ struct DeviceStats {
 
 /// Why a MatrixStatus >= kInvalidInput is invalid ("" for the others).
 std::string invalid_reason(int status);
+
+/// The argument checks of project_birkhoff / project_birkhoff_backward for a context of
+/// `backend` (options, shapes, memory spaces, null data: InvalidArgument naming the argument);
+/// those functions run exactly these first. The C API runs them before it looks up its Context,
+/// so that a bad argument is reported as KANTOR_STATUS_INVALID_ARGUMENT also where no CUDA device
+/// is visible or the build has no CUDA engine. Defined in lib/birkhoff/birkhoff.cpp.
+void check_forward(Backend backend, BatchView<const float> logits, BatchView<float> out,
+                   const BirkhoffOptions& options);
+void check_forward(Backend backend, BatchView<const bfloat16> logits, BatchView<bfloat16> out,
+                   const BirkhoffOptions& options);
+void check_backward(Backend backend, BatchView<const float> P, BatchView<const float> grad_P,
+                    BatchView<float> grad_logits, const BirkhoffOptions& options,
+                    BatchView<const float> logits);
+void check_backward(Backend backend, BatchView<const bfloat16> P,
+                    BatchView<const bfloat16> grad_P, BatchView<bfloat16> grad_logits,
+                    const BirkhoffOptions& options, BatchView<const bfloat16> logits);
 
 /// Histogram of log10(Err) used for the device median: kHistBins bins of kHistWidth decades
 /// from 10^kHistLo; bin 0 also takes smaller errors (and 0), the last bin larger and non-finite.

@@ -16,12 +16,7 @@
 #include <limits>
 
 #include "kantor/oracle.hpp"
-
-#if defined(__CUDACC__)
-#define KANTOR_HOST_DEVICE __host__ __device__
-#else
-#define KANTOR_HOST_DEVICE
-#endif
+#include "lib/core/host_device.hpp"
 
 namespace kantor {
 
@@ -34,13 +29,14 @@ struct CertificateSide {
 };
 
 /// One pair's contribution: adds v_j exp(z) to *row_sum and v_j exp(z) t to *row_t and raises
-/// *max_t, with z = (p_q + p_k - C) / eps computed from the squared distance `sq` (double, exact
-/// differences). Pairs with zero key weight are skipped by the caller (their potential may be
-/// anything, even inf).
-KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double inv_eps, double p_q,
-                                                double p_k, double v_k, double* row_sum,
-                                                double* row_t, double* max_t) {
-  const double cost = c * sq;
+/// *max_t, with z = (p_q + p_k - C) / eps and C = c sq + pair computed from the squared distance
+/// `sq` (double, exact differences) and the pair's label term (c_w W[l_i, l_j] in double; 0 for
+/// a squared-Euclidean cost). Pairs with zero key weight are skipped by the caller (their
+/// potential may be anything, even inf).
+KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double pair, double inv_eps,
+                                                double p_q, double p_k, double v_k,
+                                                double* row_sum, double* row_t, double* max_t) {
+  const double cost = c * sq + pair;
   const double z = ((p_q + p_k) - cost) * inv_eps;
   const double p = v_k * exp(z);
   const double t = fabs(p_q) + fabs(p_k) + cost;
@@ -62,8 +58,9 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double row_sum, double 
 /// The bound from the two sides' sums (n rows, m columns, dimension d, target eps).
 ///
 /// Rounding model (u = 2^-53, every operation of certificate_pair in double): the squared
-/// distance and the cost carry a relative error <= (d + 4) u, f + g - C and the division by eps
-/// add u |f| + u |g| + 2 u (|f| + |g| + C) and u |z|, so |dz| <= K u t / eps with K = d + 9 and
+/// distance and the cost (with its label term c_w W, itself one rounding) carry a relative error
+/// <= (d + 6) u, f + g - C and the division by eps
+/// add u |f| + u |g| + 2 u (|f| + |g| + C) and u |z|, so |dz| <= K u t / eps with K = d + 11 and
 /// t = |f| + |g| + C. exp, the product v exp and the weights (normalized by a sum of n or m terms)
 /// add a relative (n + m + 8) u; the sums over j and i add m u and n u. With delta = K u t / eps:
 /// |e^dz - 1| <= 1.2975 delta for delta <= 1/2 ((e^x - 1) / x is increasing), so each side's
@@ -73,7 +70,7 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double row_sum, double 
 inline Certificate certificate_bound(const CertificateSide& rows, const CertificateSide& cols,
                                      std::int64_t n, std::int64_t m, std::int64_t d, double eps) {
   constexpr double u = 0x1.0p-53;
-  const double K = double(d) + 9;
+  const double K = double(d) + 11;
   const double g = 2 * (double(n) + double(m) + double(d) + 16) * u;
   auto side_slack = [&](const CertificateSide& s) {
     const double delta_max = K * u * s.max_t / eps;

@@ -1,6 +1,7 @@
 #include "kantor/types.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "kantor/error.hpp"
@@ -14,6 +15,31 @@ std::string to_string(Backend b) {
     case Backend::kAuto: return "auto";
   }
   return "?";
+}
+
+std::string format_number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+std::string to_string(KernelChoice k) {
+  switch (k) {
+    case KernelChoice::kAuto: return "auto";
+    case KernelChoice::kExact: return "exact";
+    case KernelChoice::kMma: return "mma";
+    case KernelChoice::kTf32Chunked: return "tf32-chunked";
+    case KernelChoice::kGemm: return "gemm";
+  }
+  return "?";
+}
+
+KernelChoice parse_kernel_choice(const std::string& s, const std::string& what) {
+  for (KernelChoice k : {KernelChoice::kAuto, KernelChoice::kExact, KernelChoice::kMma,
+                         KernelChoice::kTf32Chunked, KernelChoice::kGemm})
+    if (s == to_string(k)) return k;
+  throw InvalidArgument(what + ": unknown value '" + s +
+                        "' (expected auto, exact, mma, tf32-chunked or gemm)");
 }
 
 std::string to_string(MemorySpace s) { return s == MemorySpace::kHost ? "host" : "device"; }

@@ -1,10 +1,14 @@
 // Validation of problems at the API boundary: every message names the field, the value and what
 // was expected.
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 #include <sstream>
 #include <string>
 
 #include "kantor/error.hpp"
+#include "kantor/oracle.hpp"
 #include "kantor/problem.hpp"
 
 namespace kantor {
@@ -61,17 +65,63 @@ double check_weights(const VectorView<const T>& w, std::int64_t expected, const 
   return total;
 }
 
+void check_labels(const VectorView<const std::int32_t>& l, std::int64_t expected,
+                  std::int64_t classes, const char* name) {
+  if (l.size != expected)
+    throw InvalidArgument(std::string("problem.cost.") + name + ": " + std::to_string(l.size) +
+                          " labels for " + std::to_string(expected) + " points");
+  if (l.data == nullptr)
+    throw InvalidArgument(std::string("problem.cost.") + name + ": null data for " +
+                          std::to_string(l.size) + " labels");
+  if (l.space != MemorySpace::kHost) return;
+  for (std::int64_t i = 0; i < l.size; ++i)
+    if (l[i] < 0 || l[i] >= classes) {
+      std::ostringstream os;
+      os << "problem.cost." << name << ": label " << l[i] << " at point " << i
+         << " is outside the table's label range [0, " << classes << ")";
+      throw InvalidArgument(os.str());
+    }
+}
+
+template <class T>
+void check_label_cost(const LabelAugmented<T>& c, std::int64_t n, std::int64_t m) {
+  const MatrixView<const double>& w = c.table;
+  if (w.rows <= 0 || w.rows != w.cols)
+    throw InvalidArgument("problem.cost.table: the label table must be L x L with L >= 1 (one "
+                          "label space for both sides), got " +
+                          std::to_string(w.rows) + " x " + std::to_string(w.cols));
+  if (w.stride < w.cols)
+    throw InvalidArgument("problem.cost.table: stride " + std::to_string(w.stride) + " < cols " +
+                          std::to_string(w.cols));
+  if (w.data == nullptr) throw InvalidArgument("problem.cost.table: null data");
+  if (!(c.table_scale >= 0) || !std::isfinite(c.table_scale))
+    throw InvalidArgument("problem.cost.table_scale must be finite and >= 0, got " +
+                          format_number(c.table_scale));
+  if (w.space == MemorySpace::kHost)
+    for (std::int64_t r = 0; r < w.rows; ++r)
+      for (std::int64_t k = 0; k < w.cols; ++k)
+        if (!std::isfinite(w(r, k)) || w(r, k) < 0) {
+          std::ostringstream os;
+          os << "problem.cost.table: entry (" << r << ", " << k << ") is " << w(r, k)
+             << " (expected finite and >= 0)";
+          throw InvalidArgument(os.str());
+        }
+  check_labels(c.labels_x, n, w.rows, "labels_x");
+  check_labels(c.labels_y, m, w.rows, "labels_y");
+}
+
 }  // namespace
 
 template <class T>
 void validate(const Problem<T>& p) {
-  check_cloud(p.x, "x");
-  check_cloud(p.y, "y");
-  if (p.x.cols != p.y.cols)
-    throw InvalidArgument("problem: dimension mismatch, x has " + std::to_string(p.x.cols) +
-                          " coordinates per point and y has " + std::to_string(p.y.cols));
-  const double ma = check_weights(p.a, p.x.rows, "a");
-  const double mb = check_weights(p.b, p.y.rows, "b");
+  const SqEuclidean<T>& fe = p.features();
+  check_cloud(fe.x, "x");
+  check_cloud(fe.y, "y");
+  if (fe.x.cols != fe.y.cols)
+    throw InvalidArgument("problem: dimension mismatch, x has " + std::to_string(fe.x.cols) +
+                          " coordinates per point and y has " + std::to_string(fe.y.cols));
+  const double ma = check_weights(p.a, fe.x.rows, "a");
+  const double mb = check_weights(p.b, fe.y.rows, "b");
   if (std::isfinite(ma) && std::isfinite(mb) && std::abs(ma - mb) > 1e-6 * std::max(ma, mb)) {
     std::ostringstream os;
     os.precision(17);
@@ -79,12 +129,13 @@ void validate(const Problem<T>& p) {
        << "; balanced OT needs equal mass to 1e-6 relative)";
     throw InvalidArgument(os.str());
   }
-  if (!(p.cost_scale > 0) || !std::isfinite(p.cost_scale))
-    throw InvalidArgument("problem.cost_scale must be finite and > 0, got " +
-                          std::to_string(p.cost_scale));
+  if (!(fe.scale > 0) || !std::isfinite(fe.scale))
+    throw InvalidArgument("problem.cost.scale must be finite and > 0, got " +
+                          format_number(fe.scale));
+  if (const LabelAugmented<T>* l = p.labels()) check_label_cost(*l, fe.x.rows, fe.y.rows);
   if (!(p.epsilon > 0) || !std::isfinite(p.epsilon))
     throw InvalidArgument("problem.epsilon must be finite and > 0, got " +
-                          std::to_string(p.epsilon));
+                          format_number(p.epsilon));
   const bool rx = p.reference_x.data != nullptr || p.reference_x.rows != 0;
   const bool ry = p.reference_y.data != nullptr || p.reference_y.rows != 0;
   if (rx != ry)
@@ -100,12 +151,63 @@ void validate(const Problem<T>& p) {
                               " x " + std::to_string(r.cols) + " but problem." + vn + " is " +
                               std::to_string(v.rows) + " x " + std::to_string(v.cols));
     };
-    same_shape(p.reference_x, p.x, "reference_x", "x");
-    same_shape(p.reference_y, p.y, "reference_y", "y");
+    same_shape(p.reference_x, fe.x, "reference_x", "x");
+    same_shape(p.reference_y, fe.y, "reference_y", "y");
   }
 }
 
 template void validate(const Problem<float>&);
 template void validate(const Problem<double>&);
+
+}  // namespace kantor
+
+namespace kantor {
+
+void validate_block_list(const BlockList& list, std::int64_t rows, std::int64_t keys,
+                         const BlockShape& shape, const std::string& what) {
+  const std::string w = "block list (" + what + "): ";
+  if (list.row_tile != shape.row_tile)
+    throw InvalidArgument(w + "row_tile is " + std::to_string(list.row_tile) +
+                          " but this engine's row tile is " + std::to_string(shape.row_tile) +
+                          " (Oracle::block_shape)");
+  if (list.key_tile <= 0 || list.key_tile % shape.key_tile != 0)
+    throw InvalidArgument(w + "key_tile is " + std::to_string(list.key_tile) +
+                          " (expected a positive multiple of " + std::to_string(shape.key_tile) +
+                          ", Oracle::block_shape)");
+  const std::int64_t row_tiles = (rows + list.row_tile - 1) / list.row_tile;
+  const std::int64_t key_tiles = (keys + list.key_tile - 1) / list.key_tile;
+  if (std::int64_t(list.run_ptr.size()) != row_tiles + 1)
+    throw InvalidArgument(w + "run_ptr has " + std::to_string(list.run_ptr.size()) +
+                          " entries for " + std::to_string(row_tiles) +
+                          " row tiles (expected row tiles + 1)");
+  if (list.run_ptr[0] != 0) throw InvalidArgument(w + "run_ptr[0] must be 0");
+  for (std::int64_t r = 0; r < row_tiles; ++r)
+    if (list.run_ptr[std::size_t(r + 1)] < list.run_ptr[std::size_t(r)])
+      throw InvalidArgument(w + "run_ptr decreases at row tile " + std::to_string(r));
+  if (std::int64_t(list.runs.size()) != 2 * list.run_ptr.back())
+    throw InvalidArgument(w + "runs has " + std::to_string(list.runs.size()) + " entries but " +
+                          "run_ptr ends at " + std::to_string(list.run_ptr.back()) +
+                          " runs (expected 2 per run)");
+  std::vector<std::pair<std::int32_t, std::int32_t>> rr;
+  for (std::int64_t r = 0; r < row_tiles; ++r) {
+    rr.clear();
+    for (std::int64_t q = list.run_ptr[std::size_t(r)]; q < list.run_ptr[std::size_t(r + 1)]; ++q) {
+      const std::int32_t b = list.runs[std::size_t(2 * q)], e = list.runs[std::size_t(2 * q + 1)];
+      if (b < 0 || e < b || e > key_tiles)
+        throw InvalidArgument(w + "row tile " + std::to_string(r) + ", run " + std::to_string(q) +
+                              ": key tiles [" + std::to_string(b) + ", " + std::to_string(e) +
+                              ") outside [0, " + std::to_string(key_tiles) + "] or reversed");
+      if (e > b) rr.emplace_back(b, e);
+    }
+    std::sort(rr.begin(), rr.end());
+    for (std::size_t k = 1; k < rr.size(); ++k)
+      if (rr[k].first < rr[k - 1].second)
+        throw InvalidArgument(w + "row tile " + std::to_string(r) + ": runs [" +
+                              std::to_string(rr[k - 1].first) + ", " +
+                              std::to_string(rr[k - 1].second) + ") and [" +
+                              std::to_string(rr[k].first) + ", " + std::to_string(rr[k].second) +
+                              ") overlap");
+  }
+}
 
 }  // namespace kantor

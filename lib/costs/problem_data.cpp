@@ -42,32 +42,51 @@ std::vector<T> download(const VectorView<const T>& v) {
 }  // namespace
 
 template <class T>
-PreparedProblem<T> prepare_problem_data(const Problem<T>& p) {
-  validate(p);
+PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
+  validate(problem);
+  const SqEuclidean<T>& p = problem.features();
+  const LabelAugmented<T>* lab = problem.labels();
   const bool x_dev = p.x.space == MemorySpace::kDevice, y_dev = p.y.space == MemorySpace::kDevice;
-  const bool a_dev = p.a.data && p.a.space == MemorySpace::kDevice;
-  const bool b_dev = p.b.data && p.b.space == MemorySpace::kDevice;
-  if (x_dev || y_dev || a_dev || b_dev) {
+  const bool a_dev = problem.a.data && problem.a.space == MemorySpace::kDevice;
+  const bool b_dev = problem.b.data && problem.b.space == MemorySpace::kDevice;
+  const bool l_dev = lab && (lab->labels_x.space == MemorySpace::kDevice ||
+                             lab->labels_y.space == MemorySpace::kDevice ||
+                             lab->table.space == MemorySpace::kDevice);
+  if (x_dev || y_dev || a_dev || b_dev || l_dev) {
     // Device-resident inputs: setup is a host pass anyway (validation, centring, padding), so
     // they are copied to the host once, after all device work (any stream) has finished, and
     // then validated element by element like host inputs.
     cuda::device_synchronize();
     std::vector<T> hx, hy, ha, hb;
-    Problem<T> q = p;
-    if (x_dev) hx = download(p.x), q.x = {hx.data(), p.x.rows, p.x.cols, p.x.stride};
-    if (y_dev) hy = download(p.y), q.y = {hy.data(), p.y.rows, p.y.cols, p.y.stride};
-    if (a_dev) ha = download(p.a), q.a = {ha.data(), p.a.size};
-    if (b_dev) hb = download(p.b), q.b = {hb.data(), p.b.size};
+    Problem<T> q = problem;
+    SqEuclidean<T>& qf = q.features();
+    if (x_dev) hx = download(p.x), qf.x = {hx.data(), p.x.rows, p.x.cols, p.x.stride};
+    if (y_dev) hy = download(p.y), qf.y = {hy.data(), p.y.rows, p.y.cols, p.y.stride};
+    std::vector<std::int32_t> hlx, hly;
+    std::vector<double> htab;
+    if (l_dev) {
+      LabelAugmented<T>& ql = std::get<LabelAugmented<T>>(q.cost);
+      if (lab->labels_x.space == MemorySpace::kDevice)
+        hlx = download(lab->labels_x), ql.labels_x = {hlx.data(), lab->labels_x.size};
+      if (lab->labels_y.space == MemorySpace::kDevice)
+        hly = download(lab->labels_y), ql.labels_y = {hly.data(), lab->labels_y.size};
+      if (lab->table.space == MemorySpace::kDevice)
+        htab = download(lab->table),
+        ql.table = {htab.data(), lab->table.rows, lab->table.cols, lab->table.stride};
+    }
+    if (a_dev) ha = download(problem.a), q.a = {ha.data(), problem.a.size};
+    if (b_dev) hb = download(problem.b), q.b = {hb.data(), problem.b.size};
     std::vector<double> hrx, hry;
-    if (p.reference_x.data && p.reference_x.space == MemorySpace::kDevice)
-      hrx = download(p.reference_x),
-      q.reference_x = {hrx.data(), p.reference_x.rows, p.reference_x.cols, p.reference_x.stride};
-    if (p.reference_y.data && p.reference_y.space == MemorySpace::kDevice)
-      hry = download(p.reference_y),
-      q.reference_y = {hry.data(), p.reference_y.rows, p.reference_y.cols, p.reference_y.stride};
+    const MatrixView<const double>& rx = problem.reference_x;
+    const MatrixView<const double>& ry = problem.reference_y;
+    if (rx.data && rx.space == MemorySpace::kDevice)
+      hrx = download(rx), q.reference_x = {hrx.data(), rx.rows, rx.cols, rx.stride};
+    if (ry.data && ry.space == MemorySpace::kDevice)
+      hry = download(ry), q.reference_y = {hry.data(), ry.rows, ry.cols, ry.stride};
     return prepare_problem_data(q);
   }
   PreparedProblem<T> out;
+  out.cost_scale = p.scale;
   out.n = p.x.rows;
   out.m = p.y.rows;
   out.d = p.x.cols;
@@ -98,8 +117,8 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& p) {
   };
   copy_centred(p.x, &out.x);
   copy_centred(p.y, &out.y);
-  out.a = normalized_weights(p.a, out.n);
-  out.b = normalized_weights(p.b, out.m);
+  out.a = normalized_weights(problem.a, out.n);
+  out.b = normalized_weights(problem.b, out.m);
   // Guard: a zero weight masks its point (log 0 = -inf, which every engine's pass treats as a
   // masked key and never as a NaN source).
   auto logs = [](const std::vector<T>& w) {
@@ -127,8 +146,8 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& p) {
         e[std::size_t(i * d + k)] = ref.data ? ref(i, k) : double(v(i, k));
     return e;
   };
-  out.x_ref = exact(p.x, p.reference_x);
-  out.y_ref = exact(p.y, p.reference_y);
+  out.x_ref = exact(p.x, problem.reference_x);
+  out.y_ref = exact(p.y, problem.reference_y);
   auto exact_weights = [](const VectorView<const T>& w, std::int64_t count) {
     std::vector<double> e(std::size_t(count), 1.0 / double(count));
     if (w.data == nullptr) return e;
@@ -137,8 +156,21 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& p) {
     for (std::int64_t i = 0; i < count; ++i) e[std::size_t(i)] = double(w[i]) / total;
     return e;
   };
-  out.a_ref = exact_weights(p.a, out.n);
-  out.b_ref = exact_weights(p.b, out.m);
+  out.a_ref = exact_weights(problem.a, out.n);
+  out.b_ref = exact_weights(problem.b, out.m);
+  if (lab) {
+    out.classes = lab->table.rows;
+    out.labels_x.assign(lab->labels_x.data, lab->labels_x.data + out.n);
+    out.labels_y.assign(lab->labels_y.data, lab->labels_y.data + out.m);
+    out.pair.resize(std::size_t(out.classes * out.classes));
+    for (std::int64_t r = 0; r < out.classes; ++r)
+      for (std::int64_t k = 0; k < out.classes; ++k) {
+        const double v = lab->table_scale * lab->table(r, k);
+        out.pair[std::size_t(r * out.classes + k)] = v;
+        out.max_pair = std::max(out.max_pair, v);
+      }
+  }
+  out.max_cost = p.scale * out.diameter * out.diameter + out.max_pair;
   return out;
 }
 

@@ -1,7 +1,8 @@
 // Host-side preparation shared by every engine: validate, copy to contiguous row-major storage,
 // centre both clouds on the midpoint of their joint bounding box (the cost is translation
 // invariant; centring limits the cancellation of c|x|^2 + c|y|^2 - 2c<x,y>), normalize the weights
-// to mass 1 (empty weight views become uniform).
+// to mass 1 (empty weight views become uniform); for a LabelAugmented cost, host copies of the
+// labels and of the scaled table c_w W (double).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,14 @@ struct PreparedProblem {
   std::vector<T> a, b;        // normalized weights
   std::vector<T> la, lb;      // their logs; -inf for a zero weight (a masked point)
   double diameter = 0;        // diagonal of the joint bounding box
+  double cost_scale = 1;      // c of the squared-Euclidean part
+  // LabelAugmented: L classes, labels per side, the pair term c_w W[l, l'] (L x L, double,
+  // row-major). classes = 0 for a SqEuclidean cost.
+  std::int64_t classes = 0;
+  std::vector<std::int32_t> labels_x, labels_y;
+  std::vector<double> pair;
+  double max_pair = 0;        // largest entry of `pair`
+  double max_cost = 0;        // c D^2 + max_pair: no C_ij exceeds it (the annealing start)
   double max_sq_norm = 0;     // max over both centred clouds of |x_i|^2 (double)
   // The certificate's data (lib/core/certificate.hpp): the caller's coordinates as given (or
   // problem.reference_x / reference_y when set), uncentred, in double, row-major; and the weights

@@ -24,11 +24,14 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
   __shared__ double qs[kRows][kChunk + 1];
   __shared__ double ks[kKeys][kChunk + 1];
   __shared__ double kpot[kKeys], kw[kKeys];
+  __shared__ int klab[kKeys];
   const int t = threadIdx.x;
   const std::int64_t i = std::int64_t(blockIdx.x) * kRows + t;
   const bool row_ok = i < p.nq && p.query_w[i < p.nq ? i : 0] > 0;
   const double pi = i < p.nq ? double(p.query_pot[i]) : 0.0;
   const double inv_eps = 1.0 / p.eps;
+  const double* pair_row =
+      p.pair ? p.pair + std::int64_t(p.query_labels[i < p.nq ? i : 0]) * p.classes : nullptr;
   double sum = 0, sum_t = 0, max_t = 0;
   for (std::int64_t j0 = 0; j0 < p.nk; j0 += kKeys) {
     double sq[kKeys];
@@ -50,6 +53,7 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
         const std::int64_t gj = j0 + t;
         kpot[t] = gj < p.nk ? double(p.key_pot[gj]) : 0.0;
         kw[t] = gj < p.nk ? p.key_w[gj] : 0.0;
+        klab[t] = p.pair && gj < p.nk ? p.key_labels[gj] : 0;
       }
       __syncthreads();
 #pragma unroll
@@ -67,8 +71,8 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
       for (int jj = 0; jj < kKeys; ++jj)
         // Guard: masked (zero-weight) and padding keys are skipped; their potential may be inf.
         if (kw[jj] > 0)
-          certificate_pair(sq[jj], p.cost_scale, inv_eps, pi, kpot[jj], kw[jj], &sum, &sum_t,
-                           &max_t);
+          certificate_pair(sq[jj], p.cost_scale, pair_row ? pair_row[klab[jj]] : 0.0, inv_eps, pi,
+                           kpot[jj], kw[jj], &sum, &sum_t, &max_t);
     }
   }
   CertificateSide s;

@@ -18,6 +18,12 @@ struct CertifySide {
   std::int64_t nq = 0, nk = 0;
   int d = 0;
   double cost_scale = 1, eps = 1;
+  /// LabelAugmented: C_ij += pair[query_labels[i] * classes + key_labels[j]] (c_w W, double;
+  /// the column side gets W^T). Null = squared-Euclidean.
+  const std::int32_t* query_labels = nullptr;
+  const std::int32_t* key_labels = nullptr;
+  const double* pair = nullptr;
+  int classes = 0;
   /// 4 doubles in device memory, accumulated (not overwritten): error, mass, weighted t, and
   /// max t (as the bits of a non-negative double; start from 0).
   double* out = nullptr;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "lib/core/online_lse.hpp"
+
 namespace kantor::cuda {
 
 constexpr double kLn2 = 0.69314718055994530942;
@@ -22,28 +24,24 @@ __device__ __forceinline__ float fast_exp2(float x) {
 /// exp2 in full double precision (the fp64 path).
 __device__ __forceinline__ double fast_exp2(double x) { return exp2(x); }
 
+/// fast_exp2 as the Exp2 policy of the online state (lib/core/online_lse.hpp).
+struct FastExp2 {
+  template <class T>
+  __device__ __forceinline__ T operator()(T x) const {
+    return fast_exp2(x);
+  }
+};
+
 template <class T>
 __device__ __forceinline__ T neg_inf() {
   return -INFINITY;
 }
 
-/// Merge (m2, s2) into the running (m1, s1) of the same row, scores in u units with scale
-/// alpha. Guard: a side that has seen only masked keys has m = -inf and s = 0; it must neither
-/// contribute nor produce exp2(-inf - -inf) = NaN.
+/// Merge (m2, s2) into the running (m1, s1) of the same row (the online state's merge with the
+/// SFU exp2; -inf safe).
 template <class T>
 __device__ __forceinline__ void merge_max_sum(T& m1, T& s1, T m2, T s2, T alpha) {
-  if (m2 == neg_inf<T>()) return;
-  if (m1 == neg_inf<T>()) {
-    m1 = m2;
-    s1 = s2;
-    return;
-  }
-  if (m2 > m1) {
-    s1 = s1 * fast_exp2(alpha * (m1 - m2)) + s2;
-    m1 = m2;
-  } else {
-    s1 = s1 + s2 * fast_exp2(alpha * (m2 - m1));
-  }
+  online_merge(m1, s1, m2, s2, alpha, FastExp2{});
 }
 
 /// Sum of `v` over the block (blockDim.x a multiple of 32, at most 1024); the result is valid

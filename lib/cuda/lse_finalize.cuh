@@ -27,27 +27,20 @@ __global__ void __launch_bounds__(kFinalizeThreads) lse_finalize_kernel(LsePass<
     const LseSide<T> sd = side ? p.side[1] : p.side[0];
     const std::int64_t i = idx - (side ? rows0 : 0);
     const double alpha = double(p.alpha), eps = double(p.eps);
-    // M_i = max_s M_si, S_i = sum_s S_si exp2(alpha (M_si - M_i)), partials from the LSE kernel.
-    double mx = -INFINITY;
+    // The row's state: the split-K partials merged (lib/core/online_lse.hpp; -inf safe: splits
+    // that saw only masked keys add nothing, a row with every key masked gets +inf, as the CPU
+    // engine).
+    // (The merge of all splits at once: the common max first, then one rescale per split.)
+    double mx = -INFINITY, sum = 0;
     for (int s = 0; s < p.splits; ++s) mx = fmax(mx, double(sd.part_max[s * sd.rows + i]));
-    double sum = 0;
-    // Guard: splits that saw only masked keys (M_si = -inf) add nothing; if every split did,
-    // mx = -inf and the row gets +inf (as the CPU engine), never NaN from -inf - -inf.
-    if (mx != -INFINITY) {
-      for (int s = 0; s < p.splits; ++s) {
-        const double ms = double(sd.part_max[s * sd.rows + i]);
-        if (ms != -INFINITY) sum += double(sd.part_sum[s * sd.rows + i]) * exp2(alpha * (ms - mx));
-      }
-    }
+    for (int s = 0; s < p.splits; ++s)
+      sum += double(sd.part_sum[s * sd.rows + i]) *
+             online_rescale(double(sd.part_max[s * sd.rows + i]), mx, alpha, ExactExp2{});
     const double qn = sd.query_norm ? double(sd.query_norm[i]) : 0.0;
-    const double fresh = mx == -INFINITY ? INFINITY : qn - eps * kLn2 * (alpha * mx + log2(sum));
+    const double fresh = potential_from_lse(qn, eps, online_lse(mx, sum, alpha));
     const double old = double(sd.pot[i]);
-    // |marginal_i - w_i| = w_i |exp((old_i - new_i)/eps) - 1|; zero weights contribute 0 (and
-    // never inf * 0).
-    const double w = double(sd.query_w[i]);
-    if (p.err && w > 0) e = w * fabs(expm1((old - fresh) / eps));
-    const double r = double(p.relax);
-    sd.pot[i] = T(r == 1.0 ? fresh : (1.0 - r) * old + r * fresh);
+    if (p.err) e = marginal_term(double(sd.query_w[i]), old, fresh, eps);
+    sd.pot[i] = T(relaxed(old, fresh, double(p.relax)));
   }
   if (p.err) {
     const double b = block_sum(e, red);

@@ -38,6 +38,14 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const std::uint32_t (&a)
         "f"(c3));
 }
 
+/// float -> TF32 (cvt.rna: round to nearest, ties away from zero; the 13 low bits of the result
+/// are zero), for MMA operands formed in registers.
+__device__ __forceinline__ std::uint32_t to_tf32(float x) {
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
 /// 16-byte (4-byte) asynchronous copy global -> shared (sm_80+); src_size 0 writes zeros.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = unsigned(__cvta_generic_to_shared(smem));

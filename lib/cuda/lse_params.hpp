@@ -38,7 +38,26 @@ struct LseSide {
   T* part_sum = nullptr;          ///< splits x rows partial sums (workspace)
   std::int64_t rows = 0;
   std::int64_t nkeys = 0;
+  /// Key schedule policy: null run_ptr = dense (every key, split-K ranges); else a block list
+  /// (kantor::BlockList with row tiles of kBlockRows rows, device copies): row block r scans the
+  /// key tiles of runs [run_ptr[r], run_ptr[r+1]), tiles of key_tile keys; the splits of a row
+  /// block share its tiles in list order (heavy rows split like split-K).
+  const std::int64_t* run_ptr = nullptr;
+  const std::int32_t* runs = nullptr;
+  int key_tile = 0;
+  /// Cost policy, pair term (LabelAugmented): u_ij -= pair[query_labels[i] * classes +
+  /// key_labels[j]], the table c_w W already in the kernel's u units (divided by c on the exact
+  /// path, by 2c on the shifted form; the g side gets the transposed table). Null = none.
+  const std::int32_t* query_labels = nullptr;
+  const std::int32_t* key_labels = nullptr;
+  const T* pair = nullptr;
+  int classes = 0;
 };
+
+/// Rows per row tile of every CUDA kernel (the block lists' row tile).
+constexpr int kBlockRows = 128;
+/// Keys per tile of the CUDA block lists (a multiple of every kernel's key stage: 16, 32, 64).
+constexpr int kBlockKeys = 64;
 
 /// A potential update of one or two sides (two: the fused symmetric step). Both sides read the
 /// old potentials in the LSE kernel; the finalize kernel writes pot <- (1 - w) pot + w T(pot').

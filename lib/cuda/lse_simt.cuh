@@ -37,8 +37,19 @@ struct ScanState {
   T cost;                        // sum_j exp2(alpha (u_ij - m)) |x_i - y_j|^2
 };
 
-/// Scans keys [kbeg, kend) for the calling thread's row `row` (rows past sd.rows compute on
+/// Starts a row's state: the empty set (m = -inf, s = 0, values 0).
+template <class A, int kVals>
+__device__ __forceinline__ void scan_init(ScanState<A, kVals>& st) {
+  st.m = neg_inf<A>();
+  st.s = 0;
+  st.cost = 0;
+#pragma unroll
+  for (int k = 0; k < (kVals > 0 ? kVals : 1); ++k) st.acc[k] = 0;
+}
+
+/// Adds keys [kbeg, kend) to the calling thread's row `row` (rows past sd.rows compute on
 /// zeros and are discarded by the caller). All threads of the block must call it together.
+/// With the side's pair term, u_ij -= pair[l_i, l_j] (key labels staged with the bias).
 /// T: storage type of the clouds, potentials and values; A: arithmetic type (A = double for the
 /// value passes of float data: their exponents are differences of large terms, (g_j - C_ij)/eps,
 /// whose float rounding would cost ~2^-24 (|g| + C)/eps relative in every P_ij).
@@ -52,8 +63,12 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, A eps, A
   __shared__ A ks[kKeys][kDC];
   __shared__ A bias_s[kKeys];
   __shared__ A vals_s[kVals > 0 ? kKeys : 1][kVals > 0 ? kVals : 1];
+  __shared__ std::int32_t lab_s[kKeys];
   const int tid = threadIdx.x;
   const bool row_ok = row < sd.rows;
+  const bool pair = sd.pair != nullptr;
+  const T* __restrict__ pair_row =
+      pair ? sd.pair + std::int64_t(sd.query_labels[row_ok ? row : 0]) * sd.classes : nullptr;
   const T* __restrict__ xq = sd.queries + (row_ok ? row : 0) * std::int64_t(ld);
   const int nchunks = ld / kDC;
   A xr[kDC];
@@ -61,12 +76,6 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, A eps, A
 #pragma unroll
     for (int k = 0; k < kDC; ++k) xr[k] = row_ok ? A(xq[k]) : A(0);
   }
-  st.m = neg_inf<A>();
-  st.s = 0;
-  st.cost = 0;
-#pragma unroll
-  for (int k = 0; k < (kVals > 0 ? kVals : 1); ++k) st.acc[k] = 0;
-
   for (std::int64_t t0 = kbeg; t0 < kend; t0 += kKeys) {
     __syncthreads();  // the previous tile's shared memory is no longer read
     // beta_j = (g_j + eps log b_j) / c from the key potential and log weight (global, once per
@@ -74,6 +83,7 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, A eps, A
     for (int jj = tid; jj < kKeys; jj += Tile::kThreads) {
       const std::int64_t j = t0 + jj;
       bias_s[jj] = j < kend ? (A(sd.key_pot[j]) + eps * A(sd.key_logw[j])) * inv_c : neg_inf<A>();
+      if (pair) lab_s[jj] = j < kend ? sd.key_labels[j] : 0;
     }
     if constexpr (kVals > 0) {
       // V_jk from the value matrix (global, row stride vstride); zero past vcols or kend.
@@ -109,8 +119,13 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, A eps, A
         }
       }
     }
-    // u_ij = beta_j - |x_i - y_j|^2; tile max, then rescale the running state only when the
-    // max grows. Guard: tmax = -inf (all masked) never passes the comparison.
+    // The cost in u units: |x_i - y_j|^2 (+ the pair term c_w W / c); u_ij = beta_j - cost;
+    // tile max, then rescale the running state only when the max grows (online_raise: -inf
+    // safe).
+    if (pair) {
+#pragma unroll
+      for (int jj = 0; jj < kKeys; ++jj) dist[jj] += A(pair_row[lab_s[jj]]);
+    }
     A u[kKeys];
     A tmax = neg_inf<A>();
 #pragma unroll
@@ -118,14 +133,14 @@ __device__ __forceinline__ void simt_scan(const LseSide<T>& sd, int ld, A eps, A
       u[jj] = bias_s[jj] - dist[jj];
       tmax = u[jj] > tmax ? u[jj] : tmax;
     }
-    if (tmax > st.m) {
-      // st.m = -inf gives exp2(-inf) = 0 and the state is still 0: no NaN.
-      const A scale = fast_exp2(alpha * (st.m - tmax));
-      st.s *= scale;
-      st.cost *= scale;
+    {
+      const A scale = online_raise(st.m, tmax, alpha, FastExp2{});
+      if (scale != A(1)) {
+        st.s *= scale;
+        st.cost *= scale;
 #pragma unroll
-      for (int k = 0; k < (kVals > 0 ? kVals : 1); ++k) st.acc[k] *= scale;
-      st.m = tmax;
+        for (int k = 0; k < (kVals > 0 ? kVals : 1); ++k) st.acc[k] *= scale;
+      }
     }
     // Guard: a row that has only seen masked keys keeps m = -inf; exp2(-inf - -inf) would be
     // NaN, so it adds nothing.
@@ -158,6 +173,36 @@ __device__ __forceinline__ void split_range(std::int64_t nkeys, int splits, int 
   if (*kbeg > nkeys) *kbeg = nkeys;
 }
 
+/// Calls f(kbeg, kend) for each contiguous key range that row block `rb`, split `split` of
+/// `splits` scans under the side's key schedule: the split-K range of a dense schedule (key
+/// ranges multiples of `tile`), or this split's share of the row block's block-list tiles (the
+/// tiles of its runs in list order, divided evenly by count). Block-uniform.
+template <class T, class F>
+__device__ __forceinline__ void for_each_key_range(const LseSide<T>& sd, std::int64_t rb,
+                                                   int splits, int split, int tile, F&& f) {
+  if (sd.run_ptr == nullptr) {
+    std::int64_t kbeg, kend;
+    split_range(sd.nkeys, splits, split, tile, &kbeg, &kend);
+    if (kbeg < kend) f(kbeg, kend);
+    return;
+  }
+  const std::int64_t p0 = sd.run_ptr[rb], p1 = sd.run_ptr[rb + 1];
+  std::int64_t total = 0;
+  for (std::int64_t q = p0; q < p1; ++q) total += sd.runs[2 * q + 1] - sd.runs[2 * q];
+  const std::int64_t lo = total * split / splits, hi = total * (split + 1) / splits;
+  std::int64_t off = 0;
+  for (std::int64_t q = p0; q < p1 && off < hi; ++q) {
+    const std::int64_t b = sd.runs[2 * q], len = sd.runs[2 * q + 1] - b;
+    const std::int64_t t_lo = lo > off ? lo : off, t_hi = hi < off + len ? hi : off + len;
+    if (t_lo < t_hi) {
+      const std::int64_t kbeg = (b + t_lo - off) * sd.key_tile;
+      const std::int64_t kend = min(sd.nkeys, (b + t_hi - off) * sd.key_tile);
+      if (kbeg < kend) f(kbeg, kend);
+    }
+    off += len;
+  }
+}
+
 /// LSE partials of one or two sides: grid (row blocks of side 0 + side 1, splits).
 template <class T, int kDC>
 __global__ void __launch_bounds__(128) lse_simt_kernel(LsePass<T> p, int blocks_side0) {
@@ -166,11 +211,13 @@ __global__ void __launch_bounds__(128) lse_simt_kernel(LsePass<T> p, int blocks_
   const LseSide<T> sd = side ? p.side[1] : p.side[0];
   const std::int64_t rb = std::int64_t(blockIdx.x) - (side ? blocks_side0 : 0);
   const std::int64_t row = rb * Tile::kThreads + threadIdx.x;
-  std::int64_t kbeg, kend;
-  split_range(sd.nkeys, p.splits, blockIdx.y, Tile::kKeys, &kbeg, &kend);
   ScanState<T, 0> st;
-  simt_scan<T, T, kDC, 0, false>(sd, p.ld, p.eps, T(1) / p.cost_scale, p.alpha, row, kbeg, kend,
-                                 nullptr, 0, 0, st);
+  scan_init(st);
+  for_each_key_range(sd, rb, p.splits, int(blockIdx.y), Tile::kKeys,
+                     [&](std::int64_t kbeg, std::int64_t kend) {
+                       simt_scan<T, T, kDC, 0, false>(sd, p.ld, p.eps, T(1) / p.cost_scale,
+                                                      p.alpha, row, kbeg, kend, nullptr, 0, 0, st);
+                     });
   if (row < sd.rows) {
     sd.part_max[std::int64_t(blockIdx.y) * sd.rows + row] = st.m;
     sd.part_sum[std::int64_t(blockIdx.y) * sd.rows + row] = st.s;
@@ -188,16 +235,19 @@ __global__ void __launch_bounds__(128) value_simt_kernel(LseValuePass<T> p) {
   const double eps = double(p.eps), c = double(p.cost_scale);
   const double alpha = kLog2e * c / eps;
   ScanState<double, Tile::kVals> st;
-  simt_scan<T, double, kDC, Tile::kVals, true>(sd, p.ld, eps, 1.0 / c, alpha, row, 0, sd.nkeys,
-                                               p.values, p.vstride, p.vcols, st);
+  scan_init(st);
+  for_each_key_range(sd, std::int64_t(blockIdx.x), 1, 0, Tile::kKeys,
+                     [&](std::int64_t kbeg, std::int64_t kend) {
+                       simt_scan<T, double, kDC, Tile::kVals, true>(sd, p.ld, eps, 1.0 / c, alpha,
+                                                                    row, kbeg, kend, p.values,
+                                                                    p.vstride, p.vcols, st);
+                     });
   double mass = 0, cost = 0, fg = 0;
   if (row < sd.rows) {
     // P_ij = w_i exp(f_i/eps) exp2(alpha u_ij) = pref_i * exp2(alpha (u_ij - M_i)), in double.
     // Guard: zero-weight rows and rows without unmasked keys have P_i. = 0 (no exp(-inf + inf)).
-    const double lw = double(p.query_logw[row]);
-    const double pref = (lw == -INFINITY || st.m == -INFINITY)
-                            ? 0.0
-                            : exp(lw + double(sd.pot[row]) / eps + kLn2 * alpha * st.m);
+    const double pref =
+        plan_prefactor(double(p.query_logw[row]), double(sd.pot[row]), 0.0, eps, st.m, alpha);
     if (p.mode == ValueMode::kApply) {
       for (int k = 0; k < p.vcols; ++k) p.out[row * p.ostride + k] = T(pref * st.acc[k]);
     } else if (p.mode == ValueMode::kBarycentric) {

@@ -70,6 +70,7 @@ Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>()
   }
   s.backend = chosen;
   s.cancel = options.cancel;
+  s.kernel = options.kernel;
   s.pool = std::make_unique<cpu::ThreadPool>(s.threads, options.cancel);
 }
 
@@ -85,6 +86,7 @@ const std::string& Context::backend_note() const { return impl_->note; }
 int Context::threads() const { return impl_->threads; }
 int Context::device() const { return impl_->device; }
 void* Context::cuda_stream() const { return impl_->stream; }
+KernelChoice Context::kernel() const { return impl_->kernel; }
 bool Context::cancel_requested() const {
   return impl_->cancel != nullptr && impl_->cancel->load(std::memory_order_relaxed);
 }

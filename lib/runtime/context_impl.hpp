@@ -17,6 +17,7 @@ struct Context::Impl {
   void* stream = nullptr;     // cudaStream_t
   bool owns_stream = false;
   const std::atomic<bool>* cancel = nullptr;  // ContextOptions::cancel
+  KernelChoice kernel = KernelChoice::kAuto;  // ContextOptions::kernel
   std::unique_ptr<cpu::ThreadPool> pool;  // CPU engine workers (created for every context)
   // Engine-specific state (e.g. the cuBLAS handle), created on first use by lib/cuda.
   std::shared_ptr<void> cuda_state;

@@ -1,9 +1,11 @@
 // CPU point-cloud oracle. Every pass is lib/cpu/row_pass over the centred clouds with the
 // shifted-potential bias of docs/numerics.md section 2:
-//   f-side scores  s_ij = (2c/eps) <x_i, y_j> + (g_j - c|y_j|^2)/eps + log b_j
+//   f-side scores  s_ij = (2c/eps) <x_i, y_j> + (g_j - c|y_j|^2)/eps + log b_j  [- c_w W[l_i, l_j]/eps]
 //   T_f(g)_i       = c|x_i|^2 - eps * LSE_j s_ij
 //   log P_ij       = log a_i + (f_i - c|x_i|^2)/eps + s_ij
-// and the g side with the roles of the clouds swapped.
+// and the g side with the roles of the clouds swapped (and W transposed). The label term and the
+// block lists are row_pass policies (lib/cpu/row_pass.hpp); the per-row dual math is
+// lib/core/online_lse.hpp, shared with the CUDA engine.
 #include "oracles/cpu/cpu_oracle.hpp"
 
 #include <algorithm>
@@ -13,9 +15,11 @@
 
 #include "kantor/error.hpp"
 #include "lib/core/certificate.hpp"
+#include "lib/core/online_lse.hpp"
 #include "lib/runtime/context_impl.hpp"
 #include "lib/costs/problem_data.hpp"
 #include "lib/cpu/row_pass.hpp"
+#include "oracles/oracle_base.hpp"
 
 namespace kantor {
 namespace {
@@ -25,15 +29,21 @@ using cpu::RowPassResult;
 using cpu::Vec;
 
 template <class T>
-class CpuOracle final : public Oracle<T> {
+class CpuOracle final : public OracleBase<T> {
+  using Base = OracleBase<T>;
+  using Base::dim;
+  using Base::m;
+  using Base::n;
+
  public:
-  CpuOracle(const Context& ctx, const Problem<T>& p, Precision precision)
-      : pool_(*ctx.impl().pool), precision_(precision), c_(p.cost_scale) {
-    const PreparedProblem<T> prep = prepare_problem_data(p);
+  CpuOracle(const Context& ctx, const PreparedProblem<T>& prep, Precision precision)
+      : Base(prep, precision, BlockShape{kRowTile, kKeyTile}),
+        pool_(*ctx.impl().pool),
+        precision_(precision),
+        c_(prep.cost_scale) {
     x_ = Eigen::Map<const RowMatrix<T>>(prep.x.data(), prep.n, prep.d);
     y_ = Eigen::Map<const RowMatrix<T>>(prep.y.data(), prep.m, prep.d);
     center_ = Eigen::Map<const Vec<double>>(prep.center.data(), prep.d);
-    diameter_ = prep.diameter;
     a_ = Eigen::Map<const Vec<T>>(prep.a.data(), prep.n);
     b_ = Eigen::Map<const Vec<T>>(prep.b.data(), prep.m);
     const T c = T(c_);
@@ -43,31 +53,36 @@ class CpuOracle final : public Oracle<T> {
     lb_ = Eigen::Map<const Vec<T>>(prep.lb.data(), prep.m);
     tn_.resize(x_.rows());
     tm_.resize(y_.rows());
-    self_ = x_.rows() == y_.rows() && x_ == y_ && a_ == b_;
-    max_score_term_ = c_ * prep.max_sq_norm;
+    labels_[0] = prep.labels_x;
+    labels_[1] = prep.labels_y;
+    if (prep.classes > 0) {
+      const std::int64_t L = prep.classes;
+      pair_[0] = prep.pair;
+      pair_[1].resize(prep.pair.size());
+      for (std::int64_t r = 0; r < L; ++r)
+        for (std::int64_t k = 0; k < L; ++k)
+          pair_[1][std::size_t(k * L + r)] = prep.pair[std::size_t(r * L + k)];
+    }
+    self_ = x_.rows() == y_.rows() && x_ == y_ && a_ == b_ && labels_[0] == labels_[1];
     x_ref_ = prep.x_ref;
     y_ref_ = prep.y_ref;
     a_ref_ = prep.a_ref;
     b_ref_ = prep.b_ref;
   }
 
-  std::int64_t n() const override { return x_.rows(); }
-  std::int64_t m() const override { return y_.rows(); }
-  std::int64_t dim() const override { return x_.cols(); }
-  Precision precision() const override { return precision_; }
   MemorySpace memory_space() const override { return MemorySpace::kHost; }
   std::string description() const override {
     std::ostringstream os;
     using Tile = cpu::RowPassTile;
-    const bool direct = dim() <= Tile::kMaxDirectDim;
+    const bool direct = this->dim() <= Tile::kMaxDirectDim;
     os << "cpu lse row-pass " << (direct ? "direct-fma " : "gemm ")
        << (direct ? Tile::kDirectRowBlock : Tile::kGemmRowBlock) << "x"
        << (direct ? Tile::kDirectColBlock : Tile::kGemmColBlock) << " exp2 "
-       << to_string(precision_) << ", " << pool_.size() << " threads";
+       << cpu::to_string(cpu::row_pass_best_isa()) << " " << to_string(precision_) << ", " << this->cost_kind() << " cost"
+       << (this->block_list(0) || this->block_list(1) ? ", block-list schedule" : "") << ", "
+       << pool_.size() << " threads";
     return os.str();
   }
-  double diameter() const override { return diameter_; }
-  double max_score_term() const override { return max_score_term_; }
   const T* a() const override { return a_.data(); }
   const T* b() const override { return b_.data(); }
 
@@ -120,6 +135,7 @@ class CpuOracle final : public Oracle<T> {
       for (std::int64_t k = 0; k < V.cols; ++k) out(i, k) = tmp[std::size_t(i * V.cols + k)];
   }
   void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) override {
+    this->require_sqeuclidean("barycentric_map");
     (void)f;  // the map is a ratio of sums over j: the row factor exp(f_i/eps) cancels
     const std::int64_t d = dim();
     RowMatrix<T> values(m(), d + 1);
@@ -127,8 +143,10 @@ class CpuOracle final : public Oracle<T> {
     values.rightCols(d) = y_;
     RowPassResult r;
     const Vec<T> bias = f_side_bias(eps, g);
+    Policy pol;
+    const std::vector<T> pt = policy(0, eps, &pol);
     cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps, cpu::ref(values),
-                  &r);
+                  &r, pol);
     for (std::int64_t i = 0; i < n(); ++i)
       for (std::int64_t k = 0; k < d; ++k)
         out(i, k) = T(r.acc(i, 1 + k) / r.acc(i, 0) + center_[k]);
@@ -142,17 +160,21 @@ class CpuOracle final : public Oracle<T> {
   }
 
   void plan_statistics(T eps, const T* f, const T* g, double* out) override {
-    // Values [1, g_j, c|y_j|^2, y_j]: sum_j P_ij C_ij = c|x_i|^2 P1_i + (P yn)_i - 2c <x_i,(PY)_i>.
-    const std::int64_t d = dim();
-    RowMatrix<T> values(m(), 3 + d);
+    // Values [1, g_j, c|y_j|^2, y_j (, one-hot l_j)]: sum_j P_ij C_ij = c|x_i|^2 P1_i + (P yn)_i -
+    // 2c <x_i, (PY)_i> (+ sum_k (P onehot)_ik c_w W[l_i, k] for a label-augmented cost).
+    const std::int64_t d = dim(), L = this->classes_;
+    RowMatrix<T> values = RowMatrix<T>::Zero(m(), 3 + d + L);
     values.col(0).setOnes();
     values.col(1) = Eigen::Map<const Vec<T>>(g, m());
     values.col(2) = yn_;
-    values.rightCols(d) = y_;
+    values.middleCols(3, d) = y_;
+    for (std::int64_t j = 0; j < m() && L > 0; ++j) values(j, 3 + d + labels_[1][std::size_t(j)]) = T(1);
     RowPassResult r;
     const Vec<T> bias = f_side_bias(eps, g);
+    Policy pol;
+    const std::vector<T> pt = policy(0, eps, &pol);
     cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps, cpu::ref(values),
-                  &r);
+                  &r, pol);
     double mass = 0, cost = 0, fg = 0;
     for (std::int64_t i = 0; i < n(); ++i) {
       const double pref = row_prefactor(eps, i, f[i], r.max[i]);
@@ -160,8 +182,11 @@ class CpuOracle final : public Oracle<T> {
       const double mi = pref * r.acc(i, 0);
       double xy = 0;
       for (std::int64_t k = 0; k < d; ++k) xy += double(x_(i, k)) * r.acc(i, 3 + k);
+      double pair = 0;
+      for (std::int64_t k = 0; k < L; ++k)
+        pair += pair_[0][std::size_t(labels_[0][std::size_t(i)] * L + k)] * r.acc(i, 3 + d + k);
       mass += mi;
-      cost += double(xn_[i]) * mi + pref * r.acc(i, 2) - 2 * c_ * pref * xy;
+      cost += double(xn_[i]) * mi + pref * r.acc(i, 2) - 2 * c_ * pref * xy + pref * pair;
       fg += double(f[i]) * mi + pref * r.acc(i, 1);
     }
     out[0] = mass;
@@ -176,8 +201,10 @@ class CpuOracle final : public Oracle<T> {
   }
 
   Certificate certify(double eps, const T* f, const T* g) override {
-    const CertificateSide rows = certify_side(eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m());
-    const CertificateSide cols = certify_side(eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n());
+    const CertificateSide rows =
+        certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m());
+    const CertificateSide cols =
+        certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n());
     return certificate_bound(rows, cols, n(), m(), dim(), eps);
   }
 
@@ -185,12 +212,12 @@ class CpuOracle final : public Oracle<T> {
   // One side of the certificate: rows of q (weights wq, potentials pq) against all keys k, in
   // double with exact differences. Row blocks are the parallel tasks; their partial sums are
   // added in block order, so the result does not depend on the thread count.
-  CertificateSide certify_side(double eps, const std::vector<double>& q,
+  CertificateSide certify_side(int side, double eps, const std::vector<double>& q,
                                const std::vector<double>& k, const std::vector<double>& wq,
                                const std::vector<double>& wk, const T* pq, const T* pk,
                                std::int64_t nq, std::int64_t nk) {
     constexpr std::int64_t kBlock = 64;
-    const std::int64_t d = dim(), blocks = (nq + kBlock - 1) / kBlock;
+    const std::int64_t d = dim(), blocks = (nq + kBlock - 1) / kBlock, L = this->classes_;
     const double inv_eps = 1.0 / eps;
     std::vector<CertificateSide> part(static_cast<std::size_t>(blocks));
     pool_.run(blocks, [&](std::int64_t blk) {
@@ -200,6 +227,8 @@ class CpuOracle final : public Oracle<T> {
         const double* qi = q.data() + i * d;
         const double pi = double(pq[i]);
         double sum = 0, sum_t = 0, max_t = 0;
+        const double* pair_row =
+            L > 0 ? pair_[side].data() + std::int64_t(labels_[side][std::size_t(i)]) * L : nullptr;
         for (std::int64_t j = 0; j < nk; ++j) {
           if (!(wk[std::size_t(j)] > 0)) continue;  // a masked key: its potential is meaningless
           const double* kj = k.data() + j * d;
@@ -208,8 +237,9 @@ class CpuOracle final : public Oracle<T> {
             const double diff = qi[c] - kj[c];
             sq += diff * diff;
           }
-          certificate_pair(sq, c_, inv_eps, pi, double(pk[j]), wk[std::size_t(j)], &sum, &sum_t,
-                           &max_t);
+          const double pair = pair_row ? pair_row[labels_[1 - side][std::size_t(j)]] : 0.0;
+          certificate_pair(sq, c_, pair, inv_eps, pi, double(pk[j]), wk[std::size_t(j)], &sum,
+                           &sum_t, &max_t);
         }
         certificate_row(wq[std::size_t(i)], sum, sum_t, max_t, &s);
       }
@@ -239,43 +269,70 @@ class CpuOracle final : public Oracle<T> {
     const RowMatrix<T>& k = f_side ? y_ : x_;
     const Vec<T>& qn = f_side ? xn_ : yn_;
     const Vec<T> bias = f_side ? f_side_bias(eps, other) : g_side_bias(eps, other);
+    Policy pol;
+    const std::vector<T> pt = policy(f_side ? 0 : 1, eps, &pol);
     cpu::row_pass(pool_, cpu::ref(q), cpu::ref(k), bias.data(), T(2 * c_) / eps, cpu::ref(empty_),
-                  &res_);
+                  &res_, pol);
+    // row_pass reports natural-log maxima: the online state with alpha = log2(e).
     for (std::int64_t i = 0; i < q.rows(); ++i)
-      out[i] = T(double(qn[i]) - double(eps) * (res_.max[i] + std::log(res_.sum[i])));
+      out[i] = T(potential_from_lse(double(qn[i]), double(eps),
+                                    online_lse(res_.max[i], res_.sum[i], kLog2e)));
   }
 
   // |marginal - w|_1 = sum_i w_i |exp((old_i - new_i)/eps) - 1|, in double.
   static double side_error(T eps, const Vec<T>& w, const T* old_pot, const Vec<T>& new_pot) {
     double e = 0;
     for (std::int64_t i = 0; i < w.size(); ++i)
-      if (w[i] > 0)
-        e += double(w[i]) * std::abs(std::expm1((double(old_pot[i]) - double(new_pot[i])) / eps));
+      e += marginal_term(double(w[i]), double(old_pot[i]), double(new_pot[i]), double(eps));
     return e;
   }
+
+  using Policy = cpu::RowPassPolicy<T>;
+  /// The row_pass policies of side s (0: rows x, 1: rows y) at eps: the block list, and the pair
+  /// term -c_w W / eps in score units (returned: the table *pol points into).
+  std::vector<T> policy(int s, T eps, Policy* pol) const {
+    std::vector<T> table;
+    if (const BlockList* l = this->block_list(s)) {
+      pol->run_ptr = l->run_ptr.data();
+      pol->runs = l->runs.data();
+      pol->row_tile = l->row_tile;
+      pol->key_tile = l->key_tile;
+    }
+    if (this->label_cost()) {
+      table.resize(pair_[s].size());
+      for (std::size_t i = 0; i < table.size(); ++i) table[i] = T(-pair_[s][i] / double(eps));
+      pol->row_labels = labels_[s].data();
+      pol->key_labels = labels_[1 - s].data();
+      pol->pair_table = table.data();
+      pol->classes = this->classes_;
+    }
+    return table;  // moved: the data pointer stays valid in the caller's copy
+  }
+  void block_lists_changed() override {}
 
   void finish_update(T eps, const Vec<T>& w, const Vec<T>& fresh, T* pot, double* err) {
     if (err) *err = side_error(eps, w, pot, fresh);
     std::copy(fresh.data(), fresh.data() + fresh.size(), pot);
   }
 
-  // exp(log a_i + (f_i - c|x_i|^2)/eps + M_i): the factor turning the pass's row sums into P's.
+  // exp(log a_i + (f_i - c|x_i|^2)/eps + M_i): the factor turning the pass's row sums into P's
+  // (M_i natural-log: alpha = log2(e)).
   double row_prefactor(T eps, std::int64_t i, T fi, double row_max) const {
-    if (!(a_[i] > 0) || row_max == -std::numeric_limits<double>::infinity()) return 0;
-    return std::exp(double(la_[i]) + (double(fi) - double(xn_[i])) / double(eps) + row_max);
+    return plan_prefactor(double(la_[i]), double(fi), double(xn_[i]), double(eps), row_max, kLog2e);
   }
   double col_prefactor(T eps, std::int64_t j, T gj, double col_max) const {
-    if (!(b_[j] > 0) || col_max == -std::numeric_limits<double>::infinity()) return 0;
-    return std::exp(double(lb_[j]) + (double(gj) - double(yn_[j])) / double(eps) + col_max);
+    return plan_prefactor(double(lb_[j]), double(gj), double(yn_[j]), double(eps), col_max, kLog2e);
   }
 
   void apply_side(T eps, bool f_side, const T* f, const T* g, const RowMatrix<T>& values, T* out,
                   std::int64_t K) {
     RowPassResult r;
+    Policy pol;
+    const std::vector<T> pt = policy(f_side ? 0 : 1, eps, &pol);
     if (f_side) {
       const Vec<T> bias = f_side_bias(eps, g);
       cpu::row_pass(pool_, cpu::ref(x_), cpu::ref(y_), bias.data(), T(2 * c_) / eps,
-                    cpu::ref(values), &r);
+                    cpu::ref(values), &r, pol);
       for (std::int64_t i = 0; i < n(); ++i) {
         const double pref = row_prefactor(eps, i, f[i], r.max[i]);
         for (std::int64_t k = 0; k < K; ++k) out[i * K + k] = T(pref * r.acc(i, k));
@@ -283,7 +340,7 @@ class CpuOracle final : public Oracle<T> {
     } else {
       const Vec<T> bias = g_side_bias(eps, f);
       cpu::row_pass(pool_, cpu::ref(y_), cpu::ref(x_), bias.data(), T(2 * c_) / eps,
-                    cpu::ref(values), &r);
+                    cpu::ref(values), &r, pol);
       for (std::int64_t j = 0; j < m(); ++j) {
         const double pref = col_prefactor(eps, j, g[j], r.max[j]);
         for (std::int64_t k = 0; k < K; ++k) out[j * K + k] = T(pref * r.acc(j, k));
@@ -291,13 +348,18 @@ class CpuOracle final : public Oracle<T> {
     }
   }
 
+  // The CPU block lists use the CUDA engine's tile shape (the pass adapts to any): one list
+  // serves both engines.
+  static constexpr std::int64_t kRowTile = 128, kKeyTile = 64;
+  static constexpr double kLog2e = 1.44269504088896340736;
+
   cpu::ThreadPool& pool_;
   Precision precision_;
   double c_;
   RowMatrix<T> x_, y_;  // centred clouds
   Vec<double> center_;
-  double diameter_ = 0;
-  double max_score_term_ = 0;
+  std::vector<std::int32_t> labels_[2];  // labels of x and y (empty: squared-Euclidean)
+  std::vector<double> pair_[2];          // c_w W and its transpose
   std::vector<double> x_ref_, y_ref_, a_ref_, b_ref_;  // the certificate's data (uncentred)
   Vec<T> a_, b_, la_, lb_, xn_, yn_;
   Vec<T> tn_, tm_;
@@ -311,7 +373,7 @@ class CpuOracle final : public Oracle<T> {
 template <class T>
 std::unique_ptr<Oracle<T>> make_cpu_oracle(const Context& ctx, const Problem<T>& problem,
                                            Precision precision) {
-  return std::make_unique<CpuOracle<T>>(ctx, problem, precision);
+  return std::make_unique<CpuOracle<T>>(ctx, prepare_problem_data(problem), precision);
 }
 
 template std::unique_ptr<Oracle<float>> make_cpu_oracle(const Context&, const Problem<float>&,

@@ -1,8 +1,10 @@
 // CUDA point-cloud oracle. Setup (once): prepare_problem_data on the host (validation, centring,
-// normalized weights), then device copies of the centred clouds zero-padded for the kernels, log
-// weights, TF32- or bf16-rounded copies and their norms (tf32, bf16), and a workspace sized for the
-// largest split-K pass. Passes: lib/cuda/lse_params.hpp (conventions), docs/cuda-engine.md
-// (design). Nothing here synchronizes; scalars are written as double into device memory.
+// normalized weights, labels), then device copies of the centred clouds zero-padded for the
+// kernels, log weights, TF32- or bf16-rounded copies and their norms (tf32, bf16), the label pair
+// tables in each kernel's units, and a workspace sized for the largest split-K pass. The kernel
+// family of the updates comes from the dispatch table (lib/cuda/dispatch.cpp). Passes:
+// lib/cuda/lse_params.hpp (conventions and policies), docs/cuda-engine.md (design). Nothing here
+// synchronizes; scalars are written as double into device memory.
 #include "oracles/cuda/cuda_oracle.hpp"
 
 #include <algorithm>
@@ -21,14 +23,18 @@
 #include "lib/runtime/context_impl.hpp"
 #include "lib/costs/problem_data.hpp"
 #include "lib/cuda/certify.hpp"
+#include "lib/cuda/dispatch.hpp"
 #include "lib/cuda/runtime.hpp"
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_params.hpp"
+#include "lib/cuda/lse_values.hpp"
 #include "oracles/cuda/bf16_round.hpp"
+#include "oracles/oracle_base.hpp"
 
 namespace kantor {
 namespace {
 
+using cuda::LseFamily;
 using cuda::LseKernel;
 using cuda::LsePass;
 using cuda::LseSide;
@@ -53,38 +59,61 @@ float round_tf32(float x) {
 enum class Rounding { kNone, kTf32, kBf16 };
 
 template <class T>
-class CudaOracle final : public Oracle<T> {
+class CudaOracle final : public OracleBase<T> {
+  using Base = OracleBase<T>;
+  using Base::d_;
+  using Base::m_;
+  using Base::n_;
+
  public:
-  CudaOracle(const Context& ctx, const Problem<T>& p, Precision precision)
-      : ctx_(ctx), stream_(ctx.impl().stream), precision_(precision), c_(p.cost_scale) {
-    kernel_ = precision == Precision::kTf32   ? LseKernel::kTf32
+  CudaOracle(const Context& ctx, const PreparedProblem<T>& prep, Precision precision)
+      : Base(prep, precision, BlockShape{cuda::kBlockRows, cuda::kBlockKeys}),
+        ctx_(ctx),
+        stream_(ctx.impl().stream),
+        precision_(precision),
+        c_(prep.cost_scale) {
+    // The dense schedule's family (the table; a forced family is checked here, at setup).
+    dense_ = cuda::dispatch_lse(traits(false), ctx.kernel());
+    dispatch_ = dense_;
+    tensor_ = precision == Precision::kTf32   ? LseKernel::kTf32
               : precision == Precision::kBf16 ? LseKernel::kBf16
                                               : LseKernel::kSimt;
-    // Guard: the bf16 kernel is instantiated for padded widths 16, 32, 64, 128 only.
-    if (kernel_ == LseKernel::kBf16 && p.x.cols > cuda::kBf16MaxDim)
-      throw InvalidArgument(
-          "precision bf16 on the CUDA engine serves d <= " + std::to_string(cuda::kBf16MaxDim) +
-          " (got d = " + std::to_string(p.x.cols) + "); use tf32 for wider clouds");
-    const PreparedProblem<T> prep = prepare_problem_data(p);
-    n_ = prep.n;
-    m_ = prep.m;
-    d_ = prep.d;
     center_ = prep.center;
-    diameter_ = prep.diameter;
-    max_score_term_ = c_ * prep.max_sq_norm;
     // The certificate's data: the caller's coordinates (uncentred, unrounded) and weights, double.
     x_ref_ = upload(prep.x_ref);
     y_ref_ = upload(prep.y_ref);
     a_ref_ = upload(prep.a_ref);
     b_ref_ = upload(prep.b_ref);
     cert_out_ = Buffer<double>(ctx_, 8);
+    if (prep.classes > 0) {
+      // Labels, and the pair table c_w W per side (the g side reads W^T) in double (the
+      // certificate), in the exact kernels' u units (/ c) and in the shifted form's (/ 2c).
+      const std::int64_t L = prep.classes;
+      std::vector<double> wt(prep.pair.size());
+      for (std::int64_t r = 0; r < L; ++r)
+        for (std::int64_t k = 0; k < L; ++k)
+          wt[std::size_t(k * L + r)] = prep.pair[std::size_t(r * L + k)];
+      auto scaled = [](const std::vector<double>& w, double f) {
+        std::vector<T> o(w.size());
+        for (std::size_t i = 0; i < w.size(); ++i) o[i] = T(w[i] * f);
+        return o;
+      };
+      labels_x_ = upload(prep.labels_x);
+      labels_y_ = upload(prep.labels_y);
+      pair_ref_[0] = upload(prep.pair);
+      pair_ref_[1] = upload(wt);
+      pair_exact_[0] = upload(scaled(prep.pair, 1.0 / c_));
+      pair_exact_[1] = upload(scaled(wt, 1.0 / c_));
+      pair_shift_[0] = upload(scaled(prep.pair, 0.5 / c_));
+      pair_shift_[1] = upload(scaled(wt, 0.5 / c_));
+    }
 
     // Exact-difference copies (every value pass; the updates on fp32/fp64). On tf32 / bf16 they
     // hold the rounded coordinates, so that value passes (P v, <P,C>, marginal errors) see the
     // same cost C~ = c|x~ - y~|^2 as the updates: the potentials are optimal for C~, and pairing
     // them with the unrounded C would leave a plan whose marginals are off by ~|C~ - C|/eps.
-    const Rounding rnd = kernel_ == LseKernel::kTf32   ? Rounding::kTf32
-                         : kernel_ == LseKernel::kBf16 ? Rounding::kBf16
+    const Rounding rnd = tensor_ == LseKernel::kTf32   ? Rounding::kTf32
+                         : tensor_ == LseKernel::kBf16 ? Rounding::kBf16
                                                        : Rounding::kNone;
     ld_simt_ = cuda::simt_padded_dim(int(d_));
     xs_ = upload(padded(prep.x, n_, ld_simt_, rnd));
@@ -95,7 +124,8 @@ class CudaOracle final : public Oracle<T> {
     b_ = upload(prep.b);
     la_ = upload(prep.la);
     lb_ = upload(prep.lb);
-    if (kernel_ == LseKernel::kTf32) {
+    const bool tensor_copies = dense_.family != LseFamily::kExact;
+    if (tensor_copies && tensor_ == LseKernel::kTf32) {
       // TF32-rounded copies and c|x~|^2 from the same rounded values (docs/numerics.md 2).
       ld_upd_ = cuda::tf32_padded_dim(int(d_));
       const std::vector<T> xt = padded(prep.x, n_, ld_upd_, Rounding::kTf32);
@@ -104,7 +134,7 @@ class CudaOracle final : public Oracle<T> {
       yt_ = upload(yt);
       xn_ = upload(norms(xt, n_, ld_upd_));
       yn_ = upload(norms(yt, m_, ld_upd_));
-    } else if (kernel_ == LseKernel::kBf16) {
+    } else if (tensor_copies && tensor_ == LseKernel::kBf16) {
       // bf16-rounded copies (ld/2 words of packed pairs per row, the MMA operands) and c|x~|^2
       // in double from the same rounded values; ld = 16, 32 or 64 (zero columns are exact).
       ld_upd_ = cuda::bf16_padded_dim(int(d_));
@@ -118,55 +148,45 @@ class CudaOracle final : public Oracle<T> {
       ld_upd_ = ld_simt_;
     }
 
-    // Large d on tf32: cuBLAS score blocks + row-LSE (lib/cuda/lse_gemm.hpp), no split-K.
-    if (kernel_ == LseKernel::kTf32 && ld_upd_ >= gemm_min_padded_dim()) {
+    if (dense_.family == LseFamily::kGemm) {
+      // Large d on tf32: cuBLAS score blocks + row-LSE (lib/cuda/lse_gemm.hpp), no split-K.
       if constexpr (std::is_same<T, float>::value)
         gemm_ = std::make_unique<cuda::LseGemm>(stream_, n_, m_);
-    } else {
-      // Split-K choices and the workspace of the largest pass.
-      constexpr bool kDouble = std::is_same<T, double>::value;
-      splits_f_ = cuda::choose_splits(kernel_, ld_upd_, kDouble, n_, m_);
-      splits_g_ = cuda::choose_splits(kernel_, ld_upd_, kDouble, m_, n_);
-      splits_sym_ = cuda::choose_splits(kernel_, ld_upd_, kDouble, n_ + m_, std::min(n_, m_));
     }
-    const int smax = std::max({splits_f_, splits_g_, splits_sym_});
-    pm_f_ = Buffer<T>(ctx_, smax * n_);
-    ps_f_ = Buffer<T>(ctx_, smax * n_);
-    pm_g_ = Buffer<T>(ctx_, smax * m_);
-    ps_g_ = Buffer<T>(ctx_, smax * m_);
     err_partials_ = Buffer<double>(ctx_, cuda::finalize_blocks(n_ + m_));
     stat_partials_ = Buffer<double>(ctx_, 3 * cuda::value_pass_blocks(std::max(n_, m_)));
     f_tmp_ = Buffer<T>(ctx_, n_);
     g_tmp_ = Buffer<T>(ctx_, m_);
+    plan_splits();
   }
 
-  std::int64_t n() const override { return n_; }
-  std::int64_t m() const override { return m_; }
-  std::int64_t dim() const override { return d_; }
-  Precision precision() const override { return precision_; }
   MemorySpace memory_space() const override { return MemorySpace::kDevice; }
   std::string description() const override {
     std::ostringstream os;
-    if (gemm_)
+    const LseFamily f = dispatch_.family;
+    if (f == LseFamily::kGemm)
       os << "cuda lse tf32 cuBLAS score blocks of " << gemm_->rows_per_chunk()
          << " rows + row-LSE, d padded to " << ld_upd_;
-    else if (kernel_ == LseKernel::kTf32)
-      os << "cuda lse tf32 mma.sync m16n8k8 128x64, d padded to " << ld_upd_;
-    else if (kernel_ == LseKernel::kBf16)
+    else if (f != LseFamily::kExact && tensor_ == LseKernel::kTf32)
+      os << "cuda lse tf32 " << (f == LseFamily::kMma ? "mma.sync m16n8k8 128x64" : "chunked")
+         << ", d padded to " << ld_upd_;
+    else if (f != LseFamily::kExact)
       os << "cuda lse bf16 mma.sync m16n8k16 128x64 (fp32 accumulation), d padded to " << ld_upd_;
     else
       os << "cuda lse cuda-core exact " << to_string(precision_) << " 128x"
-         << (std::is_same<T, double>::value ? 16 : 32) << ", d padded to " << ld_upd_;
-    os << ", split-K f/g/sym " << splits_f_ << "/" << splits_g_ << "/" << splits_sym_
+         << (std::is_same<T, double>::value ? 16 : 32) << ", d padded to " << ld_simt_;
+    os << " [" << dispatch_.why << "]";
+    os << ", " << this->cost_kind() << " cost"
+       << (this->block_list(0) || this->block_list(1) ? ", block-list schedule" : "")
+       << ", split-K f/g/sym " << splits_f_ << "/" << splits_g_ << "/" << splits_sym_
+       << (tensor_values() ? "; P V (apply_mat) tf32 mma.sync for scores and values" : "")
        << "; value passes cuda-core exact differences"
-       << (kernel_ == LseKernel::kTf32   ? " of the TF32-rounded clouds"
-           : kernel_ == LseKernel::kBf16 ? " of the bf16-rounded clouds"
+       << (tensor_ == LseKernel::kTf32   ? " of the TF32-rounded clouds"
+           : tensor_ == LseKernel::kBf16 ? " of the bf16-rounded clouds"
                                          : "")
        << ", double arithmetic";
     return os.str();
   }
-  double diameter() const override { return diameter_; }
-  double max_score_term() const override { return max_score_term_; }
   const T* a() const override { return a_.data(); }
   const T* b() const override { return b_.data(); }
 
@@ -212,7 +232,32 @@ class CudaOracle final : public Oracle<T> {
       throw InvalidArgument("apply_mat: V must be m x k and out n x k");
     if (V.space != MemorySpace::kDevice || out.space != MemorySpace::kDevice)
       throw InvalidArgument("apply_mat: V and out must be device memory on the CUDA engine");
-    // Columns in chunks of kValueChunk, one streaming pass each.
+    if (V.cols == 0) return;
+    if constexpr (std::is_same<T, float>::value) {
+      if (tensor_values()) {
+        // P V on the tensor cores (lib/cuda/lse_values.hpp): scores and P V by TF32 mma.sync, every
+        // column in one pass (blocks of 64 columns).
+        cuda::MmaValuePass vp;
+        vp.side = side(true, g, const_cast<T*>(f));
+        vp.query_logw = la_.data();
+        vp.ld = ld_upd_;
+        vp.values = V.data;
+        vp.vstride = V.stride;
+        vp.vcols = int(V.cols);
+        vp.out = out.data;
+        vp.ostride = out.stride;
+        vp.eps = eps;
+        vp.cost_scale = float(c_);
+        vp.splits = cuda::values_tf32_splits(ld_upd_, vp.vcols, n_, m_);
+        const std::int64_t need =
+            std::int64_t(cuda::values_tf32_workspace_floats(n_, vp.vcols, vp.splits));
+        if (value_work_.size() < need) value_work_ = Buffer<float>(ctx_, need);
+        vp.workspace = value_work_.data();
+        cuda::run_values_tf32(vp, stream_);
+        return;
+      }
+    }
+    // Columns in chunks of kValueChunk, one streaming pass each (CUDA cores, double arithmetic).
     for (std::int64_t c0 = 0; c0 < V.cols; c0 += cuda::kValueChunk) {
       LseValuePass<T> p = value_pass(eps, true, f, g, ValueMode::kApply);
       p.values = V.data + c0;
@@ -224,6 +269,7 @@ class CudaOracle final : public Oracle<T> {
     }
   }
   void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) override {
+    this->require_sqeuclidean("barycentric_map");
     if (out.rows != n_ || out.cols != d_ || out.space != MemorySpace::kDevice)
       throw InvalidArgument("barycentric_map: out must be a device n x d matrix");
     // T(x_i) = sum_j P_ij y_j / sum_j P_ij: the row factor cancels; values = centred y.
@@ -274,11 +320,19 @@ class CudaOracle final : public Oracle<T> {
     rows.cost_scale = c_;
     rows.eps = eps;
     rows.out = cert_out_.data();
+    if (this->label_cost()) {
+      rows.query_labels = labels_x_.data();
+      rows.key_labels = labels_y_.data();
+      rows.pair = pair_ref_[0].data();
+      rows.classes = int(this->classes_);
+    }
     cuda::CertifySide<T> cols = rows;
     std::swap(cols.queries, cols.keys);
     std::swap(cols.query_w, cols.key_w);
     std::swap(cols.query_pot, cols.key_pot);
     std::swap(cols.nq, cols.nk);
+    std::swap(cols.query_labels, cols.key_labels);
+    if (this->label_cost()) cols.pair = pair_ref_[1].data();
     cols.out = cert_out_.data() + 4;
     cuda::launch_certify_side(rows, stream_);
     cuda::launch_certify_side(cols, stream_);
@@ -295,21 +349,80 @@ class CudaOracle final : public Oracle<T> {
   }
 
  private:
-  /// Padded dimension from which tf32 passes take the cuBLAS path; the environment variable
-  /// KANTOR_CUDA_GEMM_MIN_DIM overrides it (for tuning runs). Rule and evidence:
-  /// docs/cuda-engine.md.
-  static int gemm_min_padded_dim() {
-    if (const char* e = std::getenv("KANTOR_CUDA_GEMM_MIN_DIM")) return std::atoi(e);
-    return 128;
+  cuda::PassTraits traits(bool block_list) const {
+    cuda::PassTraits t;
+    t.precision = precision_;
+    t.label_cost = this->label_cost();
+    t.block_list = block_list;
+    t.dim = int(d_);
+    return t;
+  }
+  void block_lists_changed() override {
+    const bool listed = this->block_list(0) || this->block_list(1);
+    // A family without the block-list schedule hands the passes to the exact kernel (the table
+    // says so); a forced family that cannot serve lists is refused here.
+    dispatch_ = listed ? cuda::dispatch_lse(traits(true), ctx_.kernel()) : dense_;
+    if (listed && dispatch_.family != LseFamily::kExact && dispatch_.family != dense_.family)
+      throw InvalidArgument("block lists: the dispatch table chose " +
+                            cuda::to_string(dispatch_.family) + " but the oracle was prepared for " +
+                            cuda::to_string(dense_.family));
+    for (int s = 0; s < 2; ++s) {
+      const BlockList* l = this->block_list(s);
+      run_ptr_[s] = l ? upload(l->run_ptr) : Buffer<std::int64_t>();
+      runs_[s] = l ? upload(l->runs) : Buffer<std::int32_t>();
+    }
+    plan_splits();
+  }
+  /// Split-K counts and the partials workspace for the current family and schedule: the keys a
+  /// row block scans are those of its list's tiles on average (all keys when dense).
+  void plan_splits() {
+    splits_f_ = splits_g_ = splits_sym_ = 1;
+    if (dispatch_.family != LseFamily::kGemm) {
+      constexpr bool kDouble = std::is_same<T, double>::value;
+      const LseKernel k = family_kernel();
+      const int ld = k == LseKernel::kSimt ? ld_simt_ : ld_upd_;
+      auto keys = [&](int s, std::int64_t rows, std::int64_t nk) {
+        const BlockList* l = this->block_list(s);
+        if (!l) return nk;
+        const std::int64_t row_tiles = (rows + l->row_tile - 1) / l->row_tile;
+        std::int64_t tiles = 0;
+        for (std::size_t q = 0; 2 * q < l->runs.size(); ++q) tiles += l->runs[2 * q + 1] - l->runs[2 * q];
+        return std::min(nk, tiles * l->key_tile / std::max<std::int64_t>(row_tiles, 1));
+      };
+      const std::int64_t kf = keys(0, n_, m_), kg = keys(1, m_, n_);
+      splits_f_ = cuda::choose_splits(k, ld, kDouble, n_, kf);
+      splits_g_ = cuda::choose_splits(k, ld, kDouble, m_, kg);
+      splits_sym_ = cuda::choose_splits(k, ld, kDouble, n_ + m_, std::min(kf, kg));
+    }
+    const int smax = std::max({splits_f_, splits_g_, splits_sym_});
+    if (pm_f_.size() < smax * n_) {
+      pm_f_ = Buffer<T>(ctx_, smax * n_);
+      ps_f_ = Buffer<T>(ctx_, smax * n_);
+    }
+    if (pm_g_.size() < smax * m_) {
+      pm_g_ = Buffer<T>(ctx_, smax * m_);
+      ps_g_ = Buffer<T>(ctx_, smax * m_);
+    }
+  }
+  /// Whether apply_mat runs on the tensor cores: tf32 with the mma family, dense schedule,
+  /// squared-Euclidean cost (the value kernel has no policies yet: the exact value pass serves
+  /// the others).
+  bool tensor_values() const {
+    return tensor_ == LseKernel::kTf32 && dispatch_.family == LseFamily::kMma &&
+           !this->label_cost() && !this->block_list(0) && ld_upd_ <= 64;
+  }
+  /// The LseKernel of the current family.
+  LseKernel family_kernel() const {
+    return dispatch_.family == LseFamily::kExact ? LseKernel::kSimt : tensor_;
   }
   void run(const LsePass<T>& p) {
     if constexpr (std::is_same<T, float>::value) {
-      if (gemm_) {
+      if (dispatch_.family == LseFamily::kGemm) {
         gemm_->run(p);
         return;
       }
     }
-    cuda::run_lse_pass(kernel_, p, stream_);
+    cuda::run_lse_pass(family_kernel(), p, stream_);
   }
   template <class U>
   Buffer<U> upload(const std::vector<U>& h) {
@@ -353,12 +466,28 @@ class CudaOracle final : public Oracle<T> {
     }
     return out;
   }
-  const T* upd_x() const { return kernel_ != LseKernel::kSimt ? xt_.data() : xs_.data(); }
-  const T* upd_y() const { return kernel_ != LseKernel::kSimt ? yt_.data() : ys_.data(); }
+  const T* upd_x() const { return family_kernel() != LseKernel::kSimt ? xt_.data() : xs_.data(); }
+  const T* upd_y() const { return family_kernel() != LseKernel::kSimt ? yt_.data() : ys_.data(); }
+
+  /// The side's policies: block list (side s: 0 = rows x, 1 = rows y) and pair term in the units
+  /// of the exact (u = beta - C / c) or shifted (u = beta + <x, y> - C / 2c) form.
+  void set_policies(LseSide<T>* sd, int s, bool exact_units) const {
+    if (const BlockList* l = this->block_list(s)) {
+      sd->run_ptr = run_ptr_[s].data();
+      sd->runs = runs_[s].data();
+      sd->key_tile = int(l->key_tile);
+    }
+    if (this->label_cost()) {
+      sd->query_labels = s == 0 ? labels_x_.data() : labels_y_.data();
+      sd->key_labels = s == 0 ? labels_y_.data() : labels_x_.data();
+      sd->pair = exact_units ? pair_exact_[s].data() : pair_shift_[s].data();
+      sd->classes = int(this->classes_);
+    }
+  }
 
   LsePass<T> pass(T eps, T relax, double* err, int splits) {
     LsePass<T> p;
-    p.ld = ld_upd_;
+    p.ld = family_kernel() == LseKernel::kSimt ? ld_simt_ : ld_upd_;
     p.splits = splits;
     p.eps = eps;
     p.cost_scale = T(c_);
@@ -370,7 +499,7 @@ class CudaOracle final : public Oracle<T> {
   // One side of an update. f side: queries x, keys y with potential g, writes f. g side: the
   // clouds' roles swapped.
   LseSide<T> side(bool f_side, const T* key_pot, T* pot) {
-    const bool tf32 = kernel_ != LseKernel::kSimt;  // shifted form: tf32 and bf16
+    const bool tf32 = family_kernel() != LseKernel::kSimt;  // shifted form: tf32 and bf16
     LseSide<T> s;
     s.queries = f_side ? upd_x() : upd_y();
     s.keys = f_side ? upd_y() : upd_x();
@@ -384,6 +513,7 @@ class CudaOracle final : public Oracle<T> {
     s.part_sum = f_side ? ps_f_.data() : ps_g_.data();
     s.rows = f_side ? n_ : m_;
     s.nkeys = f_side ? m_ : n_;
+    set_policies(&s, f_side ? 0 : 1, !tf32);
     return s;
   }
   LseSide<T> side_f(const T* g, T* f) { return side(true, g, f); }
@@ -398,6 +528,7 @@ class CudaOracle final : public Oracle<T> {
     s.pot = const_cast<T*>(f_side ? f : g);  // read only in value passes
     s.rows = f_side ? n_ : m_;
     s.nkeys = f_side ? m_ : n_;
+    set_policies(&s, f_side ? 0 : 1, /*exact_units=*/true);
     p.query_logw = f_side ? la_.data() : lb_.data();
     p.ld = ld_simt_;
     p.mode = mode;
@@ -410,17 +541,21 @@ class CudaOracle final : public Oracle<T> {
   void* stream_;
   Precision precision_;
   double c_;
-  LseKernel kernel_ = LseKernel::kSimt;
-  std::int64_t n_ = 0, m_ = 0, d_ = 0;
+  cuda::Dispatch dense_, dispatch_;        // the family of a dense schedule / of the current one
+  LseKernel tensor_ = LseKernel::kSimt;    // the tensor-core kernel of the precision, if any
   std::vector<double> center_;
-  double diameter_ = 0;
-  double max_score_term_ = 0;
+  Buffer<std::int32_t> labels_x_, labels_y_;
+  Buffer<double> pair_ref_[2];             // c_w W and its transpose (the certificate)
+  Buffer<T> pair_exact_[2], pair_shift_[2];  // the same in the kernels' u units
+  Buffer<std::int64_t> run_ptr_[2];
+  Buffer<std::int32_t> runs_[2];
   Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data
   int ld_simt_ = 0, ld_upd_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
   Buffer<T> xs_, ys_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
   Buffer<T> pm_f_, ps_f_, pm_g_, ps_g_, f_tmp_, g_tmp_;
   Buffer<double> err_partials_, stat_partials_;
+  Buffer<float> value_work_;  // partials of the tensor-core value pass
   std::unique_ptr<cuda::LseGemm> gemm_;
 };
 
@@ -433,7 +568,7 @@ std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>
     throw InvalidArgument("precision tf32 needs float data");
   if (precision == Precision::kBf16 && !std::is_same<T, float>::value)
     throw InvalidArgument("precision bf16 needs float data");
-  return std::make_unique<CudaOracle<T>>(ctx, problem, precision);
+  return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_data(problem), precision);
 }
 
 template std::unique_ptr<Oracle<float>> make_cuda_oracle(const Context&, const Problem<float>&,

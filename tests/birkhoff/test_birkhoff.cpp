@@ -591,6 +591,73 @@ TEST(CudaBirkhoff, CApiMatchesCppApi) {
   EXPECT_NE(std::string(kantor_birkhoff_last_error()).find("2..16"), std::string::npos);
 }
 
+// The C API on the default stream (NULL), on a second caller stream, in bf16 and with the
+// unrolled gradient: the same bits and statistics as the C++ calls it adapts.
+TEST(CudaBirkhoff, CApiOnTheDefaultStreamAndOtherStreamsMatchesCppApi) {
+  KANTOR_REQUIRE_CUDA();
+  Context g(ContextOptions{Backend::kCuda});
+  Context h(ContextOptions{Backend::kCuda});  // another stream
+  const int n = 4;
+  const std::int64_t B = 513;
+  auto R = test::random_logits(B * n * n, 2.0, 810);
+  auto G = test::random_logits(B * n * n, 1.0, 811);
+  DeviceCopy<float> dR(g, R, n), dG(g, G, n), dP(g, R, n), dD(g, R, n), dP2(g, R, n),
+      dD2(g, R, n);
+  BirkhoffOptions o;
+  o.method = BirkhoffMethod::kSinkhorn;
+  o.order = SinkhornOrder::kColumnFirst;
+  o.iterations = 7;
+  o.gradient = BirkhoffGradient::kUnrolled;
+  const BirkhoffSummary s = project_birkhoff(g, dR.c(), dP.v(), o);
+  project_birkhoff_backward(g, {}, dG.c(), dD.v(), o, dR.c());
+  // g's stream is non-blocking: the legacy default stream does not wait for it.
+  g.synchronize();
+  kantor_birkhoff_options c;
+  kantor_birkhoff_default_options(&c);
+  c.method = KANTOR_BIRKHOFF_SINKHORN;
+  c.column_first = 1;
+  c.iterations = 7;
+  c.unrolled_gradient = 1;
+  kantor_birkhoff_stats st;
+  ASSERT_EQ(kantor_birkhoff_forward(dR.buf.data(), dP2.buf.data(), B, n, KANTOR_DTYPE_FLOAT32, &c,
+                                    nullptr, &st),
+            KANTOR_STATUS_OK)
+      << kantor_birkhoff_last_error();
+  ASSERT_EQ(kantor_birkhoff_backward(nullptr, dR.buf.data(), dG.buf.data(), dD2.buf.data(), B, n,
+                                     KANTOR_DTYPE_FLOAT32, &c, nullptr),
+            KANTOR_STATUS_OK)
+      << kantor_birkhoff_last_error();
+  // A forward with stats synchronizes the default stream, so the backward before it is done.
+  ASSERT_EQ(kantor_birkhoff_forward(dR.buf.data(), dP2.buf.data(), B, n, KANTOR_DTYPE_FLOAT32, &c,
+                                    nullptr, &st),
+            KANTOR_STATUS_OK);
+  EXPECT_EQ(dP.host(g), dP2.host(g));
+  EXPECT_EQ(dD.host(g), dD2.host(g));
+  EXPECT_EQ(st.worst_error, s.worst_error);
+  EXPECT_EQ(st.median_error, s.median_error);
+  EXPECT_EQ(st.not_converged, s.not_converged);
+  EXPECT_EQ(st.invalid_inputs, 0);
+  EXPECT_EQ(st.first_invalid, -1);
+  // bf16 newton on h's stream, against the C++ call on g's.
+  std::vector<bfloat16> Rb(R.size());
+  for (std::size_t k = 0; k < R.size(); ++k) Rb[k] = to_bfloat16(R[k]);
+  DeviceCopy<bfloat16> bR(g, Rb, n), bP(g, Rb, n), bP2(g, Rb, n);
+  const BirkhoffSummary sb = project_birkhoff(g, bR.c(), bP.v(), {});
+  g.synchronize();
+  kantor_birkhoff_default_options(&c);
+  for (int call = 0; call < 2; ++call) {  // the second call reuses the cached context
+    ASSERT_EQ(kantor_birkhoff_forward(bR.buf.data(), bP2.buf.data(), B, n, KANTOR_DTYPE_BFLOAT16,
+                                      &c, h.cuda_stream(), &st),
+              KANTOR_STATUS_OK)
+        << kantor_birkhoff_last_error();
+    EXPECT_EQ(st.not_converged, sb.not_converged);
+    EXPECT_EQ(st.worst_error, sb.worst_error);
+  }
+  const auto a = bP.host(g), b = bP2.host(g);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t k = 0; k < a.size(); ++k) ASSERT_EQ(a[k].bits, b[k].bits) << k;
+}
+
 TEST(CpuBirkhoff, CApiReportsErrorsWithoutCuda) {
   kantor_birkhoff_options o;
   kantor_birkhoff_default_options(&o);

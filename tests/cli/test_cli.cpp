@@ -612,24 +612,27 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {" --source " + x + " --target " + inf_csv + " --epsilon 0.1",
        {"--target '" + inf_csv + "'", "non-finite coordinate -inf at point 1, coordinate 0"}},
       {" --source " + x + " --target " + y3f + " --epsilon 0.1",
-       {"dimension mismatch", "--source '" + x + "' has d = 2",
-        "--target '" + y3f + "' has d = 3"}},
+       {"--source '" + x + "' and --target '" + y3f + "': problem: dimension mismatch",
+        "x has 2 coordinates per point and y has 3"}},
       {" --source " + empty_csv + " --target " + y + " --epsilon 0.1",
        {"--source '" + empty_csv + "'", "empty point cloud"}},
       {" --source " + x + " --target " + path("zero_rows.npy") + " --epsilon 0.1",
        {"--target '" + path("zero_rows.npy") + "'", "empty point cloud"}},
       {" --source " + path("zero_cols.npy") + " --target " + y + " --epsilon 0.1",
-       {"--source '" + path("zero_cols.npy") + "'", "0 coordinates"}},
+       {"--source '" + path("zero_cols.npy") + "': problem.x", "points have dimension 0"}},
       {xy + " --source-weights " + negf + " --epsilon 0.1",
-       {"--source-weights '" + negf + "'", "weight 1 is -0.5", ">= 0"}},
+       {"--source-weights '" + negf + "': problem.a", "weight 1 is -0.5", ">= 0"}},
       {xy + " --target-weights " + b + " --source-weights " + zerof + " --epsilon 0.1",
-       {"--source-weights '" + zerof + "'", "all weights are zero"}},
+       {"--source-weights '" + zerof + "': problem.a", "total mass is 0 (all weights zero)"}},
       {xy + " --source-weights " + halff + " --target-weights " + b + " --epsilon 0.1",
-       {"unequal total mass", "--source-weights '" + halff + "'", "--target-weights '" + b + "'"}},
+       {"--source-weights '" + halff + "' and --target-weights '" + b + "': problem:",
+        "different total mass"}},
       {xy + " --source-weights " + shortf + " --epsilon 0.1",
-       {"--source-weights '" + shortf + "' has 29 weights", "--source '" + x + "' has 30 points"}},
+       {"--source-weights '" + shortf + "' for --source '" + x + "': problem.a",
+        "29 weights for 30 points"}},
       {xy + " --target-weights " + a + " --epsilon 0.1",
-       {"--target-weights '" + a + "' has 30 weights", "has 40 points"}},
+       {"--target-weights '" + a + "' for --target '" + y + "': problem.b",
+        "30 weights for 40 points"}},
       {xy + " --source-weights " + w2d + " --epsilon 0.1",
        {"--source-weights", "'" + w2d + "' has shape (15, 2)"}},
       // fp32 centres the points in float64 first: only a spread beyond float32 is refused.
@@ -640,15 +643,19 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {" --source " + big + " --target " + y + " --epsilon 0.1 --precision fp64",
        {"--source '" + big + "'", "exceed the float64 range"}},
       // options
-      {xy + " --epsilon 0", {"--epsilon must be finite and > 0, got 0"}},
-      {xy + " --epsilon=-1", {"--epsilon must be finite and > 0, got -1"}},
+      {xy + " --epsilon 0", {"--epsilon: problem.epsilon must be finite and > 0, got 0"}},
+      {xy + " --epsilon=-1", {"--epsilon: problem.epsilon must be finite and > 0, got -1"}},
+      {" --demo --epsilon inf", {"--epsilon: problem.epsilon must be finite and > 0, got inf"}},
       {xy + " --epsilon nan", {"--epsilon"}},
       {xy + " --epsilon abc", {"--epsilon expects a number, got 'abc'"}},
       {xy, {"missing --epsilon"}},
       {" --source " + x + " --epsilon 0.1", {"missing --target"}},
       {" --epsilon 0.1", {"missing --source"}},
       {xy + " --epsilon 0.1 --source-weights ''", {"--source-weights: empty file name"}},
-      {xy + " --epsilon 0.1 --cost-scale 0", {"--cost-scale must be finite and > 0"}},
+      {xy + " --epsilon 0.1 --cost-scale 0",
+       {"--cost-scale: problem.cost.scale must be finite and > 0"}},
+      {xy + " --epsilon 0.1 --cost-scale nan",
+       {"--cost-scale: problem.cost.scale must be finite and > 0, got nan"}},
       {xy + " --epsilon 0.1 --bogus", {"unrecognised option '--bogus'"}},
       {xy + " --epsilon 0.1 --eps 3", {"'--eps'"}},
       {xy + " --epsilon 0.1 stray", {"unexpected argument 'stray'"}},
@@ -658,12 +665,15 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {xy + " --epsilon 0.1 --backend cpu --precision tf32",
        {"--precision tf32", "--backend cuda"}},
       {xy + " --epsilon 0.1 --scaling 0.3 --fixed-epsilon", {"mutually exclusive"}},
-      {xy + " --epsilon 0.1 --scaling 1.5", {"--scaling must be in (0, 1), got 1.5"}},
-      {xy + " --epsilon 0.1 --tolerance=-1", {"--tolerance"}},
-      {xy + " --epsilon 0.1 --max-iterations 0", {"--max-iterations must be >= 1, got 0"}},
-      {xy + " --epsilon 0.1 --check-every 0", {"--check-every must be >= 1"}},
-      {xy + " --epsilon 0.1 --threads=-2", {"--threads must be in [0, 1024]", "got -2"}},
-      {xy + " --epsilon 0.1 --threads 100000", {"--threads must be in [0, 1024]"}},
+      {xy + " --epsilon 0.1 --scaling 1.5", {"--scaling: scaling must be in (0, 1), got 1.5"}},
+      {xy + " --epsilon 0.1 --tolerance=-1", {"--tolerance: tolerance must be >= 0"}},
+      {xy + " --epsilon 0.1 --max-iterations 0",
+       {"--max-iterations: max_iterations must be >= 1, got 0"}},
+      {xy + " --epsilon 0.1 --check-every 0", {"--check-every: check_every must be >= 1"}},
+      {xy + " --epsilon 0.1 --threads=-2",
+       {"--threads: ContextOptions::threads must be in [0, 1024]", "got -2"}},
+      {xy + " --epsilon 0.1 --threads 100000",
+       {"--threads: ContextOptions::threads must be in [0, 1024]"}},
       {xy + " --epsilon 0.1 --max-iterations 1.5",
        {"--max-iterations expects an integer, got '1.5'"}},
       {xy + " --epsilon 0.1 --threads=two", {"--threads expects an integer, got 'two'"}},
@@ -916,7 +926,7 @@ TEST_F(CliTest, WeightsWhoseTotalOverflowsAreRejectedByName) {
         run(kSolveCpu + xy + " --epsilon 0.1 --precision " + prec + " --source-weights " + huge);
     EXPECT_EQ(r.code, 2) << r.out;
     EXPECT_NE(r.err.find("--source-weights '" + huge + "'"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("sum to inf"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("problem.a: total mass overflows double"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find(": : "), std::string::npos) << "empty name: " << r.err;
   }
   // Finite in float64 but beyond float32: named, with the precision in use.
@@ -1003,6 +1013,8 @@ TEST_F(CliTest, BirkhoffRejectsLogitsThatOverflowFloat32) {
 
 TEST_F(CliTest, BirkhoffParsesItsCommandLineStrictly) {
   const std::string bk = save_logits(path("bk.npy"), 1, 4, std::vector<double>(16, 0.0));
+  const std::string n1 = save_logits(path("n1.npy"), 3, 1, std::vector<double>(3, 0.0));
+  const std::string n17 = save_logits(path("n17.npy"), 1, 17, std::vector<double>(289, 0.0));
   const std::vector<BadCase> cases = {
       {" --input " + bk + " stray", {"unexpected argument 'stray'"}},
       {" --input " + bk + " --tol 1e-3", {"'--tol'"}},
@@ -1016,6 +1028,15 @@ TEST_F(CliTest, BirkhoffParsesItsCommandLineStrictly) {
       {" --input " + bk + " --output " + out_dir_ + "/p.txt",
        {"--output", "unknown file type '.txt'"}},
       {" --input " + bk + " --output ''", {"--output: empty file name"}},
+      // BirkhoffOptions::is_valid and ContextOptions, naming the option.
+      {" --input " + bk + " --iterations=-1", {"--iterations: iterations must be in 0..10000"}},
+      {" --input " + bk + " --tolerance nan", {"--tolerance: tolerance must be finite and >= 0"}},
+      {" --input " + bk + " --threads 5000",
+       {"--threads: ContextOptions::threads must be in [0, 1024]"}},
+      // n outside 2..16: project_birkhoff's check, naming the file.
+      {" --input " + n1, {"--input '" + n1 + "': ", "n = 1 is outside the supported range 2..16"}},
+      {" --input " + n17 + " --output " + out_dir_ + "/p.npy",
+       {"--input '" + n17 + "': ", "n = 17 is outside the supported range 2..16"}},
       // The output is checked before the input is read.
       {" --input " + path("missing.npy") + " --output " + path("no/dir/p.npy"),
        {"--output: cannot write"}},

@@ -10,8 +10,8 @@ int main() {
   // The 2x2 closed form: a = b = (1/2, 1/2), C = [[0,1],[1,0]], eps = 1 -> <P,C> = 1/(1+e).
   std::vector<double> x = {0.0, 1.0}, y = {0.0, 1.0};
   kantor::Problem<double> p;
-  p.x = kantor::host_matrix<const double>(x.data(), 2, 1);
-  p.y = kantor::host_matrix<const double>(y.data(), 2, 1);
+  p.features().x = kantor::host_matrix<const double>(x.data(), 2, 1);
+  p.features().y = kantor::host_matrix<const double>(y.data(), 2, 1);
   p.epsilon = 1.0;
   kantor::Context ctx({kantor::Backend::kCpu});
   kantor::SinkhornOptions options;

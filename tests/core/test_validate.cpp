@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <string>
@@ -24,8 +25,8 @@ struct Arrays {
   std::vector<double> b = {4, 2};              // mass 6
   Problem<double> problem() const {
     Problem<double> p;
-    p.x = host_matrix<const double>(x.data(), 3, 2);
-    p.y = host_matrix<const double>(y.data(), 2, 2);
+    p.features().x = host_matrix<const double>(x.data(), 3, 2);
+    p.features().y = host_matrix<const double>(y.data(), 2, 2);
     p.a = host_vector<const double>(a.data(), 3);
     p.b = host_vector<const double>(b.data(), 2);
     p.epsilon = 0.5;
@@ -44,16 +45,16 @@ constexpr double inf = std::numeric_limits<double>::infinity();
 
 std::vector<BadCase> bad_cases() {
   return {
-      {"empty_x", "problem.x: empty", [](Arrays*, Problem<double>* p) { p->x.rows = 0; }},
-      {"empty_y", "problem.y: empty", [](Arrays*, Problem<double>* p) { p->y.rows = 0; }},
+      {"empty_x", "problem.x: empty", [](Arrays*, Problem<double>* p) { p->features().x.rows = 0; }},
+      {"empty_y", "problem.y: empty", [](Arrays*, Problem<double>* p) { p->features().y.rows = 0; }},
       {"zero_dim", "dimension 0",
        [](Arrays*, Problem<double>* p) {
-         p->x.cols = 0;
-         p->y.cols = 0;
+         p->features().x.cols = 0;
+         p->features().y.cols = 0;
        }},
-      {"dim_mismatch", "dimension mismatch", [](Arrays*, Problem<double>* p) { p->y.cols = 1; }},
-      {"stride_lt_cols", "stride", [](Arrays*, Problem<double>* p) { p->x.stride = 1; }},
-      {"null_x", "problem.x: null", [](Arrays*, Problem<double>* p) { p->x.data = nullptr; }},
+      {"dim_mismatch", "dimension mismatch", [](Arrays*, Problem<double>* p) { p->features().y.cols = 1; }},
+      {"stride_lt_cols", "stride", [](Arrays*, Problem<double>* p) { p->features().x.stride = 1; }},
+      {"null_x", "problem.x: null", [](Arrays*, Problem<double>* p) { p->features().x.data = nullptr; }},
       {"nan_x", "problem.x: non-finite", [](Arrays* a, Problem<double>*) { a->x[3] = nan; }},
       {"inf_y", "problem.y: non-finite", [](Arrays* a, Problem<double>*) { a->y[0] = -inf; }},
       {"a_size", "problem.a: 2 weights for 3 points",
@@ -69,8 +70,8 @@ std::vector<BadCase> bad_cases() {
       {"unequal_mass", "different total mass", [](Arrays* a, Problem<double>*) { a->b[0] = 4.1; }},
       {"uniform_vs_unequal", "different total mass",
        [](Arrays*, Problem<double>* p) { p->b = {}; }},  // uniform b has mass 1, a has 6
-      {"cost_scale_zero", "cost_scale", [](Arrays*, Problem<double>* p) { p->cost_scale = 0; }},
-      {"cost_scale_nan", "cost_scale", [](Arrays*, Problem<double>* p) { p->cost_scale = nan; }},
+      {"cost_scale_zero", "cost.scale", [](Arrays*, Problem<double>* p) { p->features().scale = 0; }},
+      {"cost_scale_nan", "cost.scale", [](Arrays*, Problem<double>* p) { p->features().scale = nan; }},
       {"eps_zero", "epsilon", [](Arrays*, Problem<double>* p) { p->epsilon = 0; }},
       {"eps_negative", "epsilon", [](Arrays*, Problem<double>* p) { p->epsilon = -0.1; }},
       {"eps_inf", "epsilon", [](Arrays*, Problem<double>* p) { p->epsilon = inf; }},
@@ -113,17 +114,58 @@ TEST(ProblemValidation, AcceptsValidProblems) {
   // Uniform weights on both sides; a strided x (every other row of a 6 x 2 array).
   std::vector<double> wide = {0, 0, 9, 9, 1, 0, 9, 9, 0, 1, 9, 9};
   Problem<double> q = p;
-  q.x = MatrixView<const double>{wide.data(), 3, 2, 4, MemorySpace::kHost};
+  q.features().x = MatrixView<const double>{wide.data(), 3, 2, 4, MemorySpace::kHost};
   q.a = {};
   q.b = {};
   EXPECT_NO_THROW(validate(q));
   Problem<float> pf;
   std::vector<float> xf = {0.f, 1.f};
-  pf.x = host_matrix<const float>(xf.data(), 2, 1);
-  pf.y = host_matrix<const float>(xf.data(), 2, 1);
+  pf.features().x = host_matrix<const float>(xf.data(), 2, 1);
+  pf.features().y = host_matrix<const float>(xf.data(), 2, 1);
   EXPECT_NO_THROW(validate(pf));
   xf[1] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_THROW(validate(pf), InvalidArgument);
+}
+
+// LabelAugmented costs: every defect of labels and table is named (field and value).
+TEST(ProblemValidation, LabelAugmentedDefectsAreNamed) {
+  Arrays arrays;
+  std::vector<std::int32_t> lx = {0, 1, 2}, ly = {2, 0};
+  std::vector<double> W = {0, 1, 2, 1, 0, 3, 2, 3, 0};
+  auto make = [&]() {
+    Problem<double> p = arrays.problem();
+    LabelAugmented<double> l;
+    l.features = p.features();
+    l.labels_x = host_vector<const std::int32_t>(lx.data(), 3);
+    l.labels_y = host_vector<const std::int32_t>(ly.data(), 2);
+    l.table = host_matrix<const double>(W.data(), 3, 3);
+    l.table_scale = 0.5;
+    p.cost = l;
+    return p;
+  };
+  EXPECT_NO_THROW(validate(make()));
+  auto expect = [&](const char* what, auto mutate) {
+    Problem<double> p = make();
+    mutate(std::get<LabelAugmented<double>>(p.cost));
+    try {
+      validate(p);
+      ADD_FAILURE() << "accepted: " << what;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect("labels_x: 2 labels for 3 points", [](auto& l) { l.labels_x.size = 2; });
+  expect("label 5 at point 1", [&](auto&) { ly[1] = 5; });
+  ly[1] = 0;
+  expect("label -1 at point 2", [&](auto&) { lx[2] = -1; });
+  lx[2] = 2;
+  expect("must be L x L", [](auto& l) { l.table.cols = 2; });
+  expect("entry (1, 2) is -1", [&](auto&) { W[5] = -1; });
+  W[5] = std::numeric_limits<double>::quiet_NaN();
+  expect("entry (1, 2) is nan", [](auto&) {});
+  W[5] = 3;
+  expect("table_scale must be finite and >= 0", [](auto& l) { l.table_scale = -1; });
+  expect("labels_y: null data", [](auto& l) { l.labels_y.data = nullptr; });
 }
 
 }  // namespace

@@ -66,8 +66,8 @@ TEST(CudaCertificate, BoundsTheTrueErrorAndMatchesTheCpuEngine) {
       using T = decltype(tag);
       const std::vector<T> xs = cast<T>(x), ys = cast<T>(y);
       Problem<T> p;
-      p.x = host_matrix<const T>(xs.data(), c.n, c.d);
-      p.y = host_matrix<const T>(ys.data(), c.m, c.d);
+      p.features().x = host_matrix<const T>(xs.data(), c.n, c.d);
+      p.features().y = host_matrix<const T>(ys.data(), c.m, c.d);
       p.reference_x = host_matrix<const double>(x.data(), c.n, c.d);
       p.reference_y = host_matrix<const double>(y.data(), c.m, c.d);
       p.epsilon = c.eps;
@@ -102,8 +102,8 @@ TEST(CudaCertificate, Bf16AtTinyEpsIsRefused) {
   const std::vector<float> x = cast<float>(uniform_cloud(rng, 3000, 3, 1.0));
   const std::vector<float> y = cast<float>(uniform_cloud(rng, 3000, 3, 1.0));
   Problem<float> p;
-  p.x = host_matrix<const float>(x.data(), 3000, 3);
-  p.y = host_matrix<const float>(y.data(), 3000, 3);
+  p.features().x = host_matrix<const float>(x.data(), 3000, 3);
+  p.features().y = host_matrix<const float>(y.data(), 3000, 3);
   p.epsilon = 3e-4;
   SinkhornOptions opt;
   opt.precision = Precision::kBf16;
@@ -143,8 +143,8 @@ TEST(CudaCertificate, KernelMatchesTheCpuEngineOnOddSizes) {
     for (double& v : g) v = 0.5 * nd(rng);
     if (sh.m > 2) g[0] = std::numeric_limits<double>::infinity();  // masked key: ignored
     Problem<double> p;
-    p.x = host_matrix<const double>(x.data(), sh.n, sh.d);
-    p.y = host_matrix<const double>(y.data(), sh.m, sh.d);
+    p.features().x = host_matrix<const double>(x.data(), sh.n, sh.d);
+    p.features().y = host_matrix<const double>(y.data(), sh.m, sh.d);
     p.a = host_vector<const double>(a.data(), sh.n);
     p.b = host_vector<const double>(b.data(), sh.m);
     p.epsilon = 0.3;

@@ -21,9 +21,19 @@ struct DenseProblem {
   std::vector<double> x, y;  // row-major n x d, m x d (original coordinates)
   std::vector<double> a, b;  // weights normalized to mass 1
   double c = 1.0;            // cost scale
-  std::vector<double> C;     // n x m, C_ij = c |x_i - y_j|^2
+  std::vector<double> C;     // n x m, C_ij = c |x_i - y_j|^2 (+ c_w W[l_i, l_j])
+  /// Block-list truncation (empty = dense): keep_f[i * m + j] says whether pair (i, j) is in the
+  /// f side's schedule (rows x), keep_g the same for the g side's (rows y). Absent pairs are
+  /// simply missing from that side's sums.
+  std::vector<char> keep_f, keep_g;
 
   double cost(std::int64_t i, std::int64_t j) const { return C[std::size_t(i * m + j)]; }
+  bool in_f(std::int64_t i, std::int64_t j) const {
+    return keep_f.empty() || keep_f[std::size_t(i * m + j)];
+  }
+  bool in_g(std::int64_t i, std::int64_t j) const {
+    return keep_g.empty() || keep_g[std::size_t(i * m + j)];
+  }
   double max_cost() const { return *std::max_element(C.begin(), C.end()); }
 };
 
@@ -63,6 +73,34 @@ DenseProblem make_dense_problem(const std::vector<T>& x, const std::vector<T>& y
   return p;
 }
 
+/// Adds the label term of a LabelAugmented cost: C_ij += c_w W[l_i, l_j] (W: L x L row-major).
+inline void add_label_term(DenseProblem* p, const std::vector<std::int32_t>& lx,
+                           const std::vector<std::int32_t>& ly, const std::vector<double>& W,
+                           std::int64_t L, double c_w) {
+  for (std::int64_t i = 0; i < p->n; ++i)
+    for (std::int64_t j = 0; j < p->m; ++j)
+      p->C[std::size_t(i * p->m + j)] +=
+          c_w * W[std::size_t(std::int64_t(lx[std::size_t(i)]) * L + ly[std::size_t(j)])];
+}
+
+/// The (i, j) mask of a block list (run_ptr / runs over row tiles of `row_tile` rows and key
+/// tiles of `key_tile` keys) of `rows` queries against `keys` keys, as rows x keys entries;
+/// `transpose` stores it as keys x rows (the g side's list in the (i, j) layout of keep_g).
+inline std::vector<char> block_list_mask(const std::vector<std::int64_t>& run_ptr,
+                                         const std::vector<std::int32_t>& runs,
+                                         std::int64_t row_tile, std::int64_t key_tile,
+                                         std::int64_t rows, std::int64_t keys, bool transpose) {
+  std::vector<char> keep(std::size_t(rows * keys), 0);
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t t = r / row_tile;
+    for (std::int64_t q = run_ptr[std::size_t(t)]; q < run_ptr[std::size_t(t + 1)]; ++q)
+      for (std::int64_t k = std::int64_t(runs[std::size_t(2 * q)]) * key_tile;
+           k < std::min(keys, std::int64_t(runs[std::size_t(2 * q + 1)]) * key_tile); ++k)
+        keep[std::size_t(transpose ? k * rows + r : r * keys + k)] = 1;
+  }
+  return keep;
+}
+
 /// log-sum-exp of `terms` with -inf entries allowed (all -inf gives -inf).
 inline double dense_lse(const std::vector<double>& terms) {
   double mx = -std::numeric_limits<double>::infinity();
@@ -84,7 +122,8 @@ inline std::vector<double> dense_update_f(const DenseProblem& p, double eps,
   for (std::int64_t i = 0; i < p.n; ++i) {
     for (std::int64_t j = 0; j < p.m; ++j)
       terms[std::size_t(j)] =
-          log_weight(p.b[std::size_t(j)]) + (g[std::size_t(j)] - p.cost(i, j)) / eps;
+          p.in_f(i, j) ? log_weight(p.b[std::size_t(j)]) + (g[std::size_t(j)] - p.cost(i, j)) / eps
+                       : -std::numeric_limits<double>::infinity();
     f[std::size_t(i)] = -eps * dense_lse(terms);
   }
   return f;
@@ -97,10 +136,19 @@ inline std::vector<double> dense_update_g(const DenseProblem& p, double eps,
   for (std::int64_t j = 0; j < p.m; ++j) {
     for (std::int64_t i = 0; i < p.n; ++i)
       terms[std::size_t(i)] =
-          log_weight(p.a[std::size_t(i)]) + (f[std::size_t(i)] - p.cost(i, j)) / eps;
+          p.in_g(i, j) ? log_weight(p.a[std::size_t(i)]) + (f[std::size_t(i)] - p.cost(i, j)) / eps
+                       : -std::numeric_limits<double>::infinity();
     g[std::size_t(j)] = -eps * dense_lse(terms);
   }
   return g;
+}
+
+/// The plan with the pairs absent from a side's block list set to 0 (side 0: keep_f, 1: keep_g).
+inline std::vector<double> masked_plan(const DenseProblem& p, std::vector<double> P, int side) {
+  for (std::int64_t i = 0; i < p.n; ++i)
+    for (std::int64_t j = 0; j < p.m; ++j)
+      if (!(side == 0 ? p.in_f(i, j) : p.in_g(i, j))) P[std::size_t(i * p.m + j)] = 0;
+  return P;
 }
 
 /// The plan P_ij = a_i b_j exp((f_i + g_j - C_ij)/eps), n x m row-major (0 where a weight is 0).

@@ -91,11 +91,11 @@ struct PointData {
   /// A view problem; `this` must outlive it and stay unmoved.
   Problem<T> problem() const {
     Problem<T> p;
-    p.x = host_matrix<const T>(x.data(), n, d);
-    p.y = host_matrix<const T>(y.data(), m, d);
+    p.features().x = host_matrix<const T>(x.data(), n, d);
+    p.features().y = host_matrix<const T>(y.data(), m, d);
     if (!a.empty()) p.a = host_vector<const T>(a.data(), n);
     if (!b.empty()) p.b = host_vector<const T>(b.data(), m);
-    p.cost_scale = cost_scale;
+    p.features().scale = cost_scale;
     p.epsilon = epsilon;
     return p;
   }

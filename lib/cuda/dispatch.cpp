@@ -1,0 +1,107 @@
+// The CUDA engine's dispatch table (lib/cuda/dispatch.hpp). Each entry states its evidence:
+// H200 measurements recorded in docs/cuda-engine.md and docs/benchmarks.md.
+#include "lib/cuda/dispatch.hpp"
+
+#include "kantor/error.hpp"
+#include "lib/cuda/lse_params.hpp"
+
+namespace kantor::cuda {
+
+std::string to_string(LseFamily f) {
+  switch (f) {
+    case LseFamily::kExact: return "exact";
+    case LseFamily::kMma: return "mma";
+    case LseFamily::kTf32Chunked: return "tf32-chunked";
+    case LseFamily::kGemm: return "gemm";
+  }
+  return "?";
+}
+
+namespace {
+
+// Padded width from which dense squared-Euclidean tf32 passes take cuBLAS score blocks.
+// Evidence (H200, n = m = 50k, 10 alternating iterations, eps = 0.1, ms; docs/cuda-engine.md,
+// "Width rule"): fused chunked kernel / cuBLAS + row-LSE = 104.1 / 117.1 at d = 96, 134.8 /
+// 120.1 at d = 128, 290.8 / 150.0 at d = 256, 667.1 / 213.4 at d = 512.
+constexpr int kGemmMinPaddedDim = 128;
+
+int tf32_width(int d) { return tf32_padded_dim(d); }
+
+}  // namespace
+
+bool can_implement(LseFamily family, const PassTraits& p, std::string* why_not) {
+  auto no = [&](const std::string& w) {
+    if (why_not) *why_not = w;
+    return false;
+  };
+  const bool fp32_data = p.precision != Precision::kFp64;
+  switch (family) {
+    case LseFamily::kExact:
+      // CUDA cores, exact differences, every cost and schedule, float and double data.
+      return true;
+    case LseFamily::kMma:
+      if (p.precision == Precision::kTf32) {
+        if (tf32_width(p.dim) > 64) return no("the mma kernel serves tf32 d <= 64");
+      } else if (p.precision == Precision::kBf16) {
+        if (p.dim > kBf16MaxDim) return no("the mma kernel serves bf16 d <= 128");
+      } else {
+        return no("the mma kernel needs precision tf32 or bf16");
+      }
+      // Label pair term and block lists: its policy variant (lse_mma_pipe_kernel<kPolicies>).
+      return true;
+    case LseFamily::kTf32Chunked:
+      if (p.precision != Precision::kTf32 || !fp32_data)
+        return no("the chunked kernel needs precision tf32");
+      if (p.label_cost) return no("the chunked tf32 kernel has no label pair term");
+      if (p.block_list) return no("the chunked tf32 kernel has no block-list schedule");
+      return true;
+    case LseFamily::kGemm:
+      if (p.precision != Precision::kTf32) return no("the cuBLAS path needs precision tf32");
+      if (p.label_cost) return no("the cuBLAS path has no label pair term");
+      if (p.block_list) return no("the cuBLAS path computes dense score blocks only");
+      return true;
+  }
+  return no("unknown family");
+}
+
+Dispatch dispatch_lse(const PassTraits& p, KernelChoice choice) {
+  if (choice != KernelChoice::kAuto) {
+    const LseFamily f = choice == KernelChoice::kExact         ? LseFamily::kExact
+                        : choice == KernelChoice::kMma         ? LseFamily::kMma
+                        : choice == KernelChoice::kTf32Chunked ? LseFamily::kTf32Chunked
+                                                               : LseFamily::kGemm;
+    std::string why;
+    if (!can_implement(f, p, &why))
+      throw InvalidArgument("kernel " + kantor::to_string(choice) + " cannot serve this pass (" +
+                            kantor::to_string(p.precision) + ", d = " + std::to_string(p.dim) +
+                            (p.label_cost ? ", label-augmented cost" : "") +
+                            (p.block_list ? ", block list" : "") + "): " + why);
+    return {f, "forced by ContextOptions::kernel"};
+  }
+  if (p.precision == Precision::kFp32 || p.precision == Precision::kFp64)
+    return {LseFamily::kExact,
+            "fp32 / fp64: exact differences on the CUDA cores (the only family without rounded "
+            "dot products)"};
+  if (p.precision == Precision::kBf16 && p.dim > kBf16MaxDim)
+    throw InvalidArgument("precision bf16 on the CUDA engine serves d <= " +
+                          std::to_string(kBf16MaxDim) + " (got d = " + std::to_string(p.dim) +
+                          "); use tf32 for wider clouds");
+  if (can_implement(LseFamily::kMma, p, nullptr))
+    // H200, 50k x 50k, 10 iterations (lib/cuda/lse_tf32.cu): 19.26 ms at d = 3, 41.79 at d = 64
+    // against 22.46 / 46.50 for the single-stage kernel and 3-4x the exact kernel. Label costs
+    // and block lists run its policy variant (docs/benchmarks.md, "Engine redesign").
+    return {LseFamily::kMma, std::string("tf32 d <= 64 / bf16 d <= 128: the pipelined mma.sync kernel") +
+                                 (p.label_cost || p.block_list ? " (policy variant)" : "")};
+  if (p.label_cost || p.block_list)
+    // The tensor-core families do not have these policies yet: the exact kernel serves them
+    // (fp32 exact differences: more accurate than asked, slower).
+    return {LseFamily::kExact,
+            std::string("no tensor-core family has the ") +
+                (p.label_cost ? "label pair term" : "block-list schedule") +
+                " at this width yet: exact differences"};
+  if (p.precision == Precision::kTf32 && tf32_width(p.dim) >= kGemmMinPaddedDim)
+    return {LseFamily::kGemm, "tf32 padded d >= 128: cuBLAS score blocks beat the chunked kernel"};
+  return {LseFamily::kTf32Chunked, "tf32 64 < d < 128 (padded 96): the chunked TF32 kernel"};
+}
+
+}  // namespace kantor::cuda

@@ -1,0 +1,76 @@
+// OracleBase<T>: what every engine's dual oracle shares, written once: the problem's sizes and
+// cost facts from setup (max cost, largest score term, cost kind), the block lists of the key
+// schedule (validated and kept on the host; each engine copies them where its kernels read
+// them), and the refusal of squared-Euclidean-only operations for other costs. The per-row dual
+// math (potential from an LSE, marginal-error terms, plan prefactors, the online state's merge)
+// is lib/core/online_lse.hpp, shared by the CPU loops and the CUDA kernels; each engine
+// implements only its passes (lib/cpu/row_pass, lib/cuda/lse_*).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "kantor/error.hpp"
+#include "kantor/oracle.hpp"
+#include "lib/costs/problem_data.hpp"
+
+namespace kantor {
+
+template <class T>
+class OracleBase : public Oracle<T> {
+ public:
+  std::int64_t n() const override { return n_; }
+  std::int64_t m() const override { return m_; }
+  std::int64_t dim() const override { return d_; }
+  Precision precision() const override { return precision_; }
+  double max_cost() const override { return max_cost_; }
+  double max_score_term() const override { return max_score_term_; }
+  std::string cost_kind() const override {
+    return classes_ > 0 ? "label-augmented" : "sqeuclidean";
+  }
+  BlockShape block_shape() const override { return shape_; }
+
+  void set_block_lists(const BlockList* f_side, const BlockList* g_side) override {
+    if (f_side) validate_block_list(*f_side, n_, m_, shape_, "f side: rows x, keys y");
+    if (g_side) validate_block_list(*g_side, m_, n_, shape_, "g side: rows y, keys x");
+    lists_[0] = f_side ? std::optional<BlockList>(*f_side) : std::nullopt;
+    lists_[1] = g_side ? std::optional<BlockList>(*g_side) : std::nullopt;
+    block_lists_changed();
+  }
+
+ protected:
+  OracleBase(const PreparedProblem<T>& prep, Precision precision, BlockShape shape)
+      : n_(prep.n),
+        m_(prep.m),
+        d_(prep.d),
+        classes_(prep.classes),
+        precision_(precision),
+        shape_(shape),
+        max_cost_(prep.max_cost),
+        max_score_term_(prep.cost_scale * prep.max_sq_norm + prep.max_pair) {}
+
+  /// The block list of side 0 (f: rows x) or 1 (g: rows y); null for a dense schedule.
+  const BlockList* block_list(int side) const {
+    return lists_[side] ? &*lists_[side] : nullptr;
+  }
+  bool label_cost() const { return classes_ > 0; }
+  /// Throws InvalidArgument for a cost other than SqEuclidean, naming the operation.
+  void require_sqeuclidean(const char* what) const {
+    if (classes_ > 0)
+      throw InvalidArgument(std::string(what) +
+                            " is defined for a squared-Euclidean cost only (this problem's cost "
+                            "is label-augmented)");
+  }
+  /// Called after set_block_lists: the engine copies the lists where its passes read them.
+  virtual void block_lists_changed() = 0;
+
+  std::int64_t n_ = 0, m_ = 0, d_ = 0, classes_ = 0;
+
+ private:
+  Precision precision_;
+  BlockShape shape_;
+  double max_cost_ = 0, max_score_term_ = 0;
+  std::optional<BlockList> lists_[2];
+};
+
+}  // namespace kantor
