@@ -29,7 +29,14 @@ typedef enum kantor_status {
   KANTOR_STATUS_INTERNAL_ERROR = 5
 } kantor_status;
 
-typedef enum kantor_dtype { KANTOR_DTYPE_FLOAT32 = 0, KANTOR_DTYPE_BFLOAT16 = 1 } kantor_dtype;
+/* The two range markers make every int a value of the type (a C caller may pass any int; the C++
+   side then reads it without undefined behaviour and refuses it with INVALID_ARGUMENT). */
+typedef enum kantor_dtype {
+  KANTOR_DTYPE_FLOAT32 = 0,
+  KANTOR_DTYPE_BFLOAT16 = 1,
+  KANTOR_DTYPE_RANGE_MIN_ = -2147483647 - 1,
+  KANTOR_DTYPE_RANGE_MAX_ = 2147483647
+} kantor_dtype;
 
 typedef enum kantor_birkhoff_method {
   KANTOR_BIRKHOFF_NEWTON = 0,   /* converged projection (tolerance) */

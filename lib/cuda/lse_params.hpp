@@ -122,6 +122,9 @@ int lse_block_rows(LseKernel kernel, int ld);
 /// device (rule and evidence in lse_pass.cu).
 int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_total,
                   std::int64_t nkeys);
+/// The wave rule of choose_splits for any kernel: `blocks` equal blocks per split (row blocks x
+/// any other grid dimension), `blocks_per_sm` resident, `nkeys` keys to divide.
+int wave_splits(int blocks_per_sm, std::int64_t blocks, std::int64_t nkeys);
 /// Number of blocks of the finalize kernel for `rows_total` rows (size of err_partials).
 int finalize_blocks(std::int64_t rows_total);
 /// Number of blocks of a value pass over `rows` rows (size of stat_partials / 3).

@@ -27,20 +27,25 @@ int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_to
   // that writing and merging the partials stays small next to the scan. (H200, 50k x 50k d = 3
   // TF32: 391 row blocks on 528 slots ran at 74% efficiency with 1 or 3 splits; 4 splits fill
   // 3 waves at 99%.)
-  constexpr std::int64_t kMinKeysPerSplit = 512;
-  constexpr int kMaxSplits = 64;
   const int per_sm = kernel == LseKernel::kTf32   ? tf32_blocks_per_sm(ld)
                      : kernel == LseKernel::kBf16 ? bf16_blocks_per_sm(ld)
                                                   : simt_blocks_per_sm(ld, is_double);
-  const std::int64_t slots = std::int64_t(std::max(current_sm_count(), 1)) * std::max(per_sm, 1);
-  const std::int64_t rb =
-      (rows_total + lse_block_rows(kernel, ld) - 1) / lse_block_rows(kernel, ld);
+  const std::int64_t br = lse_block_rows(kernel, ld);
+  return wave_splits(per_sm, (rows_total + br - 1) / br, nkeys);
+}
+
+int wave_splits(int blocks_per_sm, std::int64_t blocks, std::int64_t nkeys) {
+  constexpr std::int64_t kMinKeysPerSplit = 512;
+  constexpr int kMaxSplits = 64;
+  const std::int64_t slots =
+      std::int64_t(std::max(current_sm_count(), 1)) * std::max(blocks_per_sm, 1);
+  const std::int64_t rb = std::max<std::int64_t>(blocks, 1);
   const int max_s =
       int(std::max<std::int64_t>(1, std::min<std::int64_t>(kMaxSplits, nkeys / kMinKeysPerSplit)));
   auto efficiency = [&](int s) {
-    const std::int64_t blocks = rb * s;
-    const std::int64_t waves = (blocks + slots - 1) / slots;
-    return double(blocks) / double(waves * slots);
+    const std::int64_t b = rb * s;
+    const std::int64_t waves = (b + slots - 1) / slots;
+    return double(b) / double(waves * slots);
   };
   double best = 0;
   for (int s = 1; s <= max_s; ++s) best = std::max(best, efficiency(s));

@@ -97,32 +97,15 @@ int values_tf32_block_rows() { return MmaValueTile<8>::Pipe::kRows; }
 
 int values_tf32_splits(int ld, int vcols, std::int64_t rows, std::int64_t nkeys) {
   check_width(ld);
-  // The wave rule of choose_splits (lse_pass.cu) on the value kernel's occupancy: with
-  // slots = SMs x resident blocks, a grid of B equal blocks runs at efficiency
-  // B / (ceil(B / slots) slots); take the fewest splits within 2% of the best, with
-  // >= kMinKeysPerSplit keys per split.
-  constexpr std::int64_t kMinKeysPerSplit = 512;
-  constexpr int kMaxSplits = 64;
+  // The wave rule of choose_splits (lse_pass.cu) on the value kernel's occupancy.
   int per_sm = 0;
   with_mma_values_kernel(ld, [&](auto kernel) {
     KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0));
   });
-  const std::int64_t slots = std::int64_t(std::max(current_sm_count(), 1)) * std::max(per_sm, 1);
   const std::int64_t br = values_tf32_block_rows();
   const std::int64_t rb =
       std::max<std::int64_t>(1, (rows + br - 1) / br) * column_blocks(std::max(vcols, 1));
-  const int max_s =
-      int(std::max<std::int64_t>(1, std::min<std::int64_t>(kMaxSplits, nkeys / kMinKeysPerSplit)));
-  auto efficiency = [&](int s) {
-    const std::int64_t blocks = rb * s;
-    const std::int64_t waves = (blocks + slots - 1) / slots;
-    return double(blocks) / double(waves * slots);
-  };
-  double best = 0;
-  for (int s = 1; s <= max_s; ++s) best = std::max(best, efficiency(s));
-  for (int s = 1; s <= max_s; ++s)
-    if (efficiency(s) >= best - 0.02) return s;
-  return 1;
+  return wave_splits(per_sm, rb, nkeys);
 }
 
 void run_values_tf32(const MmaValuePass& p, void* stream) {

@@ -31,6 +31,7 @@
 
 #include "kantor/config.hpp"
 #include "kantor/error.hpp"
+#include "support/engine_rounding.hpp"
 #include "support/gpu.hpp"
 #if KANTOR_CUDA_ENABLED
 #include "lib/cuda/lse_params.hpp"
@@ -46,20 +47,6 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr double kLog2e = 1.44269504088896340736;
 constexpr double kLn2 = 0.69314718055994530942;
-
-// float -> TF32 as the CUDA oracle rounds its copies (round to nearest, ties away from zero:
-// keep 10 stored mantissa bits).
-float round_tf32(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) {
-    u += 0x1000u;
-    u &= 0xffffe000u;
-  }
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
 
 // Device memory and a stream (lib/cuda/runtime.hpp), released on scope exit.
 class DeviceFloats {
