@@ -236,7 +236,7 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
     throw InvalidArgument("--classes must be in [0, 2^20], got " + std::to_string(o.classes));
   if (!(o.block_fraction > 0 && o.block_fraction <= 1))
     throw InvalidArgument("--block-fraction must be in (0, 1], got " +
-                          std::to_string(o.block_fraction));
+                          format_number(o.block_fraction));
   if (o.values < 0 || o.values > 4096)
     throw InvalidArgument("--values must be in [0, 4096], got " + std::to_string(o.values));
   const Schedule schedule = parse_schedule(o.schedule, "--schedule");

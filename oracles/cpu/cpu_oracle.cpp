@@ -63,7 +63,10 @@ class CpuOracle final : public OracleBase<T> {
         for (std::int64_t k = 0; k < L; ++k)
           pair_[1][std::size_t(k * L + r)] = prep.pair[std::size_t(r * L + k)];
     }
-    self_ = x_.rows() == y_.rows() && x_ == y_ && a_ == b_ && labels_[0] == labels_[1];
+    // A self-problem has C_ij = C_ji: the label table must be symmetric too (W = W^T), else the
+    // g side (which reads W^T) is a different pass from the f side.
+    self_ = x_.rows() == y_.rows() && x_ == y_ && a_ == b_ && labels_[0] == labels_[1] &&
+            pair_[0] == pair_[1];
     x_ref_ = prep.x_ref;
     y_ref_ = prep.y_ref;
     a_ref_ = prep.a_ref;
@@ -363,7 +366,7 @@ class CpuOracle final : public OracleBase<T> {
   std::vector<double> x_ref_, y_ref_, a_ref_, b_ref_;  // the certificate's data (uncentred)
   Vec<T> a_, b_, la_, lb_, xn_, yn_;
   Vec<T> tn_, tm_;
-  bool self_ = false;  // y = x and b = a, element by element
+  bool self_ = false;  // y = x, b = a, same labels, symmetric table: element by element
   RowMatrix<T> empty_;
   RowPassResult res_;
 };
