@@ -564,15 +564,50 @@ DivergenceSummary SinkhornSolver<T>::divergence(const SinkhornOptions& options,
 }
 
 template <class T>
+DivergenceSummary SinkhornSolver<T>::solve_divergence(const SinkhornOptions& options,
+                                                      DivergencePotentials<T>* potentials) {
+  if (!potentials) return divergence_from(options, nullptr, Clock::now());
+  return divergence_from(options, &potentials->xy, Clock::now(), &potentials->xx,
+                         &potentials->yy);
+}
+
+template <class T>
+Oracle<T>& SinkhornSolver<T>::self_oracle(int side) {
+  std::unique_ptr<Oracle<T>>& o = self_oracles_[side];
+  if (!o) {
+    // The self-terms: the same cost with one side's features (and labels, over the same table),
+    // certified on that side's own reference points.
+    Problem<T> p = problem_;
+    if (side == 0) {
+      p.features().y = problem_.features().x;
+      p.b = problem_.a;
+      p.reference_y = problem_.reference_x;
+    } else {
+      p.features().x = problem_.features().y;
+      p.a = problem_.b;
+      p.reference_x = problem_.reference_y;
+    }
+    if (const LabelAugmented<T>* l = problem_.labels()) {
+      if (side == 0)
+        std::get<LabelAugmented<T>>(p.cost).labels_y = l->labels_x;
+      else
+        std::get<LabelAugmented<T>>(p.cost).labels_x = l->labels_y;
+    }
+    o = make_oracle(*ctx_, p, precision_);
+  }
+  return *o;
+}
+
+template <class T>
 DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& options,
                                                      Potentials<T>* potentials,
-                                                     Clock::time_point t0) {
+                                                     Clock::time_point t0, Potentials<T>* pxx_out,
+                                                     Potentials<T>* pyy_out) {
   check_options(options);
   check_precision(options, precision_);
 
   const Context& ctx = *ctx_;
   const Problem<T>& problem = problem_;
-  const Precision precision = precision_;
   Oracle<T>* oracle_xy = oracle_.get();
   // One eps schedule for the three problems: the one of (x, y).
   SinkhornOptions shared = options;
@@ -598,28 +633,15 @@ DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& opti
     out.xx.message = out.yy.message = "cancelled before this problem started";
     return out;
   }
-  // The self-terms: the same cost with one side's features (and labels, over the same table).
-  Problem<T> pxx = problem;
-  pxx.features().y = problem.features().x;
-  pxx.b = problem.a;
-  pxx.reference_y = problem.reference_x;  // the self-terms are certified on the caller's points
-  Problem<T> pyy = problem;
-  pyy.features().x = problem.features().y;
-  pyy.a = problem.b;
-  pyy.reference_x = problem.reference_y;
-  if (const LabelAugmented<T>* l = problem.labels()) {
-    std::get<LabelAugmented<T>>(pxx.cost).labels_y = l->labels_x;
-    std::get<LabelAugmented<T>>(pyy.cost).labels_x = l->labels_y;
+  {
+    Potentials<T> p;
+    out.xx = run_sinkhorn(ctx, self_oracle(0), problem.epsilon, self, pxx_out ? pxx_out : &p,
+                          Clock::now());
   }
   {
     Potentials<T> p;
-    auto o = make_oracle(ctx, pxx, precision);
-    out.xx = run_sinkhorn(ctx, *o, problem.epsilon, self, &p, Clock::now());
-  }
-  {
-    Potentials<T> p;
-    auto o = make_oracle(ctx, pyy, precision);
-    out.yy = run_sinkhorn(ctx, *o, problem.epsilon, self, &p, Clock::now());
+    out.yy = run_sinkhorn(ctx, self_oracle(1), problem.epsilon, self, pyy_out ? pyy_out : &p,
+                          Clock::now());
   }
   out.divergence_raw = out.xy.dual_cost - 0.5 * out.xx.dual_cost - 0.5 * out.yy.dual_cost;
   // Error bound of the raw value: each dual cost is off from its OT_eps by at most about its

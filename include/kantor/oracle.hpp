@@ -53,6 +53,50 @@ struct BlockShape {
 void validate_block_list(const BlockList& list, std::int64_t rows, std::int64_t keys,
                          const BlockShape& shape, const std::string& what);
 
+/// Small vector and matrix kernels in an oracle's memory space (device memory on the CUDA engine),
+/// the glue of the derivative algorithms (solvers/derivatives.cpp), which are written once over
+/// these and the oracle's passes. Nothing here synchronizes with the host: scalars are doubles
+/// in the same memory space, so that an iterative method (the HVP's conjugate gradients) keeps
+/// its coefficients on the device and reads one scalar at a check. Vectors are contiguous;
+/// matrices are row-major views (stride >= cols) in the same memory space. Reductions accumulate
+/// in double in a fixed order (results are run-to-run identical).
+template <class T>
+class VectorOps {
+ public:
+  virtual ~VectorOps() = default;
+  /// dst = value (every entry of a rows x cols view).
+  virtual void fill(MatrixView<T> dst, T value) = 0;
+  /// dst = alpha src + beta dst (same shapes; beta = 0 ignores dst's old entries, NaN included).
+  virtual void axpby(double alpha, MatrixView<const T> src, double beta, MatrixView<T> dst) = 0;
+  /// dst_ik = s_i src_ik (s has src.rows entries; dst may alias src).
+  virtual void scale_rows(const T* s, MatrixView<const T> src, MatrixView<T> dst) = 0;
+  /// dst_i = x_i * y_i (n entries; dst may alias x or y).
+  virtual void multiply(std::int64_t n, const T* x, const T* y, T* dst) = 0;
+  /// dst_i = x_i / y_i, and 0 where y_i = 0 (a zero-weight point: its row of the plan is empty).
+  virtual void divide(std::int64_t n, const T* x, const T* y, T* dst) = 0;
+  /// Row-wise Khatri-Rao product: dst(i, k * W.cols + l) = U_ik W_il (dst is rows x U.cols W.cols).
+  virtual void row_products(MatrixView<const T> U, MatrixView<const T> W, MatrixView<T> dst) = 0;
+  /// Row-wise vector-matrix product: out_il = alpha sum_k u_ik M(i, k * out.cols + l) +
+  /// beta out_il (u is rows x p, M rows x p q, out rows x q; beta = 0 ignores out's old entries).
+  virtual void row_contract(double alpha, MatrixView<const T> u, MatrixView<const T> M,
+                            double beta, MatrixView<T> out) = 0;
+  /// out_i = sum_k U_ik W_ik (out has U.rows entries).
+  virtual void row_dots(MatrixView<const T> U, MatrixView<const T> W, T* out) = 0;
+  /// out[0] = sum_i x_i y_i, accumulated in double (out in this memory space).
+  virtual void dot(std::int64_t n, const T* x, const T* y, double* out) = 0;
+  /// x_i -= mean(x) (the projection onto sum-zero vectors); `scratch` holds one double.
+  virtual void subtract_mean(std::int64_t n, T* x, double* scratch) = 0;
+  /// y += sign * (num[0] / den[0]) x with the scalars read in this memory space; a zero or
+  /// non-finite ratio leaves y unchanged (a CG step after exact convergence).
+  virtual void axpy_ratio(std::int64_t n, const double* num, const double* den, double sign,
+                          const T* x, T* y) = 0;
+  /// y = x + (num[0] / den[0]) y; a zero, non-finite or undefined ratio gives y = x.
+  virtual void xpay_ratio(std::int64_t n, const T* x, const double* num, const double* den,
+                          T* y) = 0;
+  /// Copies `count` doubles between two places of this memory space.
+  virtual void copy_scalars(const double* src, double* dst, std::int64_t count) = 0;
+};
+
 template <class T>
 class Oracle {
  public:
@@ -82,6 +126,14 @@ class Oracle {
   /// are validated (validate_block_list) and copied. Squared-Euclidean and label-augmented costs
   /// alike.
   virtual void set_block_lists(const BlockList* f_side, const BlockList* g_side) = 0;
+  /// The scale c of the squared-Euclidean part of the cost.
+  virtual double cost_scale() const = 0;
+  /// The features the passes see, centred on the same point (the cost and every derivative of
+  /// it are translation invariant): side 0 = x (n x d), side 1 = y (m x d), in the oracle's
+  /// memory space, unrounded (tf32 / bf16 engines round only the copies their tensor cores read).
+  virtual MatrixView<const T> points(int side) const = 0;
+  /// The vector kernels of this engine (same memory space as the passes).
+  virtual VectorOps<T>& ops() = 0;
   /// Normalized weights (total mass 1), in the oracle's memory space.
   virtual const T* a() const = 0;
   virtual const T* b() const = 0;
@@ -102,6 +154,9 @@ class Oracle {
   /// out = P V; V is m x k, out is n x k.
   virtual void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V,
                          MatrixView<T> out) = 0;
+  /// out = P^T U; U is n x k, out is m x k.
+  virtual void apply_mat_t(T eps, const T* f, const T* g, MatrixView<const T> U,
+                           MatrixView<T> out) = 0;
   /// out (n x d) = barycentric map T(x_i) = sum_j P_ij y_j / sum_j P_ij, original coordinates.
   /// SqEuclidean costs only (the map estimates the Monge map of that cost): InvalidArgument
   /// naming the cost otherwise.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "kantor/context.hpp"
+#include "kantor/derivatives.hpp"
 #include "kantor/potentials.hpp"
 #include "kantor/problem.hpp"
 
@@ -220,6 +221,37 @@ class SinkhornSolver {
   /// As barycentric_map, on the prepared data.
   void barycentric_map(const Potentials<T>& potentials, MatrixView<T> out);
 
+  // Derivatives (kantor/derivatives.hpp, docs/numerics.md section 4). Outputs are host memory;
+  // directions are host memory of the problem's shapes. Each call validates its arguments
+  // (InvalidArgument naming the field), synchronizes, and certifies the potentials it is given
+  // (the Summary's marginal_error says how far from converged they were).
+
+  /// As divergence, keeping the potentials of all three problems (their derivatives need them).
+  DivergenceSummary solve_divergence(const SinkhornOptions& options,
+                                     DivergencePotentials<T>* potentials);
+  /// Gradient of OT_eps(x, y, a, b) at `potentials` (envelope theorem): the blocks of `out` that
+  /// are not empty. x: 2c sum_j P_ij (x_i - y_j); y: 2c sum_i P_ij (y_j - x_i); a, b: see
+  /// GradientOutput.
+  GradientSummary gradient(const Potentials<T>& potentials, const GradientOutput<T>& out);
+  /// Gradient of the debiased divergence S_eps = OT(x,y) - OT(x,x)/2 - OT(y,y)/2.
+  GradientSummary divergence_gradient(const DivergencePotentials<T>& potentials,
+                                      const GradientOutput<T>& out);
+  /// out (n x d) = H A, H the Hessian of x -> OT_eps(x, y) at `potentials` (y, a, b fixed),
+  /// A an n x d direction. One Schur-complement CG solve (two streaming passes per iteration).
+  HvpSummary hvp(const Potentials<T>& potentials, MatrixView<const T> direction,
+                 MatrixView<T> out, const HvpOptions& options = {});
+  /// out = H A for H the Hessian of x -> S_eps(x, y): the (x, y) problem's HVP minus half the
+  /// HVP of x -> OT(x, x), which moves both arguments (the joint HVP in direction (A, A)).
+  HvpSummary divergence_hvp(const DivergencePotentials<T>& potentials,
+                            MatrixView<const T> direction, MatrixView<T> out,
+                            const HvpOptions& options = {});
+  /// out (n x d) = H^-1 g for the Hessian of x -> OT_eps(x, y), by CG over hvp() while the
+  /// curvature stays positive (the Summary says when it did not). The gradient of OT is
+  /// invariant to a common translation of x and y, so H has no null space in general, but it
+  /// is indefinite in general.
+  InverseHvpSummary inverse_hvp(const Potentials<T>& potentials, MatrixView<const T> g,
+                                MatrixView<T> out, const InverseHvpOptions& options = {});
+
  private:
   template <class U>
   friend SinkhornSummary solve_sinkhorn(const Context&, const Problem<U>&, const SinkhornOptions&,
@@ -230,11 +262,15 @@ class SinkhornSolver {
   SinkhornSummary solve_from(const SinkhornOptions& options, Potentials<T>* potentials,
                              std::chrono::steady_clock::time_point t0);
   DivergenceSummary divergence_from(const SinkhornOptions& options, Potentials<T>* potentials,
-                                    std::chrono::steady_clock::time_point t0);
+                                    std::chrono::steady_clock::time_point t0,
+                                    Potentials<T>* xx = nullptr, Potentials<T>* yy = nullptr);
+  /// The oracle of the self-problem (x, x) (side 0) or (y, y) (side 1), made on first use.
+  Oracle<T>& self_oracle(int side);
   const Context* ctx_;
   Problem<T> problem_;
   Precision precision_;
   std::unique_ptr<Oracle<T>> oracle_;
+  std::unique_ptr<Oracle<T>> self_oracles_[2];
 };
 
 }  // namespace kantor

@@ -19,6 +19,7 @@
 #include "lib/runtime/context_impl.hpp"
 #include "lib/costs/problem_data.hpp"
 #include "lib/cpu/row_pass.hpp"
+#include "oracles/cpu/cpu_vector_ops.hpp"
 #include "oracles/oracle_base.hpp"
 
 namespace kantor {
@@ -137,6 +138,25 @@ class CpuOracle final : public OracleBase<T> {
     for (std::int64_t i = 0; i < n(); ++i)
       for (std::int64_t k = 0; k < V.cols; ++k) out(i, k) = tmp[std::size_t(i * V.cols + k)];
   }
+  void apply_mat_t(T eps, const T* f, const T* g, MatrixView<const T> U,
+                   MatrixView<T> out) override {
+    if (U.rows != n() || out.rows != m() || out.cols != U.cols)
+      throw InvalidArgument("apply_mat_t: U must be n x k and out m x k");
+    RowMatrix<T> values(U.rows, U.cols);
+    for (std::int64_t i = 0; i < U.rows; ++i)
+      for (std::int64_t k = 0; k < U.cols; ++k) values(i, k) = U(i, k);
+    std::vector<T> tmp(std::size_t(m() * U.cols));
+    apply_side(eps, false, f, g, values, tmp.data(), U.cols);
+    for (std::int64_t j = 0; j < m(); ++j)
+      for (std::int64_t k = 0; k < U.cols; ++k) out(j, k) = tmp[std::size_t(j * U.cols + k)];
+  }
+  double cost_scale() const override { return c_; }
+  MatrixView<const T> points(int side) const override {
+    const RowMatrix<T>& p = side == 0 ? x_ : y_;
+    return {p.data(), p.rows(), p.cols(), p.cols(), MemorySpace::kHost};
+  }
+  VectorOps<T>& ops() override { return ops_; }
+
   void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) override {
     this->require_sqeuclidean("barycentric_map");
     (void)f;  // the map is a ratio of sums over j: the row factor exp(f_i/eps) cancels
@@ -369,6 +389,7 @@ class CpuOracle final : public OracleBase<T> {
   bool self_ = false;  // y = x, b = a, same labels, symmetric table: element by element
   RowMatrix<T> empty_;
   RowPassResult res_;
+  CpuVectorOps<T> ops_;
 };
 
 }  // namespace
