@@ -11,6 +11,11 @@
 // --values K (time apply_mat with K value columns, P V, instead of iterations), --kernel (force
 // a kernel family of the dispatch table).
 //
+// Derivatives (issue 10): --gradient times the K iterations followed by the gradient w.r.t. x
+// (FlashSinkhorn's forward + backward protocol); --hvp first iterates (untimed) until the
+// marginal error is below 1e-6 (or 20000 iterations), then times one HVP w.r.t. x in a random
+// direction with the Schur-complement CG at --cg-tolerance.
+//
 //   kantor bench sinkhorn --n 50000 --d 64 --precision tf32 --backend cuda --json
 #include <algorithm>
 #include <boost/program_options.hpp>
@@ -27,6 +32,7 @@
 #include "kantor/buffer.hpp"
 #include "kantor/config.hpp"
 #include "kantor/context.hpp"
+#include "kantor/derivatives.hpp"
 #include "kantor/error.hpp"
 #include "kantor/info.hpp"
 #include "kantor/oracle.hpp"
@@ -54,6 +60,10 @@ struct BenchOptions {
   double block_fraction = 1;    // < 1: block-list schedule keeping this fraction of key tiles
   std::int64_t values = 0;      // > 0: time apply_mat with this many value columns
   std::string kernel = "auto";  // ContextOptions::kernel
+  bool gradient = false;        // time iterations + the gradient w.r.t. x
+  bool hvp = false;             // time one HVP from converged potentials
+  double cg_tolerance = 1e-6;
+  std::int64_t cg_check_every = 5;
 };
 
 struct Timing {
@@ -62,6 +72,9 @@ struct Timing {
   double marginal_error = 0;
   double certificate = 0;   // certified marginal error of the last repeat's potentials
   double certify_ms = 0;    // one certificate (two float64 passes), timed on its own
+  std::int64_t cg_iterations = 0;      // --hvp: CG iterations of the last timed HVP
+  double cg_relative_residual = NAN;   // --hvp: its relative residual
+  std::int64_t converge_iterations = 0;  // --hvp: untimed iterations before it
 };
 
 template <class T>
@@ -139,11 +152,31 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   Buffer<T> f(ctx, n), g(ctx, m);
   Buffer<double> err(ctx, 1);
   const T eps = T(o.epsilon);
+  Buffer<T> G, A, HA;
+  if (o.gradient) G = Buffer<T>(ctx, n * d);
+  if (o.hvp) {
+    std::vector<T> ha(std::size_t(n * d));
+    for (auto& v : ha) v = T(nd(rng));
+    A = Buffer<T>(ctx, n * d);
+    HA = Buffer<T>(ctx, n * d);
+    copy(ctx, host_vector<const T>(ha.data(), n * d), A.view());
+  }
+  HvpOptions hvp_options;
+  hvp_options.tolerance = o.cg_tolerance;
+  hvp_options.check_every = o.cg_check_every;
+  HvpSummary hvp_summary;
   auto reset = [&] {
     detail::fill_bytes(ctx, f.data(), f.space(), 0, sizeof(T) * std::size_t(n));
     detail::fill_bytes(ctx, g.data(), g.space(), 0, sizeof(T) * std::size_t(m));
   };
   auto iterate = [&] {
+    if (o.hvp) {
+      hvp_summary = oracle_hvp(ctx, *oracle, eps, f.data(), g.data(),
+                               MatrixView<const T>{A.data(), n, d, d, A.space()},
+                               MatrixView<const T>{}, MatrixView<T>{HA.data(), n, d, d, HA.space()},
+                               MatrixView<T>{}, hvp_options);
+      return;
+    }
     for (std::int64_t k = 0; k < o.iterations; ++k) {
       if (o.values > 0) {
         oracle->apply_mat(eps, f.data(), g.data(),
@@ -156,22 +189,39 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
         oracle->symmetric_step(eps, k == 0 ? T(1) : T(0.5), f.data(), g.data(), nullptr);
       }
     }
+    if (o.gradient)
+      oracle_gradient(ctx, *oracle, eps, f.data(), g.data(), 0,
+                      MatrixView<T>{G.data(), n, d, d, G.space()});
   };
   Timing t;
+  if (o.hvp) {
+    // Converged potentials (untimed): alternating iterations until the marginal error <= 1e-6.
+    reset();
+    for (std::int64_t k = 0; k < 20000; k += 10) {
+      for (int s = 0; s < 10; ++s) {
+        oracle->update_f(eps, g.data(), f.data(), nullptr);
+        oracle->update_g(eps, f.data(), g.data(), s == 9 ? err.data() : nullptr);
+      }
+      t.converge_iterations = k + 10;
+      if (to_host(ctx, err.cview())[0] <= 1e-6) break;
+    }
+  }
   t.engine = oracle->description();
   for (int w = 0; w < o.warmup; ++w) {
-    reset();
+    if (!o.hvp) reset();
     iterate();
   }
   ctx.synchronize();
   for (int r = 0; r < o.repeats; ++r) {
-    reset();
+    if (!o.hvp) reset();
     StreamTimer timer(ctx);  // CUDA events on the context's stream, or the steady clock
     timer.start();
     iterate();
     timer.stop();
     t.ms.push_back(timer.elapsed_ms());
   }
+  t.cg_iterations = hvp_summary.cg_iterations;
+  t.cg_relative_residual = hvp_summary.relative_residual;
   // Sanity value of the last repeat's potentials (not timed).
   oracle->marginal_error(eps, f.data(), g.data(), err.data());
   t.marginal_error = to_host(ctx, err.cview())[0];
@@ -210,13 +260,21 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
       "time apply_mat (P V) with K value columns instead of iterations (default 0)")(
       "kernel", po::value(&o.kernel),
       "auto | exact | mma | tf32-chunked | gemm: force a kernel family (default auto)")(
+      "gradient", po::bool_switch(&o.gradient),
+      "time the iterations followed by the gradient w.r.t. x")(
+      "hvp", po::bool_switch(&o.hvp),
+      "time one Hessian-vector product w.r.t. x from converged potentials")(
+      "cg-tolerance", po::value(&o.cg_tolerance),
+      "--hvp: relative residual of the Schur-complement CG (default 1e-6)")(
+      "cg-check-every", po::value(&o.cg_check_every),
+      "--hvp: CG iterations between residual checks (default 5)")(
       "json", po::bool_switch(&o.json), "print one JSON object");
   po::variables_map vm = parse_command_line(args, desc);
   if (vm.count("help")) {
     std::cout << "usage: kantor bench sinkhorn --n N --m M --d D --epsilon E --iterations K "
                  "[--schedule alternating|symmetric] [--precision fp32|tf32|bf16|fp64] "
                  "[--backend cpu|cuda|auto] [--repeats R] [--classes L] [--block-fraction F] "
-                 "[--values K] [--kernel auto|exact|mma|tf32-chunked|gemm] [--json]\n\n"
+                 "[--values K | --gradient | --hvp [--cg-tolerance T]] [--kernel auto|exact|mma|tf32-chunked|gemm] [--json]\n\n"
               << desc << std::endl;
     return kExitOk;
   }
@@ -237,6 +295,13 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   if (!(o.block_fraction > 0 && o.block_fraction <= 1))
     throw InvalidArgument("--block-fraction must be in (0, 1], got " +
                           format_number(o.block_fraction));
+  if (int(o.gradient) + int(o.hvp) + int(o.values > 0) > 1)
+    throw InvalidArgument("--gradient, --hvp and --values time different things: give one");
+  if (!(o.cg_tolerance > 0) || !std::isfinite(o.cg_tolerance))
+    throw InvalidArgument("--cg-tolerance must be a finite number > 0, got " +
+                          format_number(o.cg_tolerance));
+  if (o.cg_check_every < 1)
+    throw InvalidArgument("--cg-check-every must be >= 1, got " + std::to_string(o.cg_check_every));
   if (o.values < 0 || o.values > 4096)
     throw InvalidArgument("--values must be in [0, 4096], got " + std::to_string(o.values));
   const Schedule schedule = parse_schedule(o.schedule, "--schedule");
@@ -302,7 +367,13 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
         .add("classes", o.classes)
         .add("block_fraction", o.block_fraction)
         .add("values", o.values)
-        .add("kernel", o.kernel);
+        .add("kernel", o.kernel)
+        .add("gradient", o.gradient)
+        .add("hvp", o.hvp)
+        .add("cg_tolerance", o.cg_tolerance)
+        .add("cg_iterations", t.cg_iterations)
+        .add("cg_relative_residual", t.cg_relative_residual)
+        .add("converge_iterations", t.converge_iterations);
     std::cout << j.str() << std::endl;
   } else {
     std::printf(
@@ -320,6 +391,13 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
     std::printf("\n  marginal error after the last repeat %.3e (engine residual), %.3e certified"
                 " (certificate: %.3f ms, not in the timings above)\n",
                 t.marginal_error, t.certificate, t.certify_ms);
+    if (o.gradient) std::printf("  timed: %lld iterations + the gradient w.r.t. x\n",
+                                (long long)o.iterations);
+    if (o.hvp)
+      std::printf("  timed: one HVP w.r.t. x, %lld CG iterations, relative residual %.3e "
+                  "(tolerance %g), after %lld untimed iterations\n",
+                  (long long)t.cg_iterations, t.cg_relative_residual, o.cg_tolerance,
+                  (long long)t.converge_iterations);
   }
   return kExitOk;
 }

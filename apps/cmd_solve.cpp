@@ -58,7 +58,7 @@ struct Settings {
   double epsilon = kDemoEpsilon;
   double cost_scale = 1.0;
   bool debias = false, json = false, quiet = false, demo = false;
-  std::string potentials_prefix, map_path;
+  std::string potentials_prefix, map_path, gradient_path;
 };
 
 // ---- the solve ----------------------------------------------------------------------------
@@ -169,14 +169,15 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   const auto t0 = Clock::now();
   // One prepared problem serves the solve and the barycentric map.
   SinkhornSolver<T> solver = named([&] { return SinkhornSolver<T>(ctx, p, precision); });
-  Potentials<T> pot;
+  DivergencePotentials<T> dpot;  // the self-terms' potentials serve the divergence's gradient
+  Potentials<T>& pot = dpot.xy;
   SinkhornSummary s;
   DivergenceSummary div;
   {
     InterruptGuard guard;
     named([&] {
       if (st.debias) {
-        div = solver.divergence(options, &pot);
+        div = solver.solve_divergence(options, &dpot);
         s = div.xy;
       } else {
         s = solver.solve(options, &pot);
@@ -217,6 +218,21 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
                        {in.n, in.d},
                        std::move(out),
                        is_float && offset <= box.width});
+  }
+  if (!failed && !st.gradient_path.empty()) {
+    // The gradient w.r.t. the source positions (of S_eps with --debias): translation invariant,
+    // so the centred solve's gradient is that of the file's coordinates.
+    std::vector<T> grad(std::size_t(in.n * in.d));
+    GradientOutput<T> go;
+    go.x = host_matrix(grad.data(), in.n, in.d);
+    named([&] {
+      if (st.debias)
+        solver.divergence_gradient(dpot, go);
+      else
+        solver.gradient(pot, go);
+    });
+    outputs.push_back({"--output-gradient", st.gradient_path, {in.n, in.d}, to_double(grad),
+                       is_float});
   }
   write_outputs(outputs);
 
@@ -310,7 +326,7 @@ constexpr const char* kUsage =
 
 int cmd_solve(const std::vector<std::string>& args) {
   std::string source, target, source_weights, target_weights, schedule = "alternating";
-  std::string backend = "auto", precision_name, potentials_prefix, map_path;
+  std::string backend = "auto", precision_name, potentials_prefix, map_path, gradient_path;
   double epsilon = 0, cost_scale = 1.0, scaling = kDefaultScaling, tolerance = 0;
   std::int64_t max_iterations = 10000, check_every = 10;
   int threads = 0;
@@ -351,6 +367,9 @@ int cmd_solve(const std::vector<std::string>& args) {
      "fp64 | fp32 | tf32 | bf16 (default fp64 on cpu, fp32 on cuda; tf32/bf16: cuda only)")
     ("output-potentials", po::value(&potentials_prefix)->value_name("PREFIX"),
      "write f and g to PREFIX_f.npy, PREFIX_g.npy (PREFIX ending in .csv/.npy picks the format)")
+    ("output-gradient", po::value(&gradient_path)->value_name("FILE"),
+     "write the gradient of OT_eps (of the divergence S_eps with --debias) w.r.t. the source "
+     "positions (n x d) to FILE (.npy or .csv), at the returned potentials (envelope theorem)")
     ("output-map", po::value(&map_path)->value_name("FILE"),
      "write the barycentric map T(x_i) (n x d) to FILE (.npy or .csv; float32 .npy for fp32 "
      "solves unless the points lie farther from the origin than their spread)")
@@ -371,7 +390,8 @@ int cmd_solve(const std::vector<std::string>& args) {
   // (SinkhornOptions::is_valid) below, before any file is read too; --epsilon and --cost-scale
   // with the problem (kantor::validate, check_and_finish), --threads by the Context.
   for (const char* opt :
-       {"source", "target", "source-weights", "target-weights", "output-map", "output-potentials"})
+       {"source", "target", "source-weights", "target-weights", "output-map", "output-potentials",
+        "output-gradient"})
     if (vm.count(opt) && vm[opt].as<std::string>().empty())
       throw InvalidArgument(std::string("--") + opt + ": empty file name");
   if (demo) {
@@ -416,6 +436,7 @@ int cmd_solve(const std::vector<std::string>& args) {
   st.demo = demo;
   st.potentials_prefix = potentials_prefix;
   st.map_path = map_path;
+  st.gradient_path = gradient_path;
   {
     std::vector<std::pair<std::string, std::string>> outputs, inputs;
     if (vm.count("output-potentials")) {
@@ -424,6 +445,7 @@ int cmd_solve(const std::vector<std::string>& args) {
       outputs.emplace_back("--output-potentials", paths.g);
     }
     if (vm.count("output-map")) outputs.emplace_back("--output-map", map_path);
+    if (vm.count("output-gradient")) outputs.emplace_back("--output-gradient", gradient_path);
     for (const char* opt : {"source", "target", "source-weights", "target-weights"})
       if (vm.count(opt)) inputs.emplace_back(std::string("--") + opt, vm[opt].as<std::string>());
     check_outputs(outputs, inputs);

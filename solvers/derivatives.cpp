@@ -829,6 +829,41 @@ InverseHvpSummary SinkhornSolver<T>::inverse_hvp(const Potentials<T>& pot, Matri
   return s;
 }
 
+template <class T>
+void oracle_gradient(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g,
+                     int side, MatrixView<T> out) {
+  if (side != 0 && side != 1)
+    throw InvalidArgument("oracle_gradient: side must be 0 (x) or 1 (y), got " +
+                          std::to_string(side));
+  const std::int64_t rows = side == 0 ? oracle.n() : oracle.m();
+  if (out.rows != rows || out.cols != oracle.dim() || out.space != oracle.memory_space())
+    throw InvalidArgument("oracle_gradient: out must be " + std::to_string(rows) + " x " +
+                          std::to_string(oracle.dim()) + " in the oracle's memory space");
+  Derivatives<T>(ctx, oracle, eps, f, g).gradient(side, out);
+}
+
+template <class T>
+HvpSummary oracle_hvp(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g,
+                      MatrixView<const T> A, MatrixView<const T> B, MatrixView<T> out_x,
+                      MatrixView<T> out_y, const HvpOptions& options) {
+  std::string why;
+  if (!options.is_valid(&why)) throw InvalidArgument("oracle_hvp: " + why);
+  const std::int64_t n = oracle.n(), m = oracle.m(), d = oracle.dim();
+  const MemorySpace sp = oracle.memory_space();
+  auto check = [&](std::int64_t rows, std::int64_t cols, std::int64_t stride, MemorySpace s,
+                   bool present, std::int64_t want, const char* what) {
+    if (present && (rows != want || cols != d || stride < cols || s != sp))
+      throw InvalidArgument(std::string("oracle_hvp: ") + what + " must be " +
+                            std::to_string(want) + " x " + std::to_string(d) +
+                            " in the oracle's memory space");
+  };
+  check(A.rows, A.cols, A.stride, A.space, A.data != nullptr, n, "A");
+  check(B.rows, B.cols, B.stride, B.space, B.data != nullptr, m, "B");
+  check(out_x.rows, out_x.cols, out_x.stride, out_x.space, out_x.data != nullptr, n, "out_x");
+  check(out_y.rows, out_y.cols, out_y.stride, out_y.space, out_y.data != nullptr, m, "out_y");
+  return Derivatives<T>(ctx, oracle, eps, f, g).joint_hvp(A, B, out_x, out_y, options);
+}
+
 #define KANTOR_INSTANTIATE_DERIVATIVES(T)                                                       \
   template GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>&,                    \
                                                        const GradientOutput<T>&);               \
@@ -839,7 +874,12 @@ InverseHvpSummary SinkhornSolver<T>::inverse_hvp(const Potentials<T>& pot, Matri
   template HvpSummary SinkhornSolver<T>::divergence_hvp(                                        \
       const DivergencePotentials<T>&, MatrixView<const T>, MatrixView<T>, const HvpOptions&);   \
   template InverseHvpSummary SinkhornSolver<T>::inverse_hvp(                                    \
-      const Potentials<T>&, MatrixView<const T>, MatrixView<T>, const InverseHvpOptions&);
+      const Potentials<T>&, MatrixView<const T>, MatrixView<T>, const InverseHvpOptions&);       \
+  template void oracle_gradient(const Context&, Oracle<T>&, T, const T*, const T*, int,         \
+                                MatrixView<T>);                                                 \
+  template HvpSummary oracle_hvp(const Context&, Oracle<T>&, T, const T*, const T*,             \
+                                 MatrixView<const T>, MatrixView<const T>, MatrixView<T>,       \
+                                 MatrixView<T>, const HvpOptions&);
 KANTOR_INSTANTIATE_DERIVATIVES(float)
 KANTOR_INSTANTIATE_DERIVATIVES(double)
 

@@ -116,4 +116,27 @@ struct DivergencePotentials {
   Potentials<T> xy, xx, yy;
 };
 
+template <class T>
+class Oracle;
+
+// Oracle-level entry points: the algorithms behind SinkhornSolver's derivative methods, on
+// buffers in the oracle's memory space (device memory on the CUDA engine: zero-copy for callers
+// that hold device data, and what `kantor bench` times). They check shapes only (no finiteness
+// scan, no certificate) and do not synchronize, except the HVP at its convergence checks.
+
+/// out (rows x d of side s, the oracle's memory space) = the gradient of OT_eps with respect to
+/// side s's points (s = 0: x, s = 1: y) at the potentials (f, g): 2c sum_j P_ij (x_i - y_j).
+/// One value pass with d + 1 columns.
+template <class T>
+void oracle_gradient(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g,
+                     int side, MatrixView<T> out);
+
+/// The joint HVP (out_x, out_y) = H (A, B) of (x, y) -> OT_eps at (f, g); an empty A or B
+/// (data == nullptr) is a zero direction, an empty out_x or out_y is not computed. Views in the
+/// oracle's memory space (n x d, m x d). SinkhornSolver::hvp is this with B = 0, out_y empty.
+template <class T>
+HvpSummary oracle_hvp(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g,
+                      MatrixView<const T> A, MatrixView<const T> B, MatrixView<T> out_x,
+                      MatrixView<T> out_y, const HvpOptions& options = {});
+
 }  // namespace kantor
