@@ -72,6 +72,7 @@ int dispatch(int argc, char** argv, std::string* name) {
   std::vector<std::string> rest(argv + 2, argv + argc);
   *name = cmd;
   if (cmd == "solve") return run_guarded("solve", cmd_solve, rest);
+  if (cmd == "newton") return run_guarded("newton", cmd_newton, rest);
   if (cmd == "info") return run_guarded("info", cmd_info, rest);
   if (cmd == "birkhoff") return run_guarded("birkhoff", cmd_birkhoff, rest);
   if (cmd == "bench") {

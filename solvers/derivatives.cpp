@@ -136,12 +136,12 @@ struct SideView {
   std::int64_t keys() const { return s == 0 ? o->m() : o->n(); }
   MatrixView<const T> X() const { return o->points(s); }
   MatrixView<const T> Y() const { return o->points(1 - s); }
-  /// out (rows x k) = P_s V (V keys x k).
-  void P(MatrixView<const T> V, MatrixView<T> out) const {
+  /// out (rows x k) = P_s V (V keys x k); mass (if not null, rows) = P_s 1 from the same pass.
+  void P(MatrixView<const T> V, MatrixView<T> out, T* mass = nullptr) const {
     if (s == 0)
-      o->apply_mat(eps, f, g, V, out);
+      o->apply_mat(eps, f, g, V, out, mass);
     else
-      o->apply_mat_t(eps, f, g, V, out);
+      o->apply_mat_t(eps, f, g, V, out, mass);
   }
   void Pvec(const T* v, T* out) const {
     if (s == 0)
@@ -157,6 +157,7 @@ struct SideView {
   }
 };
 
+
 /// Copies column k of a matrix view into a contiguous vector.
 template <class T>
 Buffer<T> extract(const Context& ctx, VectorOps<T>& ops, MatrixView<const T> M, std::int64_t k) {
@@ -166,21 +167,16 @@ Buffer<T> extract(const Context& ctx, VectorOps<T>& ops, MatrixView<const T> M, 
   return out;
 }
 
-template <class T>
-MatrixView<const T> sub(MatrixView<const T> M, std::int64_t c0, std::int64_t k) {
-  return {M.data + c0, M.rows, k, M.stride, M.space};
-}
-
 /// Column layout of one side's first value pass: V (keys x cols) and P_s V (rows x cols) =
-/// [ah | P Y | P Dk | P w | P (w y) | P ([Y | Dk] (x) Y)], the Dk blocks only for a key
-/// direction, the last two only when the side's output is wanted.
+/// [P Y | P Dk | P w | P (w y) | P ([Y | Dk] (x) Y)] (ah = P 1 comes with the pass), the Dk
+/// blocks only for a key direction, the last two only when the side's output is wanted.
 struct Layout {
   std::int64_t d = 0;
   bool dk = false, products = false;
-  std::int64_t y = 1, dkc = -1, w = -1, wy = -1, prod = -1, cols = 0;
+  std::int64_t y = 0, dkc = -1, w = -1, wy = -1, prod = -1, cols = 0;
   Layout(std::int64_t dim, bool has_dk, bool want_products)
       : d(dim), dk(has_dk), products(want_products) {
-    std::int64_t c = 1 + d;
+    std::int64_t c = d;
     if (dk) {
       dkc = c;
       w = c + d;
@@ -213,15 +209,13 @@ class Derivatives {
   void gradient(int s, MatrixView<T> out) {
     const SideView<T> sv = side(s);
     const std::int64_t d = o_.dim();
-    Mat<T> V(ctx_, sv.keys(), 1 + d);
-    ops_.fill(V.cols_view(0, 1), T(1));
-    ops_.axpby(1, sv.Y(), 0, V.cols_view(1, d));
-    Mat<T> PV(ctx_, sv.rows(), 1 + d);
-    sv.P(V.cview(), PV.view());
-    const Buffer<T> ah = extract(ctx_, ops_, PV.cview(), 0);
+    // One pass: P Y and ah = P 1. The oracle's points are already a keys x d view.
+    Mat<T> PY(ctx_, sv.rows(), d);
+    Buffer<T> ah(ctx_, std::max<std::int64_t>(sv.rows(), 1));
+    sv.P(sv.Y(), PY.view(), ah.data());
     const double c2 = 2 * o_.cost_scale();
     ops_.scale_rows(ah.data(), sv.X(), out);
-    ops_.axpby(-c2, PV.ccols(1, d), c2, out);
+    ops_.axpby(-c2, PY.cview(), c2, out);
   }
 
   /// The joint HVP: (out_x, out_y) = H (A, B) for the Hessian of (x, y) -> OT_eps. Empty A or B
@@ -286,7 +280,6 @@ class Derivatives {
     const std::int64_t R = sv.rows(), K = sv.keys(), d = L.d;
     st->layout = L;
     Mat<T> V(ctx_, K, L.cols);
-    ops_.fill(V.cols_view(0, 1), T(1));
     ops_.axpby(1, sv.Y(), 0, V.cols_view(L.y, d));
     if (L.dk) {
       ops_.axpby(1, st->Dk, 0, V.cols_view(L.dkc, d));
@@ -300,8 +293,8 @@ class Derivatives {
       ops_.row_products(V.ccols(L.y, L.prod_width()), sv.Y(), V.cols_view(L.prod, L.prod_cols()));
     }
     st->PV = Mat<T>(ctx_, R, L.cols);
-    sv.P(V.cview(), st->PV.view());
-    st->ah = extract(ctx_, ops_, st->PV.cview(), 0);
+    st->ah = Buffer<T>(ctx_, std::max<std::int64_t>(R, 1));
+    sv.P(V.cview(), st->PV.view(), st->ah.data());
     // r_s = 2c (ah v - <PY, Ds> - <X, P Dk> + P w)
     st->v = Buffer<T>(ctx_, R);
     st->r = Buffer<T>(ctx_, R);

@@ -1,6 +1,7 @@
 // DivergenceObjective: S_eps(x, y) (or OT_eps) of the source positions as a kantor::Objective.
 #include "kantor/ot_objectives.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <utility>
@@ -102,23 +103,34 @@ std::unique_ptr<typename DivergenceObjective<T>::Point> DivergenceObjective<T>::
 template <class T>
 bool DivergenceObjective<T>::evaluate(const double* x, double* value, double* gradient) {
   double v = 0;
-  std::unique_ptr<Point> p = solve_at(x, &v);
+  std::unique_ptr<Point> p;
+  const std::int64_t N = n_ * d_;
+  if (value_point_ && std::equal(x, x + N, value_point_->xd.begin())) {
+    // minimize() evaluates an accepted trial point again with a gradient: reuse its solve.
+    p = std::move(value_point_);
+    v = value_point_value_;
+  } else {
+    p = solve_at(x, &v);
+  }
   if (!p) return false;
   *value = v;
-  if (gradient) {
-    std::vector<T> g(std::size_t(n_ * d_));
-    GradientOutput<T> out;
-    out.x = host_matrix(g.data(), n_, d_);
-    if (debiased_)
-      p->solver->divergence_gradient(p->pot, out);
-    else
-      p->solver->gradient(p->pot.xy, out);
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      gradient[i] = double(g[i]);
-      if (!std::isfinite(gradient[i])) return false;
-    }
-    grad_point_ = std::move(p);
+  if (!gradient) {
+    value_point_ = std::move(p);
+    value_point_value_ = v;
+    return true;
   }
+  std::vector<T> g(static_cast<std::size_t>(N));
+  GradientOutput<T> out;
+  out.x = host_matrix(g.data(), n_, d_);
+  if (debiased_)
+    p->solver->divergence_gradient(p->pot, out);
+  else
+    p->solver->gradient(p->pot.xy, out);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    gradient[i] = double(g[i]);
+    if (!std::isfinite(gradient[i])) return false;
+  }
+  grad_point_ = std::move(p);
   return true;
 }
 

@@ -151,12 +151,13 @@ class Oracle {
   virtual void apply(T eps, const T* f, const T* g, const T* v, T* out) = 0;
   /// out = P^T u (m).
   virtual void apply_t(T eps, const T* f, const T* g, const T* u, T* out) = 0;
-  /// out = P V; V is m x k, out is n x k.
+  /// out = P V; V is m x k, out is n x k. If row_mass is not null it receives P 1 (n) from the
+  /// same pass (the tensor-core value kernel has it for free).
   virtual void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V,
-                         MatrixView<T> out) = 0;
-  /// out = P^T U; U is n x k, out is m x k.
+                         MatrixView<T> out, T* row_mass = nullptr) = 0;
+  /// out = P^T U; U is n x k, out is m x k; col_mass: P^T 1 (m) from the same pass.
   virtual void apply_mat_t(T eps, const T* f, const T* g, MatrixView<const T> U,
-                           MatrixView<T> out) = 0;
+                           MatrixView<T> out, T* col_mass = nullptr) = 0;
   /// out (n x d) = barycentric map T(x_i) = sum_j P_ij y_j / sum_j P_ij, original coordinates.
   /// SqEuclidean costs only (the map estimates the Monge map of that cost): InvalidArgument
   /// naming the cost otherwise.

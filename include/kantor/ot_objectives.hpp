@@ -58,7 +58,9 @@ class DivergenceObjective : public Objective {
   HvpOptions hvp_;
   bool debiased_;
   std::int64_t n_ = 0, d_ = 0;
-  std::unique_ptr<Point> grad_point_;  // the last point evaluated with a gradient
+  std::unique_ptr<Point> grad_point_;   // the last point evaluated with a gradient
+  std::unique_ptr<Point> value_point_;  // the last point evaluated without one (a trial)
+  double value_point_value_ = 0;
   std::unique_ptr<DivergencePotentials<T>> warm_;  // the last accepted point's potentials
   std::int64_t sinkhorn_iterations_ = 0, solves_ = 0, hvp_cg_iterations_ = 0;
   SinkhornSummary last_;

@@ -127,26 +127,27 @@ class CpuOracle final : public OracleBase<T> {
     RowMatrix<T> values = Eigen::Map<const Vec<T>>(u, n());
     apply_side(eps, false, f, g, values, out, 1);
   }
-  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V, MatrixView<T> out) override {
+  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V, MatrixView<T> out,
+                 T* row_mass) override {
     if (V.rows != m() || out.rows != n() || out.cols != V.cols)
       throw InvalidArgument("apply_mat: V must be m x k and out n x k");
     RowMatrix<T> values(V.rows, V.cols);
     for (std::int64_t j = 0; j < V.rows; ++j)
       for (std::int64_t k = 0; k < V.cols; ++k) values(j, k) = V(j, k);
     std::vector<T> tmp(std::size_t(n() * V.cols));
-    apply_side(eps, true, f, g, values, tmp.data(), V.cols);
+    apply_side(eps, true, f, g, values, tmp.data(), V.cols, row_mass);
     for (std::int64_t i = 0; i < n(); ++i)
       for (std::int64_t k = 0; k < V.cols; ++k) out(i, k) = tmp[std::size_t(i * V.cols + k)];
   }
-  void apply_mat_t(T eps, const T* f, const T* g, MatrixView<const T> U,
-                   MatrixView<T> out) override {
+  void apply_mat_t(T eps, const T* f, const T* g, MatrixView<const T> U, MatrixView<T> out,
+                   T* col_mass) override {
     if (U.rows != n() || out.rows != m() || out.cols != U.cols)
       throw InvalidArgument("apply_mat_t: U must be n x k and out m x k");
     RowMatrix<T> values(U.rows, U.cols);
     for (std::int64_t i = 0; i < U.rows; ++i)
       for (std::int64_t k = 0; k < U.cols; ++k) values(i, k) = U(i, k);
     std::vector<T> tmp(std::size_t(m() * U.cols));
-    apply_side(eps, false, f, g, values, tmp.data(), U.cols);
+    apply_side(eps, false, f, g, values, tmp.data(), U.cols, col_mass);
     for (std::int64_t j = 0; j < m(); ++j)
       for (std::int64_t k = 0; k < U.cols; ++k) out(j, k) = tmp[std::size_t(j * U.cols + k)];
   }
@@ -347,8 +348,9 @@ class CpuOracle final : public OracleBase<T> {
     return plan_prefactor(double(lb_[j]), double(gj), double(yn_[j]), double(eps), col_max, kLog2e);
   }
 
+  // out = P_side values; mass (if not null) = P_side 1 from the same pass's row sums.
   void apply_side(T eps, bool f_side, const T* f, const T* g, const RowMatrix<T>& values, T* out,
-                  std::int64_t K) {
+                  std::int64_t K, T* mass = nullptr) {
     RowPassResult r;
     Policy pol;
     const std::vector<T> pt = policy(f_side ? 0 : 1, eps, &pol);
@@ -359,6 +361,7 @@ class CpuOracle final : public OracleBase<T> {
       for (std::int64_t i = 0; i < n(); ++i) {
         const double pref = row_prefactor(eps, i, f[i], r.max[i]);
         for (std::int64_t k = 0; k < K; ++k) out[i * K + k] = T(pref * r.acc(i, k));
+        if (mass) mass[i] = T(pref * r.sum[i]);
       }
     } else {
       const Vec<T> bias = g_side_bias(eps, f);
@@ -367,6 +370,7 @@ class CpuOracle final : public OracleBase<T> {
       for (std::int64_t j = 0; j < m(); ++j) {
         const double pref = col_prefactor(eps, j, g[j], r.max[j]);
         for (std::int64_t k = 0; k < K; ++k) out[j * K + k] = T(pref * r.acc(j, k));
+        if (mass) mass[j] = T(pref * r.sum[j]);
       }
     }
   }

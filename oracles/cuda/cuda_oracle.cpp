@@ -3,8 +3,9 @@
 // kernels, log weights, TF32- or bf16-rounded copies and their norms (tf32, bf16), the label pair
 // tables in each kernel's units, and a workspace sized for the largest split-K pass. The kernel
 // family of the updates comes from the dispatch table (lib/cuda/dispatch.cpp). Passes:
-// lib/cuda/lse_params.hpp (conventions and policies), docs/cuda-engine.md (design). Nothing here
-// synchronizes; scalars are written as double into device memory.
+// lib/cuda/lse_params.hpp (conventions and policies), docs/cuda-engine.md (design); the vector
+// kernels of ops(): lib/cuda/vector_ops.hpp. Nothing here synchronizes; scalars are written as
+// double into device memory.
 #include "oracles/cuda/cuda_oracle.hpp"
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_params.hpp"
 #include "lib/cuda/lse_values.hpp"
+#include "lib/cuda/vector_ops.hpp"
 #include "oracles/cuda/bf16_round.hpp"
 #include "oracles/oracle_base.hpp"
 
@@ -58,6 +60,60 @@ float round_tf32(float x) {
 /// How the stored copies of the coordinates are rounded.
 enum class Rounding { kNone, kTf32, kBf16 };
 
+/// VectorOps on device memory (lib/cuda/vector_ops.hpp): every op one or two launches on the
+/// oracle's stream, reductions through a workspace of kReduceBlocks doubles owned here (stream
+/// ordered, so consecutive calls may reuse it).
+template <class T>
+class CudaVectorOps final : public VectorOps<T> {
+ public:
+  CudaVectorOps(const Context& ctx, void* stream)
+      : stream_(stream), partials_(ctx, cuda::kReduceBlocks) {}
+  void fill(MatrixView<T> dst, T value) override { cuda::vec_fill(dst, value, stream_); }
+  void axpby(double alpha, MatrixView<const T> src, double beta, MatrixView<T> dst) override {
+    cuda::vec_axpby(alpha, src, beta, dst, stream_);
+  }
+  void scale_rows(const T* s, MatrixView<const T> src, MatrixView<T> dst) override {
+    cuda::vec_scale_rows(s, src, dst, stream_);
+  }
+  void multiply(std::int64_t n, const T* x, const T* y, T* dst) override {
+    cuda::vec_multiply(n, x, y, dst, stream_);
+  }
+  void divide(std::int64_t n, const T* x, const T* y, T* dst) override {
+    cuda::vec_divide(n, x, y, dst, stream_);
+  }
+  void row_products(MatrixView<const T> U, MatrixView<const T> W, MatrixView<T> dst) override {
+    cuda::vec_row_products(U, W, dst, stream_);
+  }
+  void row_contract(double alpha, MatrixView<const T> u, MatrixView<const T> M, double beta,
+                    MatrixView<T> out) override {
+    cuda::vec_row_contract(alpha, u, M, beta, out, stream_);
+  }
+  void row_dots(MatrixView<const T> U, MatrixView<const T> W, T* out) override {
+    cuda::vec_row_dots(U, W, out, stream_);
+  }
+  void dot(std::int64_t n, const T* x, const T* y, double* out) override {
+    cuda::vec_dot(n, x, y, out, partials_.data(), stream_);
+  }
+  void subtract_mean(std::int64_t n, T* x, double* scratch) override {
+    cuda::vec_subtract_mean(n, x, scratch, partials_.data(), stream_);
+  }
+  void axpy_ratio(std::int64_t n, const double* num, const double* den, double sign, const T* x,
+                  T* y) override {
+    cuda::vec_axpy_ratio(n, num, den, sign, x, y, stream_);
+  }
+  void xpay_ratio(std::int64_t n, const T* x, const double* num, const double* den,
+                  T* y) override {
+    cuda::vec_xpay_ratio(n, x, num, den, y, stream_);
+  }
+  void copy_scalars(const double* src, double* dst, std::int64_t count) override {
+    cuda::vec_copy_scalars(src, dst, count, stream_);
+  }
+
+ private:
+  void* stream_;
+  Buffer<double> partials_;
+};
+
 template <class T>
 class CudaOracle final : public OracleBase<T> {
   using Base = OracleBase<T>;
@@ -71,7 +127,8 @@ class CudaOracle final : public OracleBase<T> {
         ctx_(ctx),
         stream_(ctx.impl().stream),
         precision_(precision),
-        c_(prep.cost_scale) {
+        c_(prep.cost_scale),
+        ops_(ctx, ctx.impl().stream) {
     // The dense schedule's family (the table; a forced family is checked here, at setup).
     dense_ = cuda::dispatch_lse(traits(false), ctx.kernel());
     dispatch_ = dense_;
@@ -118,8 +175,11 @@ class CudaOracle final : public OracleBase<T> {
     ld_simt_ = cuda::simt_padded_dim(int(d_));
     xs_ = upload(padded(prep.x, n_, ld_simt_, rnd));
     ys_ = upload(padded(prep.y, m_, ld_simt_, rnd));
-    // Unrounded centred y: the values of the barycentric map.
-    if (rnd != Rounding::kNone) ys_values_ = upload(padded(prep.y, m_, ld_simt_, Rounding::kNone));
+    // Unrounded centred x and y: points() and the values of the barycentric map (y).
+    if (rnd != Rounding::kNone) {
+      xs_values_ = upload(padded(prep.x, n_, ld_simt_, Rounding::kNone));
+      ys_values_ = upload(padded(prep.y, m_, ld_simt_, Rounding::kNone));
+    }
     a_ = upload(prep.a);
     b_ = upload(prep.b);
     la_ = upload(prep.la);
@@ -179,7 +239,8 @@ class CudaOracle final : public OracleBase<T> {
     os << ", " << this->cost_kind() << " cost"
        << (this->block_list(0) || this->block_list(1) ? ", block-list schedule" : "")
        << ", split-K f/g/sym " << splits_f_ << "/" << splits_g_ << "/" << splits_sym_
-       << (tensor_values() ? "; P V (apply_mat) tf32 mma.sync for scores and values" : "")
+       << (tensor_values(0) ? "; P V (apply_mat) tf32 mma.sync for scores and values" : "")
+       << (tensor_values(1) ? "; P^T U (apply_mat_t) tf32 mma.sync for scores and values" : "")
        << "; value passes cuda-core exact differences"
        << (tensor_ == LseKernel::kTf32   ? " of the TF32-rounded clouds"
            : tensor_ == LseKernel::kBf16 ? " of the bf16-rounded clouds"
@@ -227,47 +288,33 @@ class CudaOracle final : public OracleBase<T> {
     p.ostride = 1;
     cuda::run_value_pass(p, stream_);
   }
-  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V, MatrixView<T> out) override {
+  void apply_mat(T eps, const T* f, const T* g, MatrixView<const T> V, MatrixView<T> out,
+                 T* row_mass) override {
     if (V.rows != m_ || out.rows != n_ || out.cols != V.cols)
       throw InvalidArgument("apply_mat: V must be m x k and out n x k");
     if (V.space != MemorySpace::kDevice || out.space != MemorySpace::kDevice)
       throw InvalidArgument("apply_mat: V and out must be device memory on the CUDA engine");
-    if (V.cols == 0) return;
-    if constexpr (std::is_same<T, float>::value) {
-      if (tensor_values()) {
-        // P V on the tensor cores (lib/cuda/lse_values.hpp): scores and P V by TF32 mma.sync, every
-        // column in one pass (blocks of 64 columns).
-        cuda::MmaValuePass vp;
-        vp.side = side(true, g, const_cast<T*>(f));
-        vp.query_logw = la_.data();
-        vp.ld = ld_upd_;
-        vp.values = V.data;
-        vp.vstride = V.stride;
-        vp.vcols = int(V.cols);
-        vp.out = out.data;
-        vp.ostride = out.stride;
-        vp.eps = eps;
-        vp.cost_scale = float(c_);
-        vp.splits = cuda::values_tf32_splits(ld_upd_, vp.vcols, n_, m_);
-        const std::int64_t need =
-            std::int64_t(cuda::values_tf32_workspace_floats(n_, vp.vcols, vp.splits));
-        if (value_work_.size() < need) value_work_ = Buffer<float>(ctx_, need);
-        vp.workspace = value_work_.data();
-        cuda::run_values_tf32(vp, stream_);
-        return;
-      }
-    }
-    // Columns in chunks of kValueChunk, one streaming pass each (CUDA cores, double arithmetic).
-    for (std::int64_t c0 = 0; c0 < V.cols; c0 += cuda::kValueChunk) {
-      LseValuePass<T> p = value_pass(eps, true, f, g, ValueMode::kApply);
-      p.values = V.data + c0;
-      p.vstride = V.stride;
-      p.vcols = int(std::min<std::int64_t>(cuda::kValueChunk, V.cols - c0));
-      p.out = out.data + c0;
-      p.ostride = out.stride;
-      cuda::run_value_pass(p, stream_);
-    }
+    value_matrix(eps, /*f_side=*/true, f, g, V, out, row_mass);
   }
+  void apply_mat_t(T eps, const T* f, const T* g, MatrixView<const T> U, MatrixView<T> out,
+                   T* col_mass) override {
+    if (U.rows != n_ || out.rows != m_ || out.cols != U.cols)
+      throw InvalidArgument("apply_mat_t: U must be n x k and out m x k");
+    if (U.space != MemorySpace::kDevice || out.space != MemorySpace::kDevice)
+      throw InvalidArgument("apply_mat_t: U and out must be device memory on the CUDA engine");
+    value_matrix(eps, /*f_side=*/false, f, g, U, out, col_mass);
+  }
+  double cost_scale() const override { return c_; }
+  MatrixView<const T> points(int side) const override {
+    if (side != 0 && side != 1)
+      throw InvalidArgument("points: side must be 0 (x) or 1 (y), got " + std::to_string(side));
+    // The exact-difference copies are unrounded on fp32 / fp64; tf32 / bf16 keep separate
+    // unrounded copies (xs_values_, ys_values_). Rows padded with zeros to ld_simt_ columns.
+    const Buffer<T>& unrounded = side == 0 ? (xs_values_.empty() ? xs_ : xs_values_)
+                                           : (ys_values_.empty() ? ys_ : ys_values_);
+    return {unrounded.data(), side == 0 ? n_ : m_, d_, ld_simt_, MemorySpace::kDevice};
+  }
+  VectorOps<T>& ops() override { return ops_; }
   void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) override {
     this->require_sqeuclidean("barycentric_map");
     if (out.rows != n_ || out.cols != d_ || out.space != MemorySpace::kDevice)
@@ -404,12 +451,76 @@ class CudaOracle final : public OracleBase<T> {
       ps_g_ = Buffer<T>(ctx_, smax * m_);
     }
   }
-  /// Whether apply_mat runs on the tensor cores: tf32 with the mma family, dense schedule,
-  /// squared-Euclidean cost (the value kernel has no policies yet: the exact value pass serves
-  /// the others).
-  bool tensor_values() const {
+  /// Whether the matrix value pass of side s (0: apply_mat, rows x; 1: apply_mat_t, rows y) runs
+  /// on the tensor cores: tf32 with the mma family, that side's schedule dense, squared-Euclidean
+  /// cost (the value kernel has no policies yet: the exact value pass serves the others).
+  bool tensor_values(int s) const {
     return tensor_ == LseKernel::kTf32 && dispatch_.family == LseFamily::kMma &&
-           !this->label_cost() && !this->block_list(0) && ld_upd_ <= 64;
+           !this->label_cost() && !this->block_list(s) && ld_upd_ <= 64;
+  }
+  /// out = P V (f side: V m x k, out n x k) or P^T V (g side: V n x k, out m x k); shapes and
+  /// spaces checked by the caller.
+  void value_matrix(T eps, bool f_side, const T* f, const T* g, MatrixView<const T> V,
+                    MatrixView<T> out, T* mass) {
+    if (V.cols == 0) {
+      if (mass && f_side) apply(eps, f, g, ones(m_), mass);
+      if (mass && !f_side) apply_t(eps, f, g, ones(n_), mass);
+      return;
+    }
+    if constexpr (std::is_same<T, float>::value) {
+      if (tensor_values(f_side ? 0 : 1)) {
+        // On the tensor cores (lib/cuda/lse_values.hpp): scores and P V by TF32 mma.sync, every
+        // column in one pass (blocks of 64 columns). The kernel is the LSE pass's side with
+        // values: the g side swaps the clouds exactly as update_g does (queries y~ with c|y~|^2,
+        // keys x~ with f, c|x~|^2 and log a; row prefactor from g and log b), so P^T U is the
+        // same kernel with the roles swapped.
+        const std::int64_t rows = f_side ? n_ : m_, keys = f_side ? m_ : n_;
+        cuda::MmaValuePass vp;
+        vp.side = f_side ? side(true, g, const_cast<T*>(f)) : side(false, f, const_cast<T*>(g));
+        vp.query_logw = f_side ? la_.data() : lb_.data();
+        vp.ld = ld_upd_;
+        vp.values = V.data;
+        vp.vstride = V.stride;
+        vp.vcols = int(V.cols);
+        vp.out = out.data;
+        vp.ostride = out.stride;
+        vp.row_mass = mass;
+        vp.eps = eps;
+        vp.cost_scale = float(c_);
+        vp.splits = cuda::values_tf32_splits(ld_upd_, vp.vcols, rows, keys);
+        const std::int64_t need =
+            std::int64_t(cuda::values_tf32_workspace_floats(rows, vp.vcols, vp.splits));
+        if (value_work_.size() < need) value_work_ = Buffer<float>(ctx_, need);
+        vp.workspace = value_work_.data();
+        cuda::run_values_tf32(vp, stream_);
+        return;
+      }
+    }
+    // Columns in chunks of kValueChunk, one streaming pass each (CUDA cores, double arithmetic).
+    for (std::int64_t c0 = 0; c0 < V.cols; c0 += cuda::kValueChunk) {
+      LseValuePass<T> p = value_pass(eps, f_side, f, g, ValueMode::kApply);
+      p.values = V.data + c0;
+      p.vstride = V.stride;
+      p.vcols = int(std::min<std::int64_t>(cuda::kValueChunk, V.cols - c0));
+      p.out = out.data + c0;
+      p.ostride = out.stride;
+      cuda::run_value_pass(p, stream_);
+    }
+    // The exact value pass has no row-sum output: one more pass with V = 1.
+    if (mass) {
+      if (f_side)
+        apply(eps, f, g, ones(m_), mass);
+      else
+        apply_t(eps, f, g, ones(n_), mass);
+    }
+  }
+  /// A device vector of `count` ones (grown on demand, kept).
+  const T* ones(std::int64_t count) {
+    if (ones_.size() < count) {
+      ones_ = Buffer<T>(ctx_, count);
+      ops_.fill(MatrixView<T>{ones_.data(), count, 1, 1, MemorySpace::kDevice}, T(1));
+    }
+    return ones_.data();
   }
   /// The LseKernel of the current family.
   LseKernel family_kernel() const {
@@ -552,11 +663,13 @@ class CudaOracle final : public OracleBase<T> {
   Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data
   int ld_simt_ = 0, ld_upd_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
-  Buffer<T> xs_, ys_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
+  Buffer<T> xs_, ys_, xs_values_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
+  Buffer<T> ones_;  // ones(): the values of a mass pass
   Buffer<T> pm_f_, ps_f_, pm_g_, ps_g_, f_tmp_, g_tmp_;
   Buffer<double> err_partials_, stat_partials_;
   Buffer<float> value_work_;  // partials of the tensor-core value pass
   std::unique_ptr<cuda::LseGemm> gemm_;
+  CudaVectorOps<T> ops_;
 };
 
 }  // namespace

@@ -5,12 +5,16 @@
 // dispatch entry that serves them (ContextOptions::kernel, forced once each).
 //
 // Accumulators: the LSE updates (update_f, update_g, symmetric_step with its error), the value
-// passes (apply: P v, apply_t: P^T u, apply_mat: P V with K = 5), plan statistics (mass, <P,C>,
-// sum P (f + g)) and the certificate (computed part, always over every pair).
+// passes (apply: P v, apply_t: P^T u, apply_mat: P V with K = 5, apply_mat_t: P^T U with K = 5
+// on strided views), plan statistics (mass, <P,C>, sum P (f + g)) and the certificate (computed
+// part, always over every pair). Every case also checks the features the oracle exposes
+// (points(side): the centred, unrounded clouds).
 #include <gtest/gtest.h>
 
 #include <array>
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <utility>
 #include <memory>
@@ -264,6 +268,71 @@ void run_case(const Conf& c) {
                  MatrixView<T>{outm.data(), c.n, 5, 5, outm.space()});
     EXPECT_TRUE(all_close(to_host(ctx, outm.cview()), dense_apply_mat(ref, Pf, V, 5), abs_bound(Pf, V, 5, false)))
         << "apply_mat";
+    // P^T U with the g side's truncation, U (n x 5) at stride 7 and out (m x 5) at stride 6:
+    // entries between the rows must be neither read (NaN there) nor written.
+    std::vector<double> U(std::size_t(c.n * 5));
+    for (double& e : U) e = double(T(uv(rng)));
+    std::vector<T> Us(std::size_t(c.n * 7), std::numeric_limits<T>::quiet_NaN());
+    for (std::int64_t i = 0; i < c.n; ++i)
+      for (int k = 0; k < 5; ++k) Us[std::size_t(i * 7 + k)] = T(U[std::size_t(i * 5 + k)]);
+    Buffer<T> Ub = to_buffer(ctx, Us);
+    const T sentinel = T(-12345);
+    Buffer<T> outmt = to_buffer(ctx, std::vector<T>(std::size_t(c.m * 6), sentinel));
+    o->apply_mat_t(T(eps), f.data(), g.data(),
+                   MatrixView<const T>{Ub.data(), c.n, 5, 7, Ub.space()},
+                   MatrixView<T>{outmt.data(), c.m, 5, 6, outmt.space()});
+    const std::vector<T> hmt = to_host(ctx, outmt.cview());
+    std::vector<T> got_mt(std::size_t(c.m * 5));
+    for (std::int64_t j = 0; j < c.m; ++j) {
+      for (int k = 0; k < 5; ++k) got_mt[std::size_t(j * 5 + k)] = hmt[std::size_t(j * 6 + k)];
+      EXPECT_EQ(hmt[std::size_t(j * 6 + 5)], sentinel) << "apply_mat_t wrote a padding entry";
+    }
+    EXPECT_TRUE(all_close(got_mt, dense_apply_mat_t(ref, Pg, U, 5), abs_bound(Pg, U, 5, true)))
+        << "apply_mat_t";
+    EXPECT_THROW(o->apply_mat_t(T(eps), f.data(), g.data(),
+                                MatrixView<const T>{Ub.data(), c.n + 1, 5, 7, Ub.space()},
+                                MatrixView<T>{outmt.data(), c.m, 5, 6, outmt.space()}),
+                 InvalidArgument);
+  }
+  // The features: points(side) are the inputs (T data, unrounded on every precision) up to one
+  // common shift (the centring), so every difference x_i - y_j is the input's.
+  {
+    EXPECT_EQ(o->cost_scale(), 0.7);
+    const MatrixView<const T> px = o->points(0), py = o->points(1);
+    ASSERT_EQ(px.rows, c.n);
+    ASSERT_EQ(py.rows, c.m);
+    ASSERT_EQ(px.cols, c.d);
+    ASSERT_EQ(py.cols, c.d);
+    ASSERT_GE(px.stride, c.d);
+    ASSERT_GE(py.stride, c.d);
+    EXPECT_EQ(px.space, ctx.memory_space());
+    EXPECT_EQ(py.space, ctx.memory_space());
+    auto fetch = [&](const MatrixView<const T>& v) {
+      const std::vector<T> h =
+          to_host(ctx, VectorView<const T>{v.data, (v.rows - 1) * v.stride + v.cols, v.space});
+      std::vector<double> out(std::size_t(v.rows * v.cols));
+      for (std::int64_t i = 0; i < v.rows; ++i)
+        for (std::int64_t k = 0; k < v.cols; ++k)
+          out[std::size_t(i * v.cols + k)] = double(h[std::size_t(i * v.stride + k)]);
+      return out;
+    };
+    const std::vector<double> hx = fetch(px), hy = fetch(py);
+    double scale = 1;
+    for (T e : data.x) scale = std::max(scale, std::abs(double(e)));
+    for (T e : data.y) scale = std::max(scale, std::abs(double(e)));
+    // Centring in double, then one rounding to T per coordinate (|x - centre| <= 2 scale, half
+    // an ulp each side): 4 eps scale, doubled for margin. TF32 or bf16 rounding would be 2^-11
+    // or 2^-8 of the scale, far outside.
+    const double ptol = 8 * double(std::numeric_limits<T>::epsilon()) * scale;
+    std::vector<double> got_diff, want_diff;
+    for (std::int64_t i = 0; i < c.n; ++i)
+      for (std::int64_t j = 0; j < c.m; ++j)
+        for (std::int64_t k = 0; k < c.d; ++k) {
+          got_diff.push_back(hx[std::size_t(i * c.d + k)] - hy[std::size_t(j * c.d + k)]);
+          want_diff.push_back(double(data.x[std::size_t(i * c.d + k)]) -
+                              double(data.y[std::size_t(j * c.d + k)]));
+        }
+    EXPECT_TRUE(all_close(got_diff, want_diff, ptol)) << "points: x_i - y_j";
   }
   // Plan statistics (f side's truncation) and the certificate (every pair).
   {

@@ -2,8 +2,8 @@
 // test. Plain loops over a stored n x m cost matrix C_ij = c * sum_k (x_ik - y_jk)^2 (exact
 // differences, no shifted potentials, no blocking, no threads), log-domain Sinkhorn iterated to
 // machine precision, and every derived quantity (plan, marginals, <P,C>, dual and regularized
-// values, P v, P^T u, P V, barycentric map). Conventions: docs/numerics.md section 1. Obviously
-// correct rather than fast: meant for n * m up to a few 10^4.
+// values, P v, P^T u, P V, P^T U, barycentric map). Conventions: docs/numerics.md section 1.
+// Obviously correct rather than fast: meant for n * m up to a few 10^4.
 #pragma once
 
 #include <algorithm>
@@ -273,6 +273,16 @@ inline std::vector<double> dense_apply_mat(const DenseProblem& p, const std::vec
     for (std::int64_t j = 0; j < p.m; ++j)
       for (std::int64_t c = 0; c < k; ++c)
         out[std::size_t(i * k + c)] += P[std::size_t(i * p.m + j)] * V[std::size_t(j * k + c)];
+  return out;
+}
+/// P^T U: U is n x k, the result m x k (row-major).
+inline std::vector<double> dense_apply_mat_t(const DenseProblem& p, const std::vector<double>& P,
+                                             const std::vector<double>& U, std::int64_t k) {
+  std::vector<double> out(std::size_t(p.m * k), 0.0);
+  for (std::int64_t i = 0; i < p.n; ++i)
+    for (std::int64_t j = 0; j < p.m; ++j)
+      for (std::int64_t c = 0; c < k; ++c)
+        out[std::size_t(j * k + c)] += P[std::size_t(i * p.m + j)] * U[std::size_t(i * k + c)];
   return out;
 }
 
