@@ -13,7 +13,8 @@
 //
 // Derivatives (issue 10): --gradient times the K iterations followed by the gradient w.r.t. x
 // (FlashSinkhorn's forward + backward protocol); --hvp first iterates (untimed) until the
-// marginal error is below 1e-6 (or 20000 iterations), then times one HVP w.r.t. x in a random
+// marginal error is below --converge-tolerance (default 1e-6; at most --converge-max-iterations,
+// default 20000), then times one HVP w.r.t. x in a random
 // direction with the Schur-complement CG at --cg-tolerance.
 //
 //   kantor bench sinkhorn --n 50000 --d 64 --precision tf32 --backend cuda --json
@@ -64,6 +65,9 @@ struct BenchOptions {
   bool hvp = false;             // time one HVP from converged potentials
   double cg_tolerance = 1e-6;
   std::int64_t cg_check_every = 5;
+  bool cg_plain = false;  // --hvp: no preconditioner
+  double converge_tolerance = 1e-6;        // --hvp: marginal error of the potentials
+  std::int64_t converge_max_iterations = 20000;
 };
 
 struct Timing {
@@ -164,6 +168,7 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   HvpOptions hvp_options;
   hvp_options.tolerance = o.cg_tolerance;
   hvp_options.check_every = o.cg_check_every;
+  hvp_options.precondition = !o.cg_plain;
   HvpSummary hvp_summary;
   auto reset = [&] {
     detail::fill_bytes(ctx, f.data(), f.space(), 0, sizeof(T) * std::size_t(n));
@@ -197,13 +202,13 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   if (o.hvp) {
     // Converged potentials (untimed): alternating iterations until the marginal error <= 1e-6.
     reset();
-    for (std::int64_t k = 0; k < 20000; k += 10) {
+    for (std::int64_t k = 0; k < o.converge_max_iterations; k += 10) {
       for (int s = 0; s < 10; ++s) {
         oracle->update_f(eps, g.data(), f.data(), nullptr);
         oracle->update_g(eps, f.data(), g.data(), s == 9 ? err.data() : nullptr);
       }
       t.converge_iterations = k + 10;
-      if (to_host(ctx, err.cview())[0] <= 1e-6) break;
+      if (to_host(ctx, err.cview())[0] <= o.converge_tolerance) break;
     }
   }
   t.engine = oracle->description();
@@ -266,6 +271,11 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
       "time one Hessian-vector product w.r.t. x from converged potentials")(
       "cg-tolerance", po::value(&o.cg_tolerance),
       "--hvp: relative residual of the Schur-complement CG (default 1e-6)")(
+      "converge-tolerance", po::value(&o.converge_tolerance),
+      "--hvp: untimed iterations until this marginal error (default 1e-6)")(
+      "converge-max-iterations", po::value(&o.converge_max_iterations),
+      "--hvp: at most this many untimed iterations (default 20000)")(
+      "cg-plain", po::bool_switch(&o.cg_plain), "--hvp: CG without the Jacobi preconditioner")(
       "cg-check-every", po::value(&o.cg_check_every),
       "--hvp: CG iterations between residual checks (default 5)")(
       "json", po::bool_switch(&o.json), "print one JSON object");
@@ -300,6 +310,8 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   if (!(o.cg_tolerance > 0) || !std::isfinite(o.cg_tolerance))
     throw InvalidArgument("--cg-tolerance must be a finite number > 0, got " +
                           format_number(o.cg_tolerance));
+  if (!(o.converge_tolerance > 0) || o.converge_max_iterations < 10)
+    throw InvalidArgument("--converge-tolerance must be > 0 and --converge-max-iterations >= 10");
   if (o.cg_check_every < 1)
     throw InvalidArgument("--cg-check-every must be >= 1, got " + std::to_string(o.cg_check_every));
   if (o.values < 0 || o.values > 4096)

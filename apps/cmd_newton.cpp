@@ -167,15 +167,31 @@ int cmd_newton(const std::vector<std::string>& args) {
   if (!demo && (!vm.count("source") || !vm.count("target")))
     throw InvalidArgument("--source and --target are required (or --demo)");
   if (!demo && !vm.count("epsilon")) throw InvalidArgument("--epsilon is required");
-  if (method_name == "gd") method_name = "gradient-descent";
   NewtonOptions options;
-  options.method = parse_minimizer_method(method_name, "--method");
+  if (method_name == "newton-cg")
+    options.method = MinimizerMethod::kNewtonCG;
+  else if (method_name == "lbfgs")
+    options.method = MinimizerMethod::kLbfgs;
+  else if (method_name == "gd" || method_name == "gradient-descent")
+    options.method = MinimizerMethod::kGradientDescent;
+  else
+    throw InvalidArgument("--method: unknown value '" + method_name +
+                          "' (expected newton-cg, lbfgs or gd)");
   options.max_iterations = max_iterations;
   options.gradient_tolerance = gradient_tolerance;
   options.function_tolerance = function_tolerance;
   {
+    // The library's checks, named by this command's options.
     std::string why;
-    if (!options.is_valid(&why)) throw InvalidArgument(why);
+    if (!options.is_valid(&why))
+      throw_invalid_options(why, "NewtonOptions",
+                            {{"max_iterations", "--max-iterations"},
+                             {"gradient_tolerance", "--gradient-tolerance"},
+                             {"function_tolerance", "--function-tolerance"}});
+    SinkhornOptions so;
+    so.tolerance = sinkhorn_tolerance;
+    if (!so.is_valid(&why))
+      throw_invalid_options(why, "SinkhornOptions", {{"tolerance", "--sinkhorn-tolerance"}});
   }
   if (!plot_path.empty() && io::extension(plot_path) != ".svg")
     throw InvalidArgument("--output-plot '" + plot_path + "': the picture is SVG: use a .svg name");
@@ -266,13 +282,10 @@ int cmd_newton(const std::vector<std::string>& args) {
     std::fprintf(stderr, "kantor newton: interrupted; no output written\n");
     return kExitInterrupted;
   }
-  const bool failed = summary.termination == MinimizerTermination::kNumericalFailure ||
-                      !std::isfinite(summary.final_objective);
+  bool failed = summary.termination == MinimizerTermination::kNumericalFailure ||
+                !std::isfinite(summary.final_objective);
   for (std::int64_t i = 0; i < N && !failed; ++i)
-    if (!std::isfinite(x[std::size_t(i)])) {
-      summary.termination = MinimizerTermination::kNumericalFailure;
-      break;
-    }
+    if (!std::isfinite(x[std::size_t(i)])) failed = true;  // never written as a result
   if (!failed) {
     std::vector<OutputFile> outputs;
     if (!positions_path.empty())

@@ -248,15 +248,23 @@ class Derivatives {
     // P^T diag(1/ah) P; then z1 = (r_x - P z2) / ah.
     const std::int64_t n = o_.n(), m = o_.m();
     const SideView<T> s0 = side(0);
+    // The marginals of the operator the CG applies, from the same passes (P v, P^T u): S 1 = 0
+    // holds only when diag(bh) and P^T diag(1/ah) P come from one rounded P. (The matrix passes
+    // may round differently: tf32 tensor cores; at 100k points their masses made S indefinite
+    // by ~1e-4 and the CG diverged.)
+    Buffer<T> ones(ctx_, std::max(n, m)), ah(ctx_, n), bh(ctx_, m);
+    ops_.fill(column(ones.data(), std::max(n, m), sp_), T(1));
+    s0.Pvec(ones.data(), ah.data());
+    s0.PTvec(ones.data(), bh.data());
     Buffer<T> tn(ctx_, n), rhs(ctx_, m);
-    ops_.divide(n, st[0].r.data(), st[0].ah.data(), tn.data());
+    ops_.divide(n, st[0].r.data(), ah.data(), tn.data());
     s0.PTvec(tn.data(), rhs.data());
     ops_.axpby(1, column<const T>(st[1].r.data(), m, sp_), -1, column(rhs.data(), m, sp_));
     Buffer<T> z[2] = {Buffer<T>(ctx_, n), Buffer<T>(ctx_, m)};
-    HvpSummary sum = schur_cg(st[0].ah, st[1].ah, rhs, &z[1], opt);
+    HvpSummary sum = schur_cg(ah, bh, rhs, &z[1], opt);
     s0.Pvec(z[1].data(), tn.data());
     ops_.axpby(1, column<const T>(st[0].r.data(), n, sp_), -1, column(tn.data(), n, sp_));
-    ops_.divide(n, tn.data(), st[0].ah.data(), z[0].data());
+    ops_.divide(n, tn.data(), ah.data(), z[0].data());
     for (int s = 0; s < 2; ++s)
       if (outs[s].data) output(side(s), st[s], z[s], z[1 - s], c2, eps, outs[s]);
     sum.seconds = seconds_since(t0);
@@ -389,7 +397,10 @@ class Derivatives {
       return sum;
     }
     auto precondition = [&]() {
-      ops_.divide(m, r.data(), bh.data(), sv.data());
+      if (opt.precondition)
+        ops_.divide(m, r.data(), bh.data(), sv.data());
+      else
+        ops_.axpby(1, ccolm(r.data()), 0, colm(sv.data()));
       ops_.subtract_mean(m, sv.data(), sc.data() + 5);
     };
     precondition();

@@ -38,7 +38,18 @@ DivergenceObjective<T>::DivergenceObjective(const Context& ctx, const Problem<T>
                                             const SinkhornOptions& sinkhorn,
                                             const HvpOptions& hvp, bool debiased)
     : ctx_(&ctx), problem_(problem), sinkhorn_(sinkhorn), hvp_(hvp), debiased_(debiased) {
-  validate(problem);
+  // The positions' reference coordinates are the objective's own (set at every solve): the
+  // problem may carry reference_y alone, which validate() refuses on its own.
+  Problem<T> check = problem;
+  check.reference_x = MatrixView<const double>{};
+  check.reference_y = MatrixView<const double>{};
+  validate(check);
+  if (problem.reference_y.data &&
+      (problem.reference_y.rows != problem.features().y.rows ||
+       problem.reference_y.cols != problem.features().y.cols))
+    throw InvalidArgument("problem.reference_y must have the shape of y (" +
+                          std::to_string(problem.features().y.rows) + " x " +
+                          std::to_string(problem.features().y.cols) + ")");
   if (problem.labels())
     throw InvalidArgument(
         "DivergenceObjective: the cost must be squared-Euclidean (derivatives of a "
@@ -69,8 +80,13 @@ std::unique_ptr<typename DivergenceObjective<T>::Point> DivergenceObjective<T>::
   p->x.assign(x, x + N);
   p->problem = problem_;
   p->problem.features().x = host_matrix<const T>(p->x.data(), n_, d_);
-  if (!std::is_same<T, double>::value || problem_.reference_x.data)
+  // The certificate's coordinates: the positions as given (double) and the caller's target
+  // reference, both or neither (a float solve without reference_y is certified on the float
+  // coordinates of both clouds).
+  if (problem_.reference_y.data)
     p->problem.reference_x = host_matrix<const double>(p->xd.data(), n_, d_);
+  else
+    p->problem.reference_x = MatrixView<const double>{};
   p->solver = std::make_unique<SinkhornSolver<T>>(*ctx_, p->problem, sinkhorn_.precision);
   SinkhornOptions options = sinkhorn_;
   if (warm_) {

@@ -62,6 +62,8 @@ struct HvpOptions {
   std::int64_t max_iterations = 1000;
   /// Read the residual on the host every k iterations (the only synchronization of the loop).
   std::int64_t check_every = 5;
+  /// Jacobi preconditioner diag(P^T 1); false: plain CG.
+  bool precondition = true;
   bool is_valid(std::string* why) const;
 };
 

@@ -101,7 +101,20 @@ struct LseValuePass {
   double* stats = nullptr;          ///< kStats: out[0..2]
   T eps = 0;
   T cost_scale = 1;
+  /// kApply only: key-range splits (split-K, grid.y). With splits > 1 the kernel writes each
+  /// split's (max, sum, values) state to `partials` (splits * rows * (2 + kValueChunk) doubles)
+  /// and a merge kernel combines them (online_merge, double) and writes out.
+  int splits = 1;
+  double* partials = nullptr;
+  /// kApply on float data: float arithmetic (exp2 on the SFU) instead of double. Each P_ij then
+  /// carries ~2^-24 (|g_j| + C_ij)/eps relative error, the fp32 engine's own accuracy.
+  bool float_arithmetic = false;
 };
+
+/// Doubles of `partials` for a split-K value pass.
+inline std::int64_t value_partials_doubles(std::int64_t rows, int splits) {
+  return std::int64_t(splits) * rows * (2 + kValueChunk);
+}
 
 /// Which kernel runs the LSE of a pass.
 enum class LseKernel : int { kSimt = 0, kTf32 = 1, kBf16 = 2 };

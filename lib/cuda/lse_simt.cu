@@ -1,5 +1,8 @@
 // Explicit instantiations and launchers of the CUDA-core LSE kernels (lib/cuda/lse_simt.cuh):
 // T in {float, double} x d-chunk in {4, 16}, LSE partials and value passes.
+#include <type_traits>
+
+#include "kantor/error.hpp"
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_finalize.cuh"
 #include "lib/cuda/lse_launch.hpp"
@@ -51,11 +54,31 @@ void launch_value(const LseValuePass<T>& p, void* stream) {
   if (p.side.rows == 0) return;
   const int blocks = value_pass_blocks(p.side.rows);
   auto st = static_cast<cudaStream_t>(stream);
-  if (p.ld == 4)
-    value_simt_kernel<T, 4><<<blocks, 128, 0, st>>>(p);
-  else
-    value_simt_kernel<T, 16><<<blocks, 128, 0, st>>>(p);
+  const bool split_k = p.mode == ValueMode::kApply && p.splits > 1;
+  if (split_k && !p.partials)
+    throw InvalidArgument("value pass: splits > 1 needs the partials workspace");
+  const dim3 grid(unsigned(blocks), unsigned(split_k ? p.splits : 1));
+  bool launched = false;
+  if constexpr (std::is_same<T, float>::value) {
+    if (p.float_arithmetic && p.mode == ValueMode::kApply) {
+      if (p.ld == 4)
+        value_simt_kernel<T, 4, float><<<grid, 128, 0, st>>>(p);
+      else
+        value_simt_kernel<T, 16, float><<<grid, 128, 0, st>>>(p);
+      launched = true;
+    }
+  }
+  if (!launched) {
+    if (p.ld == 4)
+      value_simt_kernel<T, 4><<<grid, 128, 0, st>>>(p);
+    else
+      value_simt_kernel<T, 16><<<grid, 128, 0, st>>>(p);
+  }
   KANTOR_CUDA_CHECK_LAUNCH();
+  if (split_k) {
+    value_merge_kernel<T><<<unsigned((p.side.rows + 255) / 256), 256, 0, st>>>(p);
+    KANTOR_CUDA_CHECK_LAUNCH();
+  }
   if (p.mode == ValueMode::kStats) {
     reduce_partials_kernel<<<1, 256, 0, st>>>(p.stat_partials, blocks, 3, p.stats);
     KANTOR_CUDA_CHECK_LAUNCH();

@@ -224,30 +224,45 @@ __global__ void __launch_bounds__(128) lse_simt_kernel(LsePass<T> p, int blocks_
   }
 }
 
-/// One value pass over all keys, arithmetic in double for every storage type (these passes run
-/// once per solve): outputs per ValueMode (see lse_params.hpp).
-template <class T, int kDC>
+/// One value pass over all keys: outputs per ValueMode (see lse_params.hpp). Arithmetic A:
+/// double for every storage type by default (the passes that run once per solve), or float for
+/// float data when the pass asks for it (LseValuePass::float_arithmetic: the apply passes of the
+/// HVP's conjugate gradients, two per iteration, in the precision of the fp32 engine).
+template <class T, int kDC, class A = double>
 __global__ void __launch_bounds__(128) value_simt_kernel(LseValuePass<T> p) {
-  using Tile = SimtTile<double, kDC>;
+  using Tile = SimtTile<A, kDC>;
   __shared__ double red[32];
   const LseSide<T>& sd = p.side;
   const std::int64_t row = std::int64_t(blockIdx.x) * Tile::kThreads + threadIdx.x;
-  const double eps = double(p.eps), c = double(p.cost_scale);
-  const double alpha = kLog2e * c / eps;
-  ScanState<double, Tile::kVals> st;
+  const A eps = A(p.eps), c = A(p.cost_scale);
+  const A alpha = A(kLog2e) * c / eps;
+  ScanState<A, Tile::kVals> st;
   scan_init(st);
-  for_each_key_range(sd, std::int64_t(blockIdx.x), 1, 0, Tile::kKeys,
+  const bool split_k = p.mode == ValueMode::kApply && p.splits > 1;
+  for_each_key_range(sd, std::int64_t(blockIdx.x), split_k ? p.splits : 1,
+                     split_k ? int(blockIdx.y) : 0, Tile::kKeys,
                      [&](std::int64_t kbeg, std::int64_t kend) {
-                       simt_scan<T, double, kDC, Tile::kVals, true>(sd, p.ld, eps, 1.0 / c, alpha,
-                                                                    row, kbeg, kend, p.values,
-                                                                    p.vstride, p.vcols, st);
+                       simt_scan<T, A, kDC, Tile::kVals, true>(sd, p.ld, eps, A(1) / c, alpha,
+                                                               row, kbeg, kend, p.values,
+                                                               p.vstride, p.vcols, st);
                      });
+  if (split_k) {
+    // This split's state (m, s, values) for value_merge_kernel: the plan prefactor is applied
+    // once, after the merge.
+    if (row < sd.rows) {
+      double* q = p.partials + (std::int64_t(blockIdx.y) * sd.rows + row) * (2 + kValueChunk);
+      q[0] = st.m;
+      q[1] = st.s;
+      for (int k = 0; k < Tile::kVals; ++k) q[2 + k] = st.acc[k];
+    }
+    return;
+  }
   double mass = 0, cost = 0, fg = 0;
   if (row < sd.rows) {
     // P_ij = w_i exp(f_i/eps) exp2(alpha u_ij) = pref_i * exp2(alpha (u_ij - M_i)), in double.
     // Guard: zero-weight rows and rows without unmasked keys have P_i. = 0 (no exp(-inf + inf)).
-    const double pref =
-        plan_prefactor(double(p.query_logw[row]), double(sd.pot[row]), 0.0, eps, st.m, alpha);
+    const double pref = plan_prefactor(double(p.query_logw[row]), double(sd.pot[row]), 0.0,
+                                       double(eps), double(st.m), double(alpha));
     if (p.mode == ValueMode::kApply) {
       for (int k = 0; k < p.vcols; ++k) p.out[row * p.ostride + k] = T(pref * st.acc[k]);
     } else if (p.mode == ValueMode::kBarycentric) {
@@ -255,7 +270,7 @@ __global__ void __launch_bounds__(128) value_simt_kernel(LseValuePass<T> p) {
         p.out[row * p.ostride + k] = T(st.acc[k] / st.s + p.center[k]);
     } else {
       mass = pref * st.s;
-      cost = pref * c * st.cost;
+      cost = pref * double(c) * st.cost;
       fg = double(sd.pot[row]) * mass + pref * st.acc[0];
     }
   }
@@ -269,6 +284,32 @@ __global__ void __launch_bounds__(128) value_simt_kernel(LseValuePass<T> p) {
       p.stat_partials[3 * blockIdx.x + 2] = r2;
     }
   }
+}
+
+/// Merges the split states of a split-K kApply value pass (one thread per row, double, the
+/// shared online_merge) and writes out = pref * values. Guards as value_simt_kernel: masked rows
+/// and rows without unmasked keys get 0.
+template <class T>
+__global__ void __launch_bounds__(256) value_merge_kernel(LseValuePass<T> p) {
+  const LseSide<T>& sd = p.side;
+  const std::int64_t row = std::int64_t(blockIdx.x) * 256 + threadIdx.x;
+  if (row >= sd.rows) return;
+  const double eps = double(p.eps), c = double(p.cost_scale);
+  // The exponent scale the split kernels used (float-rounded when they ran in float), so that
+  // the states' offsets cancel exactly against the prefactor.
+  const double alpha =
+      p.float_arithmetic
+          ? double(float(kLog2e) * float(p.cost_scale) / float(p.eps))
+          : kLog2e * c / eps;
+  double m = -INFINITY, s = 0, v[kValueChunk];
+  for (int k = 0; k < kValueChunk; ++k) v[k] = 0;
+  for (int sp = 0; sp < p.splits; ++sp) {
+    const double* q = p.partials + (std::int64_t(sp) * sd.rows + row) * (2 + kValueChunk);
+    online_merge(m, s, v, q[0], q[1], q + 2, p.vcols, alpha, ExactExp2{});
+  }
+  const double pref =
+      plan_prefactor(double(p.query_logw[row]), double(sd.pot[row]), 0.0, eps, m, alpha);
+  for (int k = 0; k < p.vcols; ++k) p.out[row * p.ostride + k] = T(pref * v[k]);
 }
 
 }  // namespace kantor::cuda

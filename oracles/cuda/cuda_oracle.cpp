@@ -645,6 +645,21 @@ class CudaOracle final : public OracleBase<T> {
     p.mode = mode;
     p.eps = eps;
     p.cost_scale = T(c_);
+    if (mode == ValueMode::kApply) {
+      // Float data (fp32 / tf32 / bf16 engines): P v in float arithmetic, the accuracy of the
+      // engine's own LSE passes (the HVP's CG runs two of these per iteration; in double they
+      // were the whole cost). Barycentric maps and plan statistics stay in double.
+      p.float_arithmetic = std::is_same<T, float>::value;
+      // Split-K over the keys, as the LSE passes (one row per thread leaves most of the GPU idle
+      // at 10^4 rows: 79 blocks of 128 rows for 132 SMs); the double kernel's occupancy rule.
+      p.splits = cuda::choose_splits(LseKernel::kSimt, ld_simt_,
+                                     /*is_double=*/!p.float_arithmetic, s.rows, s.nkeys);
+      if (p.splits > 1) {
+        const std::int64_t need = cuda::value_partials_doubles(s.rows, p.splits);
+        if (value_partials_.size() < need) value_partials_ = Buffer<double>(ctx_, need);
+        p.partials = value_partials_.data();
+      }
+    }
     return p;
   }
 
@@ -665,6 +680,7 @@ class CudaOracle final : public OracleBase<T> {
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
   Buffer<T> xs_, ys_, xs_values_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
   Buffer<T> ones_;  // ones(): the values of a mass pass
+  Buffer<double> value_partials_;  // split-K states of the exact value passes
   Buffer<T> pm_f_, ps_f_, pm_g_, ps_g_, f_tmp_, g_tmp_;
   Buffer<double> err_partials_, stat_partials_;
   Buffer<float> value_work_;  // partials of the tensor-core value pass

@@ -278,7 +278,12 @@ void check_passes(const Case& c, Precision p, unsigned seed) {
   Buffer<T> fd = device_copy<T>(gpu, f), gd = device_copy<T>(gpu, g);
   std::mt19937_64 rng(seed + 7);
   std::normal_distribution<double> nd(0.0, 1.0);
-  // Value passes run the exact CUDA-core kernel in T for every precision.
+  // Value passes run the exact CUDA-core kernel; P v / P^T u / P V of float data in float
+  // arithmetic: each P_ij then carries ~2^-24 |exponent| relative error, |exponent| up to about
+  // (|g| + C)/eps, so the bound scales with the cost over eps (measured worst 6.2e-5 at eps = 0.05,
+  // rms cost ~4: within 1e-5 (1 + 4 / 0.05) = 8.1e-4).
+  const double tolp = p == Precision::kFp64 ? 1e-12 : 1e-5 * (1 + scale / c.eps);
+  // Barycentric map, dual value and plan statistics stay in double arithmetic.
   const double tolv = p == Precision::kFp64 ? 1e-12 : 1e-5;
   {  // apply, apply_t
     std::vector<double> v(std::size_t(c.m)), u(std::size_t(c.n));
@@ -291,8 +296,8 @@ void check_passes(const Case& c, Precision p, unsigned seed) {
     Buffer<T> o1(gpu, c.n), o2(gpu, c.m);
     dev->apply(eps, fd.data(), gd.data(), vd.data(), o1.data());
     dev->apply_t(eps, fd.data(), gd.data(), ud.data(), o2.data());
-    EXPECT_LE(rel_err(host_copy(gpu, o1), pv), tolv) << "apply";
-    EXPECT_LE(rel_err(host_copy(gpu, o2), ptu), tolv) << "apply_t";
+    EXPECT_LE(rel_err(host_copy(gpu, o1), pv), tolp) << "apply";
+    EXPECT_LE(rel_err(host_copy(gpu, o2), ptu), tolp) << "apply_t";
   }
   {  // apply_mat with k = 11 columns (two value chunks), strided input
     const std::int64_t k = 11, vs = 13;
@@ -311,7 +316,7 @@ void check_passes(const Case& c, Precision p, unsigned seed) {
     // TF32 (relative 2^-11 each, round to nearest), so norm-wise the product carries about 2^-10
     // (9.8e-4) at worst and ~2^-11 typically (measured 1.6e-4 - 4.6e-4 on these cases); the
     // other precisions keep the exact value pass (1e-5 / 1e-12).
-    const double tolm = p == Precision::kTf32 ? std::ldexp(1.0, -10) : tolv;
+    const double tolm = p == Precision::kTf32 ? std::ldexp(1.0, -10) : tolp;
     EXPECT_LE(rel_err(host_copy(gpu, od), out), tolm) << "apply_mat";
   }
   {  // barycentric map

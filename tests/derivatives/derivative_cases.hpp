@@ -61,6 +61,10 @@ inline double pass_accuracy(Precision p) {
 /// below the default (the derivatives are compared to 1e-8 and finite differences divide value
 /// errors by the step); fp32 and tf32 their defaults.
 inline double solve_tolerance(Precision p) {
+  // tf32: the certificate on the caller's coordinates has a rounding floor near 1e-4 at these
+  // sizes (measured on the H200: 1.4e-4 at eps = 0.2, "rounding floor" termination), so the
+  // default 1e-4 is not always reachable; the bounds below scale with the reached error.
+  if (p == Precision::kTf32) return 1e-3;
   return p == Precision::kFp64 ? 1e-12 : default_tolerance(p);
 }
 /// Inner (Schur complement) CG tolerance the tests ask for.
