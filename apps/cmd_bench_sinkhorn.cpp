@@ -65,7 +65,7 @@ struct BenchOptions {
   bool hvp = false;             // time one HVP from converged potentials
   double cg_tolerance = 1e-6;
   std::int64_t cg_check_every = 5;
-  bool cg_plain = false;  // --hvp: no preconditioner
+  std::string cg_preconditioner = "diagonal";  // --hvp: diagonal | marginal | none
   double converge_tolerance = 1e-6;        // --hvp: marginal error of the potentials
   std::int64_t converge_max_iterations = 20000;
 };
@@ -168,7 +168,10 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   HvpOptions hvp_options;
   hvp_options.tolerance = o.cg_tolerance;
   hvp_options.check_every = o.cg_check_every;
-  hvp_options.precondition = !o.cg_plain;
+  hvp_options.preconditioner =
+      o.cg_preconditioner == "none"       ? HvpOptions::Preconditioner::kNone
+      : o.cg_preconditioner == "marginal" ? HvpOptions::Preconditioner::kMarginal
+                                          : HvpOptions::Preconditioner::kDiagonal;
   HvpSummary hvp_summary;
   auto reset = [&] {
     detail::fill_bytes(ctx, f.data(), f.space(), 0, sizeof(T) * std::size_t(n));
@@ -275,7 +278,8 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
       "--hvp: untimed iterations until this marginal error (default 1e-6)")(
       "converge-max-iterations", po::value(&o.converge_max_iterations),
       "--hvp: at most this many untimed iterations (default 20000)")(
-      "cg-plain", po::bool_switch(&o.cg_plain), "--hvp: CG without the Jacobi preconditioner")(
+      "cg-preconditioner", po::value(&o.cg_preconditioner),
+      "--hvp: diagonal (exact diag of the Schur complement, default) | marginal | none")(
       "cg-check-every", po::value(&o.cg_check_every),
       "--hvp: CG iterations between residual checks (default 5)")(
       "json", po::bool_switch(&o.json), "print one JSON object");
@@ -312,6 +316,10 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
                           format_number(o.cg_tolerance));
   if (!(o.converge_tolerance > 0) || o.converge_max_iterations < 10)
     throw InvalidArgument("--converge-tolerance must be > 0 and --converge-max-iterations >= 10");
+  if (o.cg_preconditioner != "diagonal" && o.cg_preconditioner != "marginal" &&
+      o.cg_preconditioner != "none")
+    throw InvalidArgument("--cg-preconditioner: unknown value '" + o.cg_preconditioner +
+                          "' (expected diagonal, marginal or none)");
   if (o.cg_check_every < 1)
     throw InvalidArgument("--cg-check-every must be >= 1, got " + std::to_string(o.cg_check_every));
   if (o.values < 0 || o.values > 4096)

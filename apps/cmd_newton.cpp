@@ -62,7 +62,8 @@ Input newton_demo_input() {
 
 /// The SVG picture: target (grey), source before (blue) and after (red), first two coordinates
 /// (a line of points on the first one when d = 1), equal axes.
-std::string clouds_svg(const Input& in, const std::vector<double>& after, const std::string& title) {
+std::string clouds_svg(const Input& in, const std::vector<double>& after,
+                       const std::string& title) {
   const std::int64_t d = in.d;
   auto coord = [&](const std::vector<double>& v, std::int64_t i, int k) {
     return k < d ? v[std::size_t(i * d + k)] : 0.0;
@@ -82,8 +83,8 @@ std::string clouds_svg(const Input& in, const std::vector<double>& after, const 
   const double size = 600, margin = 30, scale = (size - 2 * margin) / span;
   std::ostringstream os;
   os.precision(6);
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << size << "\" height=\""
-     << size + 40 << "\" viewBox=\"0 0 " << size << " " << size + 40 << "\">\n"
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << size << "\" height=\"" << size + 40
+     << "\" viewBox=\"0 0 " << size << " " << size + 40 << "\">\n"
      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
      << "<text x=\"" << margin << "\" y=\"20\" font-family=\"sans-serif\" font-size=\"13\">"
      << title << "</text>\n";
@@ -154,8 +155,8 @@ int cmd_newton(const std::vector<std::string>& args) {
       "output-plot", po::value(&plot_path)->value_name("FILE"),
       "write an SVG picture of the clouds before and after to FILE (.svg)")(
       "demo", po::bool_switch(&demo), "a built-in 2-D problem: a ring moved onto a rectangle")(
-      "json", po::bool_switch(&json), "print one JSON object")(
-      "quiet", po::bool_switch(&quiet), "no progress line");
+      "json", po::bool_switch(&json), "print one JSON object")("quiet", po::bool_switch(&quiet),
+                                                               "no progress line");
   po::variables_map vm = parse_command_line(args, desc);
   if (vm.count("help")) {
     std::cout << kUsage << "\n" << desc << std::endl;
@@ -204,14 +205,15 @@ int cmd_newton(const std::vector<std::string>& args) {
     if (!plot_path.empty()) {
       for (const auto& in_file : inputs)
         if (io::same_file(in_file.second, plot_path))
-          throw InvalidArgument("--output-plot '" + plot_path + "' names the input " + in_file.first);
+          throw InvalidArgument("--output-plot '" + plot_path + "' names the input " +
+                                in_file.first);
       if (!positions_path.empty() && io::same_file(positions_path, plot_path))
         throw InvalidArgument("--output-plot and --output-positions name the same file");
     }
   }
 
-  Input in = demo ? newton_demo_input()
-                  : load_input(source, target, source_weights, target_weights);
+  Input in =
+      demo ? newton_demo_input() : load_input(source, target, source_weights, target_weights);
   const double eps = vm.count("epsilon") ? epsilon : kNewtonDemoEpsilon;
   check_and_finish(&in, eps, cost_scale);
 
@@ -220,9 +222,10 @@ int cmd_newton(const std::vector<std::string>& args) {
   co.threads = threads;
   co.cancel = &g_cancel;
   const Context ctx = make_context(co);
-  const Precision prec = precision_name.empty()
-                             ? (ctx.backend() == Backend::kCuda ? Precision::kFp32 : Precision::kFp64)
-                             : parse_precision(precision_name, "--precision");
+  const Precision prec =
+      precision_name.empty()
+          ? (ctx.backend() == Backend::kCuda ? Precision::kFp32 : Precision::kFp64)
+          : parse_precision(precision_name, "--precision");
   if (ctx.backend() == Backend::kCpu && (prec == Precision::kTf32 || prec == Precision::kBf16))
     throw InvalidArgument("--precision " + to_string(prec) + " needs --backend cuda");
 
@@ -243,7 +246,8 @@ int cmd_newton(const std::vector<std::string>& args) {
     if (!at.empty()) p.a = host_vector<const T>(at.data(), in.n);
     if (!bt.empty()) p.b = host_vector<const T>(bt.data(), in.m);
     p.epsilon = eps;
-    if (std::is_same<T, float>::value) p.reference_y = host_matrix<const double>(in.y.data(), in.m, in.d);
+    if (std::is_same<T, float>::value)
+      p.reference_y = host_matrix<const double>(in.y.data(), in.m, in.d);
     SinkhornOptions so;
     so.precision = prec;
     so.tolerance = sinkhorn_tolerance;
@@ -259,7 +263,8 @@ int cmd_newton(const std::vector<std::string>& args) {
   const bool progress = !quiet && ::isatty(STDERR_FILENO);
   if (progress)
     options.callbacks.push_back([](const NewtonIterationRecord& r) {
-      std::fprintf(stderr, "\rnewton: iteration %lld  objective %.10g  |grad|_inf %.3e  HVPs %lld   ",
+      std::fprintf(stderr,
+                   "\rnewton: iteration %lld  objective %.10g  |grad|_inf %.3e  HVPs %lld   ",
                    static_cast<long long>(r.iteration), r.objective, r.gradient_norm,
                    static_cast<long long>(r.hvp_count));
       std::fflush(stderr);
@@ -289,8 +294,8 @@ int cmd_newton(const std::vector<std::string>& args) {
   if (!failed) {
     std::vector<OutputFile> outputs;
     if (!positions_path.empty())
-      outputs.push_back({"--output-positions", positions_path, {in.n, in.d}, x,
-                         prec != Precision::kFp64});
+      outputs.push_back(
+          {"--output-positions", positions_path, {in.n, in.d}, x, prec != Precision::kFp64});
     write_outputs(outputs);
     if (!plot_path.empty()) {
       std::ostringstream title;

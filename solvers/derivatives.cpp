@@ -18,6 +18,8 @@
 //                      + sum_j P_ij y_j (<y_j, Ds_i> + <Dk_j, x_i>) - (P [w y])_i
 // The sum in M is one value pass over the row-wise products [Y | Dk] (x) Y (2 d^2 columns),
 // contracted per row with [Ds_i | x_i]. The (2c)^2/eps factor holds for every cost scale c.
+#include "kantor/derivatives.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,7 +27,6 @@
 #include <vector>
 
 #include "kantor/buffer.hpp"
-#include "kantor/derivatives.hpp"
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/sinkhorn.hpp"
@@ -156,7 +157,6 @@ struct SideView {
       o->apply(eps, f, g, u, out);
   }
 };
-
 
 /// Copies column k of a matrix view into a contiguous vector.
 template <class T>
@@ -322,8 +322,8 @@ class Derivatives {
   }
 
   /// out (rows x d) = side s's block of H (Ds, Dk), given z_s (own) and z_o (the keys').
-  void output(const SideView<T>& sv, const SideState& st, const Buffer<T>& zs,
-              const Buffer<T>& zo, double c2, double eps, MatrixView<T> out) {
+  void output(const SideView<T>& sv, const SideState& st, const Buffer<T>& zs, const Buffer<T>& zo,
+              double c2, double eps, MatrixView<T> out) {
     const Layout& L = st.layout;
     const std::int64_t R = sv.rows(), K = sv.keys(), d = L.d;
     // Second pass: [P z_o | P (z_o y)].
@@ -368,8 +368,8 @@ class Derivatives {
   /// Preconditioned CG on S z = rhs (S = diag(bh) - P^T diag(1/ah) P, PSD with null vector 1),
   /// preconditioner diag(bh), iterates kept sum-zero. Scalars stay in the oracle's memory space;
   /// the host reads |r|^2 every check_every iterations.
-  HvpSummary schur_cg(const Buffer<T>& ah, const Buffer<T>& bh, const Buffer<T>& rhs,
-                      Buffer<T>* z, const HvpOptions& opt) {
+  HvpSummary schur_cg(const Buffer<T>& ah, const Buffer<T>& bh, const Buffer<T>& rhs, Buffer<T>* z,
+                      const HvpOptions& opt) {
     const std::int64_t n = o_.n(), m = o_.m();
     const SideView<T> s0 = side(0);
     HvpSummary sum;
@@ -396,8 +396,24 @@ class Derivatives {
       sum.message = "zero right-hand side";
       return sum;
     }
+    // The Jacobi preconditioner's diagonal (see HvpOptions::Preconditioner).
+    using Pre = HvpOptions::Preconditioner;
+    Buffer<T> diag;
+    if (opt.preconditioner == Pre::kDiagonal) {
+      // sum_i P_ij^2 / ah_i = b_j (P(eps/2)^T (a / ah))_j; diag(S) = bh - that, >= 0 exactly
+      // but ~0 where the plan matches a point alone, where rounding could make it <= 0: the
+      // preconditioner is diag(S) + kFloor bh (positive; a 0.1 % change elsewhere).
+      constexpr double kFloor = 1e-3;
+      diag = Buffer<T>(ctx_, m);
+      ops_.divide(n, o_.a(), ah.data(), tn.data());
+      o_.apply_t(eps_ / T(2), f_, g_, tn.data(), diag.data());
+      ops_.multiply(m, diag.data(), o_.b(), diag.data());
+      ops_.axpby(1 + kFloor, ccolm(bh.data()), -1, colm(diag.data()));
+    }
     auto precondition = [&]() {
-      if (opt.precondition)
+      if (opt.preconditioner == Pre::kDiagonal)
+        ops_.divide(m, r.data(), diag.data(), sv.data());
+      else if (opt.preconditioner == Pre::kMarginal)
         ops_.divide(m, r.data(), bh.data(), sv.data());
       else
         ops_.axpby(1, ccolm(r.data()), 0, colm(sv.data()));
@@ -474,9 +490,9 @@ void check_potentials(const Context& ctx, const Oracle<T>& o, const Potentials<T
                       const std::string& what) {
   if (p.f.size() != o.n() || p.g.size() != o.m())
     throw InvalidArgument(what + ": potentials have sizes " + std::to_string(p.f.size()) + ", " +
-                          std::to_string(p.g.size()) + " but the problem has n = " +
-                          std::to_string(o.n()) + ", m = " + std::to_string(o.m()) +
-                          " (solve first)");
+                          std::to_string(p.g.size()) +
+                          " but the problem has n = " + std::to_string(o.n()) +
+                          ", m = " + std::to_string(o.m()) + " (solve first)");
   if (p.f.space() != o.memory_space() || p.g.space() != o.memory_space())
     throw InvalidArgument(what + ": potentials are not in the solver context's memory space");
   const std::vector<T> f = to_host(ctx, p.f.cview()), g = to_host(ctx, p.g.cview());
@@ -491,8 +507,7 @@ void check_potentials(const Context& ctx, const Oracle<T>& o, const Potentials<T
 template <class T>
 void check_shape(std::int64_t rows, std::int64_t cols, MemorySpace space, std::int64_t stride,
                  std::int64_t want_rows, std::int64_t want_cols, const std::string& what) {
-  if (space != MemorySpace::kHost)
-    throw InvalidArgument(what + " must be host memory");
+  if (space != MemorySpace::kHost) throw InvalidArgument(what + " must be host memory");
   if (rows != want_rows || cols != want_cols)
     throw InvalidArgument(what + " must be " + std::to_string(want_rows) + " x " +
                           std::to_string(want_cols) + ", got " + std::to_string(rows) + " x " +
@@ -552,9 +567,9 @@ struct HostGradient {
 };
 
 template <class T>
-HostGradient host_gradient(const Context& ctx, Oracle<T>& o, const Potentials<T>& pot,
-                           double eps, bool want_x, bool want_y, bool want_a, bool want_b,
-                           double mass_a, double mass_b) {
+HostGradient host_gradient(const Context& ctx, Oracle<T>& o, const Potentials<T>& pot, double eps,
+                           bool want_x, bool want_y, bool want_a, bool want_b, double mass_a,
+                           double mass_b) {
   HostGradient out;
   out.epsilon = eps;
   Derivatives<T> D(ctx, o, T(eps), pot.f.data(), pot.g.data());
@@ -605,8 +620,10 @@ void write_vector(const std::vector<double>& h, VectorView<T> out) {
 template <class T>
 void check_gradient_output(const GradientOutput<T>& out, std::int64_t n, std::int64_t m,
                            std::int64_t d, const std::string& what) {
-  if (out.x.data) check_shape<T>(out.x.rows, out.x.cols, out.x.space, out.x.stride, n, d, what + ": out.x");
-  if (out.y.data) check_shape<T>(out.y.rows, out.y.cols, out.y.space, out.y.stride, m, d, what + ": out.y");
+  if (out.x.data)
+    check_shape<T>(out.x.rows, out.x.cols, out.x.space, out.x.stride, n, d, what + ": out.x");
+  if (out.y.data)
+    check_shape<T>(out.y.rows, out.y.cols, out.y.space, out.y.stride, m, d, what + ": out.y");
   if (out.a.data) check_shape<T>(out.a.size, 1, out.a.space, 1, n, 1, what + ": out.a");
   if (out.b.data) check_shape<T>(out.b.size, 1, out.b.space, 1, m, 1, what + ": out.b");
 }
@@ -621,17 +638,17 @@ void check_output_matrix(MatrixView<T> out, std::int64_t n, std::int64_t d,
 }  // namespace
 
 template <class T>
-GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>& pot, const GradientOutput<T>& out) {
+GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>& pot,
+                                            const GradientOutput<T>& out) {
   const auto t0 = Clock::now();
   require_sqeuclidean(problem_, "gradient");
   Oracle<T>& o = *oracle_;
   check_potentials(*ctx_, o, pot, "gradient");
   check_gradient_output(out, o.n(), o.m(), o.dim(), "gradient");
   const double eps = pot.epsilon > 0 ? pot.epsilon : problem_.epsilon;
-  const HostGradient h =
-      host_gradient(*ctx_, o, pot, eps, out.x.data != nullptr, out.y.data != nullptr,
-                    out.a.data != nullptr, out.b.data != nullptr, raw_mass(*ctx_, problem_.a),
-                    raw_mass(*ctx_, problem_.b));
+  const HostGradient h = host_gradient(
+      *ctx_, o, pot, eps, out.x.data != nullptr, out.y.data != nullptr, out.a.data != nullptr,
+      out.b.data != nullptr, raw_mass(*ctx_, problem_.a), raw_mass(*ctx_, problem_.b));
   if (out.x.data) write_matrix(h.x, out.x);
   if (out.y.data) write_matrix(h.y, out.y);
   if (out.a.data) write_vector(h.a, out.a);
@@ -728,8 +745,8 @@ HvpSummary SinkhornSolver<T>::divergence_hvp(const DivergencePotentials<T>& pot,
   const double exy = pot.xy.epsilon > 0 ? pot.xy.epsilon : problem_.epsilon;
   const double exx = pot.xx.epsilon > 0 ? pot.xx.epsilon : problem_.epsilon;
   Derivatives<T> Dxy(*ctx_, o, T(exy), pot.xy.f.data(), pot.xy.g.data());
-  HvpSummary s1 = Dxy.joint_hvp(Av, MatrixView<const T>{}, mview(O, n, d), MatrixView<T>{},
-                                options);
+  HvpSummary s1 =
+      Dxy.joint_hvp(Av, MatrixView<const T>{}, mview(O, n, d), MatrixView<T>{}, options);
   // x -> OT(x, x): the joint HVP in direction (A, A), both blocks.
   Derivatives<T> Dxx(*ctx_, oxx, T(exx), pot.xx.f.data(), pot.xx.g.data());
   HvpSummary s2 = Dxx.joint_hvp(Av, Av, mview(Ox, n, d), mview(Oy, n, d), options);
@@ -798,11 +815,12 @@ InverseHvpSummary SinkhornSolver<T>::inverse_hvp(const Potentials<T>& pot, Matri
     const std::vector<double> hp = download(*ctx_, HP, N);
     const double php = dotv(p, hp), pp = dotv(p, p);
     const double curv = php / pp;
-    if (!(curv >= s.curvature)) s.curvature = std::isnan(s.curvature) ? curv : std::min(s.curvature, curv);
+    if (!(curv >= s.curvature))
+      s.curvature = std::isnan(s.curvature) ? curv : std::min(s.curvature, curv);
     if (!(php > 0)) {
       s.termination = InverseHvpTermination::kNegativeCurvature;
-      s.message = "p^T H p / p^T p = " + format_number(curv) +
-                  " <= 0 at iteration " + std::to_string(it) +
+      s.message = "p^T H p / p^T p = " + format_number(curv) + " <= 0 at iteration " +
+                  std::to_string(it) +
                   ": the Hessian is not positive definite along the CG direction; the output "
                   "is the last iterate before it";
       break;
@@ -820,7 +838,8 @@ InverseHvpSummary SinkhornSolver<T>::inverse_hvp(const Potentials<T>& pot, Matri
     }
     const double beta = rr_new / rr;
     rr = rr_new;
-    for (std::int64_t i = 0; i < N; ++i) p[std::size_t(i)] = r[std::size_t(i)] + beta * p[std::size_t(i)];
+    for (std::int64_t i = 0; i < N; ++i)
+      p[std::size_t(i)] = r[std::size_t(i)] + beta * p[std::size_t(i)];
   }
   if (s.termination == InverseHvpTermination::kConverged)
     s.message = "relative residual <= tolerance";
@@ -834,8 +853,8 @@ InverseHvpSummary SinkhornSolver<T>::inverse_hvp(const Potentials<T>& pot, Matri
 }
 
 template <class T>
-void oracle_gradient(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g,
-                     int side, MatrixView<T> out) {
+void oracle_gradient(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g, int side,
+                     MatrixView<T> out) {
   if (side != 0 && side != 1)
     throw InvalidArgument("oracle_gradient: side must be 0 (x) or 1 (y), got " +
                           std::to_string(side));
@@ -868,21 +887,21 @@ HvpSummary oracle_hvp(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, 
   return Derivatives<T>(ctx, oracle, eps, f, g).joint_hvp(A, B, out_x, out_y, options);
 }
 
-#define KANTOR_INSTANTIATE_DERIVATIVES(T)                                                       \
-  template GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>&,                    \
-                                                       const GradientOutput<T>&);               \
-  template GradientSummary SinkhornSolver<T>::divergence_gradient(                              \
-      const DivergencePotentials<T>&, const GradientOutput<T>&);                                \
-  template HvpSummary SinkhornSolver<T>::hvp(const Potentials<T>&, MatrixView<const T>,         \
-                                             MatrixView<T>, const HvpOptions&);                 \
-  template HvpSummary SinkhornSolver<T>::divergence_hvp(                                        \
-      const DivergencePotentials<T>&, MatrixView<const T>, MatrixView<T>, const HvpOptions&);   \
-  template InverseHvpSummary SinkhornSolver<T>::inverse_hvp(                                    \
-      const Potentials<T>&, MatrixView<const T>, MatrixView<T>, const InverseHvpOptions&);       \
-  template void oracle_gradient(const Context&, Oracle<T>&, T, const T*, const T*, int,         \
-                                MatrixView<T>);                                                 \
-  template HvpSummary oracle_hvp(const Context&, Oracle<T>&, T, const T*, const T*,             \
-                                 MatrixView<const T>, MatrixView<const T>, MatrixView<T>,       \
+#define KANTOR_INSTANTIATE_DERIVATIVES(T)                                                         \
+  template GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>&,                      \
+                                                       const GradientOutput<T>&);                 \
+  template GradientSummary SinkhornSolver<T>::divergence_gradient(const DivergencePotentials<T>&, \
+                                                                  const GradientOutput<T>&);      \
+  template HvpSummary SinkhornSolver<T>::hvp(const Potentials<T>&, MatrixView<const T>,           \
+                                             MatrixView<T>, const HvpOptions&);                   \
+  template HvpSummary SinkhornSolver<T>::divergence_hvp(                                          \
+      const DivergencePotentials<T>&, MatrixView<const T>, MatrixView<T>, const HvpOptions&);     \
+  template InverseHvpSummary SinkhornSolver<T>::inverse_hvp(                                      \
+      const Potentials<T>&, MatrixView<const T>, MatrixView<T>, const InverseHvpOptions&);        \
+  template void oracle_gradient(const Context&, Oracle<T>&, T, const T*, const T*, int,           \
+                                MatrixView<T>);                                                   \
+  template HvpSummary oracle_hvp(const Context&, Oracle<T>&, T, const T*, const T*,               \
+                                 MatrixView<const T>, MatrixView<const T>, MatrixView<T>,         \
                                  MatrixView<T>, const HvpOptions&);
 KANTOR_INSTANTIATE_DERIVATIVES(float)
 KANTOR_INSTANTIATE_DERIVATIVES(double)

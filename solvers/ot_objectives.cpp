@@ -35,8 +35,8 @@ void copy_potentials(const Context& ctx, const Potentials<T>& src, Potentials<T>
 
 template <class T>
 DivergenceObjective<T>::DivergenceObjective(const Context& ctx, const Problem<T>& problem,
-                                            const SinkhornOptions& sinkhorn,
-                                            const HvpOptions& hvp, bool debiased)
+                                            const SinkhornOptions& sinkhorn, const HvpOptions& hvp,
+                                            bool debiased)
     : ctx_(&ctx), problem_(problem), sinkhorn_(sinkhorn), hvp_(hvp), debiased_(debiased) {
   // The positions' reference coordinates are the objective's own (set at every solve): the
   // problem may carry reference_y alone, which validate() refuses on its own.
@@ -44,9 +44,8 @@ DivergenceObjective<T>::DivergenceObjective(const Context& ctx, const Problem<T>
   check.reference_x = MatrixView<const double>{};
   check.reference_y = MatrixView<const double>{};
   validate(check);
-  if (problem.reference_y.data &&
-      (problem.reference_y.rows != problem.features().y.rows ||
-       problem.reference_y.cols != problem.features().y.cols))
+  if (problem.reference_y.data && (problem.reference_y.rows != problem.features().y.rows ||
+                                   problem.reference_y.cols != problem.features().y.cols))
     throw InvalidArgument("problem.reference_y must have the shape of y (" +
                           std::to_string(problem.features().y.rows) + " x " +
                           std::to_string(problem.features().y.cols) + ")");
@@ -159,8 +158,8 @@ bool DivergenceObjective<T>::hessian_vector(const double* v, double* out) {
   const MatrixView<const T> A = host_matrix<const T>(vt.data(), n_, d_);
   const MatrixView<T> O = host_matrix(o.data(), n_, d_);
   Point& p = *grad_point_;
-  const HvpSummary s = debiased_ ? p.solver->divergence_hvp(p.pot, A, O, hvp_)
-                                 : p.solver->hvp(p.pot.xy, A, O, hvp_);
+  const HvpSummary s =
+      debiased_ ? p.solver->divergence_hvp(p.pot, A, O, hvp_) : p.solver->hvp(p.pot.xy, A, O, hvp_);
   hvp_cg_iterations_ += s.cg_iterations;
   if (!s.converged) return false;
   for (std::int64_t i = 0; i < N; ++i) {

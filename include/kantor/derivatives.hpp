@@ -62,8 +62,11 @@ struct HvpOptions {
   std::int64_t max_iterations = 1000;
   /// Read the residual on the host every k iterations (the only synchronization of the loop).
   std::int64_t check_every = 5;
-  /// Jacobi preconditioner diag(P^T 1); false: plain CG.
-  bool precondition = true;
+  /// Jacobi preconditioner: the exact diagonal of S, diag(P^T 1) - diag(P^T diag(1/ah) P) (one
+  /// more streaming pass per HVP, at eps/2: P_ij^2 = a_i b_j P(eps/2)_ij); kMarginal: diag(P^T 1)
+  /// alone (no extra pass; poor when the plan is nearly a permutation); kNone: plain CG.
+  enum class Preconditioner { kNone, kMarginal, kDiagonal };
+  Preconditioner preconditioner = Preconditioner::kDiagonal;
   bool is_valid(std::string* why) const;
 };
 
@@ -130,8 +133,8 @@ class Oracle;
 /// side s's points (s = 0: x, s = 1: y) at the potentials (f, g): 2c sum_j P_ij (x_i - y_j).
 /// One value pass with d + 1 columns.
 template <class T>
-void oracle_gradient(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g,
-                     int side, MatrixView<T> out);
+void oracle_gradient(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g, int side,
+                     MatrixView<T> out);
 
 /// The joint HVP (out_x, out_y) = H (A, B) of (x, y) -> OT_eps at (f, g); an empty A or B
 /// (data == nullptr) is a zero direction, an empty out_x or out_y is not computed. Views in the

@@ -74,8 +74,7 @@ class CpuVectorOps final : public VectorOps<T> {
     if (!(std::isfinite(r)) || r == 0) return;
     for (std::int64_t i = 0; i < n; ++i) y[i] = T(double(y[i]) + r * double(x[i]));
   }
-  void xpay_ratio(std::int64_t n, const T* x, const double* num, const double* den,
-                  T* y) override {
+  void xpay_ratio(std::int64_t n, const T* x, const double* num, const double* den, T* y) override {
     const double r = num[0] / den[0];
     const bool keep = std::isfinite(r) && r != 0;
     for (std::int64_t i = 0; i < n; ++i) y[i] = keep ? T(double(x[i]) + r * double(y[i])) : x[i];

@@ -11,8 +11,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -23,150 +23,18 @@
 #include <string>
 #include <vector>
 
+#include "cli/cli_fixture.hpp"
 #include "gtest/gtest.h"
 #include "kantor/io.hpp"
-#include "support/temp_dir.hpp"
-
-#ifndef KANTOR_CLI
-#error "KANTOR_CLI (path of the built kantor binary) must be defined by the build"
-#endif
 
 extern char** environ;
 
 namespace {
 
 namespace io = kantor::io;
-
-// ---- a small JSON reader (objects, arrays, strings, numbers, literals) -------------------------
-
-struct Json {
-  enum Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = kNull;
-  bool b = false;
-  double num = 0;
-  std::string str;
-  std::vector<Json> items;
-  std::map<std::string, Json> fields;
-  bool has(const std::string& k) const { return fields.count(k) > 0; }
-  const Json& operator[](const std::string& k) const {
-    static const Json missing;
-    auto it = fields.find(k);
-    return it == fields.end() ? missing : it->second;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(const std::string& s) : s_(s) {}
-  // Parses one value followed only by whitespace; false on any syntax error.
-  bool parse(Json* out) {
-    if (!value(out)) return false;
-    ws();
-    return i_ == s_.size();
-  }
-
- private:
-  void ws() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  bool lit(const char* w) {
-    const std::size_t n = std::strlen(w);
-    if (s_.compare(i_, n, w) != 0) return false;
-    i_ += n;
-    return true;
-  }
-  bool string(std::string* out) {
-    if (s_[i_] != '"') return false;
-    for (++i_; i_ < s_.size(); ++i_) {
-      const char c = s_[i_];
-      if (c == '"') {
-        ++i_;
-        return true;
-      }
-      if (c == '\\') {
-        if (++i_ >= s_.size()) return false;
-        const char e = s_[i_];
-        if (e == 'u') {
-          if (i_ + 4 >= s_.size()) return false;
-          *out += char(std::stoi(s_.substr(i_ + 1, 4), nullptr, 16));
-          i_ += 4;
-        } else {
-          *out += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
-        }
-      } else {
-        *out += c;
-      }
-    }
-    return false;
-  }
-  bool value(Json* v) {
-    ws();
-    if (i_ >= s_.size()) return false;
-    const char c = s_[i_];
-    if (c == '{') {
-      v->kind = Json::kObject;
-      ++i_;
-      ws();
-      if (s_[i_] == '}') return ++i_, true;
-      for (;;) {
-        ws();
-        std::string key;
-        if (!string(&key)) return false;
-        ws();
-        if (s_[i_++] != ':') return false;
-        if (v->fields.count(key)) return false;  // duplicate key
-        if (!value(&v->fields[key])) return false;
-        ws();
-        if (s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (s_[i_] == '}') return ++i_, true;
-        return false;
-      }
-    }
-    if (c == '[') {
-      v->kind = Json::kArray;
-      ++i_;
-      ws();
-      if (s_[i_] == ']') return ++i_, true;
-      for (;;) {
-        v->items.emplace_back();
-        if (!value(&v->items.back())) return false;
-        ws();
-        if (s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (s_[i_] == ']') return ++i_, true;
-        return false;
-      }
-    }
-    if (c == '"') {
-      v->kind = Json::kString;
-      return string(&v->str);
-    }
-    if (lit("true")) return v->kind = Json::kBool, v->b = true, true;
-    if (lit("false")) return v->kind = Json::kBool, v->b = false, true;
-    if (lit("null")) return v->kind = Json::kNull, true;
-    char* end = nullptr;
-    v->num = std::strtod(s_.c_str() + i_, &end);
-    if (end == s_.c_str() + i_) return false;
-    v->kind = Json::kNumber;
-    i_ = std::size_t(end - s_.c_str());
-    return std::isfinite(v->num);
-  }
-
-  const std::string& s_;
-  std::size_t i_ = 0;
-};
+using namespace kantor::test::cli;
 
 // ---- an independent float64 dense log-domain Sinkhorn -------------------------------------
-
-struct Cloud {
-  std::int64_t n = 0, d = 0;
-  std::vector<double> p;  // n x d
-  double at(std::int64_t i, std::int64_t k) const { return p[std::size_t(i * d + k)]; }
-};
 
 struct Reference {
   std::vector<double> f, g;
@@ -261,76 +129,11 @@ Cloud random_cloud(Lcg& rng, std::int64_t n, std::int64_t d, double shift) {
   return c;
 }
 
-// ---- running the binary -------------------------------------------------------------------
+// ---- the fixture ---------------------------------------------------------------------------
 
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-class CliTest : public ::testing::Test {
+class CliTest : public CliFixture {
  protected:
-  void SetUp() override {
-    tmp_ = std::make_unique<kantor::test::TempDir>("kantor_test_cli_");
-    dir_ = tmp_->dir();
-    out_dir_ = dir_ + "/out";
-    ASSERT_EQ(::mkdir(out_dir_.c_str(), 0755), 0);
-  }
-  void TearDown() override { tmp_.reset(); }
-
-  static std::vector<std::string> list_dir(const std::string& d) {
-    return kantor::test::TempDir::list_dir(d);
-  }
-  std::string path(const std::string& name) const { return tmp_->path(name); }
-
-  /// Runs `kantor <args>` (args already shell-quoted where needed), capturing stdout/stderr.
-  /// `prefix` goes before the command (environment assignments, "timeout 20 ").
-  Result run(const std::string& args, const std::string& prefix = "") const {
-    const std::string out = dir_ + "/stdout.txt", err = dir_ + "/stderr.txt";
-    const std::string cmd = prefix + "'" + std::string(KANTOR_CLI) + "' " + args + " >'" + out +
-                            "' 2>'" + err + "' </dev/null";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = read_text(out);
-    r.err = read_text(err);
-    ::unlink(out.c_str());
-    ::unlink(err.c_str());
-    return r;
-  }
-
-  /// Runs with --json and parses stdout (failing the test when it is not one JSON object).
-  Json run_json(const std::string& args, Result* raw = nullptr) const {
-    Result r = run(args + " --json");
-    EXPECT_EQ(r.code, 0) << "kantor " << args << "\nstderr: " << r.err;
-    EXPECT_EQ(r.err, "") << "a successful run (stderr not a terminal) prints nothing there";
-    Json j;
-    EXPECT_TRUE(JsonParser(r.out).parse(&j)) << "not JSON: " << r.out;
-    EXPECT_EQ(j.kind, Json::kObject);
-    if (raw) *raw = r;
-    return j;
-  }
-
-  std::string save(const std::string& name, const Cloud& c) const {
-    io::write_array(path(name), {c.n, c.d}, c.p.data());
-    return path(name);
-  }
-  std::string save(const std::string& name, const std::vector<double>& v) const {
-    io::write_array(path(name), {std::int64_t(v.size())}, v.data());
-    return path(name);
-  }
-  std::string save_text(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name), std::ios::binary) << text;
-    return path(name);
-  }
-
-  std::unique_ptr<kantor::test::TempDir> tmp_;
-  std::string dir_, out_dir_;
+  CliTest() : CliFixture("kantor_test_cli_") {}
 };
 
 double rel(double got, double want) { return std::abs(got - want) / std::abs(want); }
@@ -550,11 +353,6 @@ std::string npy_with_descr(const std::string& descr, const std::string& extra = 
   return out + h + std::string(48, '\0');
 }
 
-struct BadCase {
-  std::string args;
-  std::vector<std::string> expected;  // parts of the stderr line
-};
-
 TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
   const Fixture30x40 p = make_problem();
   const std::string x = save("x.npy", p.x), y = save("y.npy", p.y);
@@ -679,7 +477,8 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
       {xy + " --epsilon 0.1 --threads=two", {"--threads expects an integer, got 'two'"}},
       {xy + " --epsilon 0.1 --check-every 99999999999999999999",
        {"--check-every expects an integer in [", "got '99999999999999999999'"}},
-      {xy + " --epsilon 0.1 --max-iterations 1e3", {"--max-iterations expects an integer, got '1e3'"}},
+      {xy + " --epsilon 0.1 --max-iterations 1e3",
+       {"--max-iterations expects an integer, got '1e3'"}},
       {xy + " --epsilon 0.1 --tolerance 1e-3x", {"--tolerance expects a number, got '1e-3x'"}},
       {xy + " --epsilon ''", {"--epsilon expects a number, got ''"}},
       {" --demo --source " + x, {"--demo", "--source is not allowed"}},
@@ -1004,8 +803,8 @@ TEST_F(CliTest, BirkhoffRejectsLogitsThatOverflowFloat32) {
   // the matrix, nothing written.
   for (int k = 0; k < 4; ++k) v[1 * 16 + 2 * 4 + k] = -INFINITY;
   ::unlink((out_dir_ + "/p.npy").c_str());
-  r = run("birkhoff --backend cpu --input " + save_logits(path("row.npy"), 2, 4, v) +
-          " --output " + out_dir_ + "/p.npy");
+  r = run("birkhoff --backend cpu --input " + save_logits(path("row.npy"), 2, 4, v) + " --output " +
+          out_dir_ + "/p.npy");
   EXPECT_EQ(r.code, 2) << r.err;
   EXPECT_NE(r.err.find("matrix 1"), std::string::npos) << r.err;
   EXPECT_TRUE(list_dir(out_dir_).empty());
@@ -1076,8 +875,8 @@ bool shows_non_finite(const std::string& text) {
 TEST_F(CliTest, NumericalFailureExitsThreeWritesNothingAndShowsNoNonFinite) {
   const Fixture30x40 p = make_problem();
   const std::string files = " --source " + save("x.npy", p.x) + " --target " + save("y.npy", p.y) +
-                            " --epsilon 0.1 --output-potentials " + out_dir_ + "/pot --output-map " +
-                            out_dir_ + "/map.npy";
+                            " --epsilon 0.1 --output-potentials " + out_dir_ +
+                            "/pot --output-map " + out_dir_ + "/map.npy";
   const std::string inject = "KANTOR_TEST_INJECT=numerical-failure ";
   for (const std::string extra : {"", " --debias"}) {
     SCOPED_TRACE(extra);
@@ -1119,9 +918,8 @@ TEST_F(CliTest, NumericalFailureExitsThreeWritesNothingAndShowsNoNonFinite) {
   // birkhoff: a non-finite result likewise.
   const std::string bk = save_logits(path("bk.npy"), 2, 4, std::vector<double>(32, 0.0));
   for (const std::string mode : {" --json", ""}) {
-    const Result b = run("birkhoff --backend cpu --input " + bk + " --output " + out_dir_ +
-                             "/p.npy" + mode,
-                         inject);
+    const Result b = run(
+        "birkhoff --backend cpu --input " + bk + " --output " + out_dir_ + "/p.npy" + mode, inject);
     EXPECT_EQ(b.code, 3) << b.err;
     EXPECT_FALSE(shows_non_finite(b.out)) << b.out;
     EXPECT_NE(b.err.find("kantor birkhoff: error: numerical failure"), std::string::npos) << b.err;
@@ -1175,18 +973,23 @@ TEST_F(CliTest, OutputsThatCollideOrReplaceAnInputAreRefusedBeforeTheSolve) {
   const Result fine = run(kSolveCpu + cases.back().args);
   EXPECT_EQ(fine.code, 0) << fine.err;
   // The check comes before the solve: a solve that would take minutes is refused at once.
-  const Result fast = run("solve --demo --backend cpu --tolerance 1e-300 --max-iterations 100000000"
-                          " --output-potentials " + o + "/q --output-map " + o + "/q_g.npy");
+  const Result fast =
+      run("solve --demo --backend cpu --tolerance 1e-300 --max-iterations 100000000"
+          " --output-potentials " +
+          o + "/q --output-map " + o + "/q_g.npy");
   EXPECT_EQ(fast.code, 2) << fast.err;
   EXPECT_NE(fast.err.find("is the same file as"), std::string::npos) << fast.err;
 }
 
 TEST_F(CliTest, FailedWritesToStandardOutputExitOneWithAMessage) {
   // A full disk.
-  for (const std::string cmd : {"info", "info --json", "solve --demo --backend cpu "
-                                "--max-iterations 5 --json", "--help"}) {
+  for (const std::string cmd : {"info", "info --json",
+                                "solve --demo --backend cpu "
+                                "--max-iterations 5 --json",
+                                "--help"}) {
     const std::string err = dir_ + "/err.txt";
-    const std::string line = "'" + std::string(KANTOR_CLI) + "' " + cmd + " >/dev/full 2>'" + err + "'";
+    const std::string line =
+        "'" + std::string(KANTOR_CLI) + "' " + cmd + " >/dev/full 2>'" + err + "'";
     const int status = std::system(line.c_str());
     ASSERT_TRUE(WIFEXITED(status)) << cmd;
     EXPECT_EQ(WEXITSTATUS(status), 1) << cmd;
@@ -1215,8 +1018,9 @@ TEST_F(CliTest, AWriteThatFailsMidwayLeavesNoTemporary) {
   const int status = std::system(line.c_str());
   ASSERT_TRUE(WIFEXITED(status)) << "killed by a signal";
   EXPECT_EQ(WEXITSTATUS(status), 2);
-  EXPECT_NE(read_text(dir_ + "/err.txt").find("--output-map: cannot write '" + out_dir_ + "/map.csv'"),
-            std::string::npos)
+  EXPECT_NE(
+      read_text(dir_ + "/err.txt").find("--output-map: cannot write '" + out_dir_ + "/map.csv'"),
+      std::string::npos)
       << read_text(dir_ + "/err.txt");
   EXPECT_TRUE(list_dir(out_dir_).empty()) << "left: " << list_dir(out_dir_).front();
 }
@@ -1300,8 +1104,8 @@ TEST_F(CliTest, EpsBelowTheResolvableRangeIsRefused) {
   EXPECT_NE(r.err.find("smallest eps fp64 can resolve"), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
   // fp32: 1e-9 is below fp32's range for unit costs; the message points to fp64.
-  const Result f = run(kSolveCpu + " --source " + x + " --target " + y +
-                       " --epsilon 1e-9 --precision fp32");
+  const Result f =
+      run(kSolveCpu + " --source " + x + " --target " + y + " --epsilon 1e-9 --precision fp32");
   EXPECT_EQ(f.code, 2) << f.err;
   EXPECT_NE(f.err.find("use fp64"), std::string::npos) << f.err;
 }
@@ -1326,11 +1130,19 @@ TEST_F(CliTest, JsonReportsTheEpsReachedAndTheCertificate) {
 // Ctrl-C with no convergence check in sight (--check-every 100000) still stops within about a
 // second: the flag is polled between row blocks of a pass. Exit 130, nothing written.
 TEST_F(CliTest, CtrlCStopsWithinASecondBetweenChecks) {
-  const std::vector<std::string> args = {
-      "solve",         "--demo",           "--backend",     "cpu",
-      "--tolerance",   "1e-300",           "--max-iterations", "100000",
-      "--check-every", "100000",           "--quiet",       "--output-map",
-      out_dir_ + "/map.npy"};
+  const std::vector<std::string> args = {"solve",
+                                         "--demo",
+                                         "--backend",
+                                         "cpu",
+                                         "--tolerance",
+                                         "1e-300",
+                                         "--max-iterations",
+                                         "100000",
+                                         "--check-every",
+                                         "100000",
+                                         "--quiet",
+                                         "--output-map",
+                                         out_dir_ + "/map.npy"};
   const pid_t pid = spawn_cli(args, dir_ + "/stdout.txt", dir_ + "/stderr.txt");
   ASSERT_GT(pid, 0);
   ::usleep(1200 * 1000);
@@ -1350,7 +1162,8 @@ TEST_F(CliTest, CtrlCStopsWithinASecondBetweenChecks) {
 // fp32 with --debias: the self-terms OT(a, a), OT(b, b) are certified on the file's points too
 // (their reference coordinates are the same side's; n != m caught a mix-up on the H200).
 TEST_F(CliTest, Fp32DivergenceCertifiesEveryTermOnTheFilePoints) {
-  const Json j = run_json(kSolveCpu + " --demo --precision fp32 --debias --max-iterations 40 --quiet");
+  const Json j =
+      run_json(kSolveCpu + " --demo --precision fp32 --debias --max-iterations 40 --quiet");
   EXPECT_EQ(j["precision"].str, "fp32");
   EXPECT_EQ(j["divergence"].kind, Json::kNumber);
   EXPECT_GE(j["divergence"].num, 0);

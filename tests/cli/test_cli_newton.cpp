@@ -3,161 +3,24 @@
 // and SVG; bad input exits 2 with one line naming the option or file and writes nothing; the
 // gradient file matches the library's SinkhornSolver::gradient (divergence_gradient with
 // --debias) on the same problem.
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <map>
-#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "cli/cli_fixture.hpp"
 #include "gtest/gtest.h"
 #include "kantor/context.hpp"
 #include "kantor/derivatives.hpp"
 #include "kantor/io.hpp"
 #include "kantor/sinkhorn.hpp"
-#include "support/temp_dir.hpp"
-
-#ifndef KANTOR_CLI
-#error "KANTOR_CLI (path of the built kantor binary) must be defined by the build"
-#endif
 
 namespace {
 
 namespace io = kantor::io;
-
-// ---- a minimal JSON reader: one object of scalars (nested values are skipped) -----------------
-
-struct JsonValue {
-  enum Kind { kMissing, kNull, kBool, kNumber, kString, kNested } kind = kMissing;
-  bool b = false;
-  double num = 0;
-  std::string str;
-};
-
-/// Parses a JSON object into key -> value (strings, numbers, literals; nested objects and arrays
-/// are recorded as kNested). False on a syntax error or trailing text.
-bool parse_json_object(const std::string& s, std::map<std::string, JsonValue>* out) {
-  std::size_t i = 0;
-  auto ws = [&] {
-    while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
-  };
-  auto string = [&](std::string* o) {
-    if (i >= s.size() || s[i] != '"') return false;
-    for (++i; i < s.size(); ++i) {
-      if (s[i] == '"') return ++i, true;
-      if (s[i] == '\\') {
-        if (++i >= s.size()) return false;
-        if (s[i] == 'u') {
-          if (i + 4 >= s.size()) return false;
-          *o += char(std::stoi(s.substr(i + 1, 4), nullptr, 16));
-          i += 4;
-        } else {
-          *o += s[i] == 'n' ? '\n' : s[i] == 't' ? '\t' : s[i];
-        }
-      } else {
-        *o += s[i];
-      }
-    }
-    return false;
-  };
-  // Skips a nested object or array (strings inside may hold brackets).
-  auto skip_nested = [&] {
-    int depth = 0;
-    while (i < s.size()) {
-      const char c = s[i];
-      if (c == '"') {
-        std::string ignored;
-        if (!string(&ignored)) return false;
-        continue;
-      }
-      if (c == '{' || c == '[') ++depth;
-      if (c == '}' || c == ']') --depth;
-      ++i;
-      if (depth == 0) return true;
-    }
-    return false;
-  };
-  ws();
-  if (i >= s.size() || s[i++] != '{') return false;
-  for (;;) {
-    ws();
-    if (i < s.size() && s[i] == '}' && out->empty()) {
-      ++i;
-      break;
-    }
-    std::string key;
-    if (!string(&key)) return false;
-    ws();
-    if (i >= s.size() || s[i++] != ':') return false;
-    ws();
-    if (out->count(key)) return false;  // duplicate key
-    JsonValue& v = (*out)[key];
-    if (i >= s.size()) return false;
-    if (s[i] == '"') {
-      v.kind = JsonValue::kString;
-      if (!string(&v.str)) return false;
-    } else if (s[i] == '{' || s[i] == '[') {
-      v.kind = JsonValue::kNested;
-      if (!skip_nested()) return false;
-    } else if (s.compare(i, 4, "true") == 0) {
-      v.kind = JsonValue::kBool, v.b = true, i += 4;
-    } else if (s.compare(i, 5, "false") == 0) {
-      v.kind = JsonValue::kBool, v.b = false, i += 5;
-    } else if (s.compare(i, 4, "null") == 0) {
-      v.kind = JsonValue::kNull, i += 4;
-    } else {
-      char* end = nullptr;
-      v.num = std::strtod(s.c_str() + i, &end);
-      if (end == s.c_str() + i || !std::isfinite(v.num)) return false;
-      v.kind = JsonValue::kNumber;
-      i = std::size_t(end - s.c_str());
-    }
-    ws();
-    if (i < s.size() && s[i] == ',') {
-      ++i;
-      continue;
-    }
-    if (i < s.size() && s[i] == '}') {
-      ++i;
-      break;
-    }
-    return false;
-  }
-  ws();
-  return i == s.size();
-}
-
-struct Json {
-  std::map<std::string, JsonValue> fields;
-  bool has(const std::string& k) const { return fields.count(k) > 0; }
-  const JsonValue& operator[](const std::string& k) const {
-    static const JsonValue missing;
-    auto it = fields.find(k);
-    return it == fields.end() ? missing : it->second;
-  }
-};
-
-// ---- running the binary -------------------------------------------------------------------
-
-struct Result {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using namespace kantor::test::cli;
 
 std::size_t count_of(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -165,72 +28,17 @@ std::size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-/// n x d points, row-major.
-struct Points {
-  std::int64_t n = 0, d = 0;
-  std::vector<double> p;
-};
-
-Points gaussian_points(std::mt19937_64& rng, std::int64_t n, std::int64_t d, double mean,
-                       double sigma) {
+Cloud gaussian_points(std::mt19937_64& rng, std::int64_t n, std::int64_t d, double mean,
+                      double sigma) {
   std::normal_distribution<double> nd(mean, sigma);
-  Points c{n, d, std::vector<double>(std::size_t(n * d))};
+  Cloud c{n, d, std::vector<double>(std::size_t(n * d))};
   for (double& v : c.p) v = nd(rng);
   return c;
 }
 
-class CliNewtonTest : public ::testing::Test {
+class CliNewtonTest : public CliFixture {
  protected:
-  void SetUp() override {
-    tmp_ = std::make_unique<kantor::test::TempDir>("kantor_test_cli_newton_");
-    dir_ = tmp_->dir();
-    out_dir_ = dir_ + "/out";
-    ASSERT_EQ(::mkdir(out_dir_.c_str(), 0755), 0);
-  }
-  void TearDown() override { tmp_.reset(); }
-
-  std::string path(const std::string& name) const { return tmp_->path(name); }
-
-  /// Runs `kantor <args>` (args already shell-quoted where needed), capturing stdout/stderr.
-  Result run(const std::string& args) const {
-    const std::string out = dir_ + "/stdout.txt", err = dir_ + "/stderr.txt";
-    const std::string cmd =
-        "'" + std::string(KANTOR_CLI) + "' " + args + " >'" + out + "' 2>'" + err + "' </dev/null";
-    const int status = std::system(cmd.c_str());
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = read_text(out);
-    r.err = read_text(err);
-    ::unlink(out.c_str());
-    ::unlink(err.c_str());
-    return r;
-  }
-
-  /// Runs with --json, expects exit 0 and nothing on stderr, and parses stdout.
-  Json run_json(const std::string& args) const {
-    const Result r = run(args + " --json");
-    EXPECT_EQ(r.code, 0) << "kantor " << args << "\nstderr: " << r.err;
-    EXPECT_EQ(r.err, "") << "a successful run (stderr not a terminal) prints nothing there";
-    Json j;
-    EXPECT_TRUE(parse_json_object(r.out, &j.fields)) << "not one JSON object: " << r.out;
-    return j;
-  }
-
-  std::string save(const std::string& name, const Points& c) const {
-    io::write_array(path(name), {c.n, c.d}, c.p.data());
-    return path(name);
-  }
-  std::string save(const std::string& name, const std::vector<double>& v) const {
-    io::write_array(path(name), {std::int64_t(v.size())}, v.data());
-    return path(name);
-  }
-  std::string save_text(const std::string& name, const std::string& text) const {
-    std::ofstream(path(name), std::ios::binary) << text;
-    return path(name);
-  }
-
-  std::unique_ptr<kantor::test::TempDir> tmp_;
-  std::string dir_, out_dir_;
+  CliNewtonTest() : CliFixture("kantor_test_cli_newton_") {}
 };
 
 // Pin the engine: the default (auto) picks CUDA and fp32 where a GPU is visible.
@@ -278,7 +86,7 @@ TEST_F(CliNewtonTest, NewtonDemoJsonPositionsAndPlot) {
   EXPECT_EQ(j["epsilon"].num, 0.01);
   EXPECT_EQ(j["backend"].str, "cpu");
   EXPECT_EQ(j["precision"].str, "fp64");
-  EXPECT_EQ(j["converged"].kind, JsonValue::kBool);
+  EXPECT_EQ(j["converged"].kind, Json::kBool);
   EXPECT_FALSE(j["termination"].str.empty());
   EXPECT_LE(j["outer_iterations"].num, 3);
   EXPECT_GE(j["outer_iterations"].num, 1);
@@ -304,7 +112,7 @@ TEST_F(CliNewtonTest, NewtonDemoJsonPositionsAndPlot) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   EXPECT_EQ(count_of(svg, "<circle"), 300u + 200u + 200u) << "target, source before and after";
   EXPECT_NE(svg.find("target"), std::string::npos) << "a legend";
-  for (const std::string& name : kantor::test::TempDir::list_dir(out_dir_))
+  for (const std::string& name : list_dir(out_dir_))
     EXPECT_EQ(name.find(".tmp."), std::string::npos) << "temporary left behind: " << name;
 
   // The same run is deterministic.
@@ -325,8 +133,8 @@ TEST_F(CliNewtonTest, NewtonMethodsOnFilesMoveTheSourceOntoTheTarget) {
   // 12 source points onto 12 target points (a shifted copy plus noise): S_eps drops to ~0 and
   // the positions file holds points near the target's.
   std::mt19937_64 rng(3);
-  const Points x = gaussian_points(rng, 12, 2, 0.0, 0.3);
-  Points y = gaussian_points(rng, 12, 2, 0.0, 0.3);
+  const Cloud x = gaussian_points(rng, 12, 2, 0.0, 0.3);
+  Cloud y = gaussian_points(rng, 12, 2, 0.0, 0.3);
   for (std::int64_t i = 0; i < 12; ++i) y.p[std::size_t(2 * i)] += 1.0;
   const std::string files =
       " --source " + save("x.npy", x) + " --target " + save("y.csv", y) + " --epsilon 0.05";
@@ -356,12 +164,8 @@ TEST_F(CliNewtonTest, NewtonMethodsOnFilesMoveTheSourceOntoTheTarget) {
   EXPECT_EQ(j["objective"].str, "ot");
 }
 
-struct BadCase {
-  std::string args;
-  std::vector<std::string> expected;  // parts of the stderr line; "a|b": a or b
-};
-
-/// True when `text` contains one of the '|'-separated alternatives of `parts`.
+/// True when `text` contains one of the '|'-separated alternatives of `parts` (an expected part of
+/// a BadCase here may be "a|b": a or b).
 bool contains_any(const std::string& text, const std::string& parts) {
   std::size_t start = 0;
   for (;;) {
@@ -417,8 +221,7 @@ TEST_F(CliNewtonTest, NewtonBadInputExitsTwoNamingTheOptionOrFile) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
     for (const std::string& e : c.expected)
       EXPECT_TRUE(contains_any(r.err, e)) << "expected '" << e << "' in: " << r.err;
-    EXPECT_TRUE(kantor::test::TempDir::list_dir(out_dir_).empty())
-        << c.args << " left output files";
+    EXPECT_TRUE(list_dir(out_dir_).empty()) << c.args << " left output files";
   }
   // The input file is untouched by the refused --output-positions naming it.
   EXPECT_EQ(io::read_array(x).shape, (std::vector<std::int64_t>{6, 2}));
@@ -434,7 +237,7 @@ TEST_F(CliNewtonTest, NewtonBadInputExitsTwoNamingTheOptionOrFile) {
 
 /// The library's gradient of OT_eps (or S_eps) w.r.t. x on the same float64 problem, solved to
 /// `tolerance`.
-std::vector<double> library_gradient(const Points& x, const Points& y, const std::vector<double>& a,
+std::vector<double> library_gradient(const Cloud& x, const Cloud& y, const std::vector<double>& a,
                                      double eps, bool debias, double tolerance) {
   const kantor::Context ctx(kantor::ContextOptions{kantor::Backend::kCpu, 2});
   kantor::Problem<double> p;
@@ -473,8 +276,8 @@ std::vector<double> library_gradient(const Points& x, const Points& y, const std
 
 TEST_F(CliNewtonTest, SolveOutputGradientMatchesTheLibrary) {
   std::mt19937_64 rng(9);
-  const Points x = gaussian_points(rng, 15, 3, 0.0, 1.0);
-  const Points y = gaussian_points(rng, 11, 3, 0.5, 0.8);
+  const Cloud x = gaussian_points(rng, 15, 3, 0.0, 1.0);
+  const Cloud y = gaussian_points(rng, 11, 3, 0.5, 0.8);
   std::uniform_real_distribution<double> u(0.5, 1.5);
   std::vector<double> a(15);
   for (double& v : a) v = u(rng);
@@ -548,7 +351,7 @@ TEST_F(CliNewtonTest, SolveOutputGradientBadPathExitsTwo) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
     for (const std::string& e : c.expected)
       EXPECT_NE(r.err.find(e), std::string::npos) << "expected '" << e << "' in: " << r.err;
-    EXPECT_TRUE(kantor::test::TempDir::list_dir(out_dir_).empty()) << c.args;
+    EXPECT_TRUE(list_dir(out_dir_).empty()) << c.args;
   }
   EXPECT_EQ(io::read_array(x).shape, (std::vector<std::int64_t>{5, 2})) << "input untouched";
 }

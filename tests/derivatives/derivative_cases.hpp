@@ -36,10 +36,14 @@ constexpr Precision default_precision() {
 /// Unit roundoff of the arithmetic of a precision (tf32 / bf16: the tensor-core inputs).
 inline double unit_roundoff(Precision p) {
   switch (p) {
-    case Precision::kFp64: return std::ldexp(1.0, -53);
-    case Precision::kFp32: return std::ldexp(1.0, -24);
-    case Precision::kTf32: return std::ldexp(1.0, -11);
-    case Precision::kBf16: return std::ldexp(1.0, -8);
+    case Precision::kFp64:
+      return std::ldexp(1.0, -53);
+    case Precision::kFp32:
+      return std::ldexp(1.0, -24);
+    case Precision::kTf32:
+      return std::ldexp(1.0, -11);
+    case Precision::kBf16:
+      return std::ldexp(1.0, -8);
   }
   return 1;
 }
@@ -49,10 +53,14 @@ inline double unit_roundoff(Precision p) {
 /// significant bits).
 inline double pass_accuracy(Precision p) {
   switch (p) {
-    case Precision::kFp64: return pass_rtol<double>();
-    case Precision::kFp32: return pass_rtol<float>();
-    case Precision::kTf32: return 3e-4;
-    case Precision::kBf16: return std::ldexp(1.0, -8);
+    case Precision::kFp64:
+      return pass_rtol<double>();
+    case Precision::kFp32:
+      return pass_rtol<float>();
+    case Precision::kTf32:
+      return 3e-4;
+    case Precision::kBf16:
+      return std::ldexp(1.0, -8);
   }
   return 1;
 }
@@ -96,10 +104,12 @@ inline double position_gradient_atol(Precision p, double marginal, const DensePr
 
 /// Absolute accuracy of the weight gradients (f_i - <a,f>)/|A|: the potentials are off by eps
 /// times the plan's relative error plus their own rounding (potential_atol).
-inline double weight_gradient_atol(Precision p, double marginal, double raw_mass,
-                                   double max_cost, double eps) {
-  return 2 * (eps * 10 * (marginal + pass_accuracy(p) * (1 + max_cost / eps)) +
-              pass_accuracy(p) * (1 + max_cost)) / raw_mass;
+inline double weight_gradient_atol(Precision p, double marginal, double raw_mass, double max_cost,
+                                   double eps) {
+  return 2 *
+         (eps * 10 * (marginal + pass_accuracy(p) * (1 + max_cost / eps)) +
+          pass_accuracy(p) * (1 + max_cost)) /
+         raw_mass;
 }
 
 /// Finite differences of fp64 values solved to 1e-12 (fourth-order stencil, fd_step): the value
@@ -128,10 +138,14 @@ struct RawData {
   std::int64_t n() const { return std::int64_t(x.size()) / d; }
   std::int64_t m() const { return std::int64_t(y.size()) / d; }
   template <class T>
-  PointData<T> data() const { return make_point_data<T>(d, x, y, a, b, eps, c); }
+  PointData<T> data() const {
+    return make_point_data<T>(d, x, y, a, b, eps, c);
+  }
   /// The dense reference problem of the numbers precision T sees.
   template <class T>
-  DenseProblem dense() const { return data<T>().dense(); }
+  DenseProblem dense() const {
+    return data<T>().dense();
+  }
 };
 
 inline RawData make_raw(const DerivCase& c) {
@@ -224,6 +238,43 @@ std::vector<double> to_double(const std::vector<T>& v) {
   return std::vector<double>(v.begin(), v.end());
 }
 
+/// The four gradient blocks of one call, in double.
+struct GradientBlocks {
+  std::vector<double> x, y, a, b;
+  GradientSummary summary;
+};
+
+/// Runs `call(out)` (a SinkhornSolver gradient entry point) into host buffers of the problem's
+/// shapes and returns the blocks in double.
+template <class T, class Call>
+GradientBlocks gradient_blocks(std::int64_t n, std::int64_t m, std::int64_t d, Call&& call) {
+  std::vector<T> gx(static_cast<std::size_t>(n * d)), gy(static_cast<std::size_t>(m * d));
+  std::vector<T> ga(static_cast<std::size_t>(n)), gb(static_cast<std::size_t>(m));
+  GradientOutput<T> out;
+  out.x = host_matrix(gx.data(), n, d);
+  out.y = host_matrix(gy.data(), m, d);
+  out.a = host_vector(ga.data(), n);
+  out.b = host_vector(gb.data(), m);
+  GradientBlocks g;
+  g.summary = call(out);
+  g.x = to_double(gx);
+  g.y = to_double(gy);
+  g.a = to_double(ga);
+  g.b = to_double(gb);
+  return g;
+}
+
+/// Runs `call(direction, out)` (an HVP entry point) for a flattened n x d direction given in
+/// double (rounded to T) and returns H A in double.
+template <class T, class Call>
+std::vector<double> hvp_of(std::int64_t n, std::int64_t d, const std::vector<double>& A,
+                           Call&& call) {
+  const std::vector<T> dir(A.begin(), A.end());
+  std::vector<T> out(static_cast<std::size_t>(n * d), T(0));
+  call(host_matrix<const T>(dir.data(), n, d), host_matrix(out.data(), n, d));
+  return to_double(out);
+}
+
 /// Everything the library computes for one problem in one engine: kept together so that the
 /// problem's arrays outlive the solver.
 template <class T>
@@ -245,33 +296,16 @@ struct LibRun {
   std::int64_t m() const { return data.m; }
   std::int64_t d() const { return data.d; }
 
-  struct Grad {
-    std::vector<double> x, y, a, b;
-    GradientSummary summary;
-  };
+  using Grad = GradientBlocks;
   Grad gradient() {
-    std::vector<T> gx(static_cast<std::size_t>(n() * d())), gy(static_cast<std::size_t>(m() * d())), ga(static_cast<std::size_t>(n())),
-        gb(static_cast<std::size_t>(m()));
-    GradientOutput<T> out;
-    out.x = host_matrix(gx.data(), n(), d());
-    out.y = host_matrix(gy.data(), m(), d());
-    out.a = host_vector(ga.data(), n());
-    out.b = host_vector(gb.data(), m());
-    Grad g;
-    g.summary = solver->gradient(pot, out);
-    g.x = to_double(gx);
-    g.y = to_double(gy);
-    g.a = to_double(ga);
-    g.b = to_double(gb);
-    return g;
+    return gradient_blocks<T>(
+        n(), m(), d(), [&](const GradientOutput<T>& out) { return solver->gradient(pot, out); });
   }
   /// H A for a flattened n x d direction (given in double, rounded to T).
   std::vector<double> hvp(const std::vector<double>& A, const HvpOptions& o, HvpSummary* s) {
-    const std::vector<T> dir(A.begin(), A.end());
-    std::vector<T> out(static_cast<std::size_t>(n() * d()), T(0));
-    *s = solver->hvp(pot, host_matrix<const T>(dir.data(), n(), d()),
-                     host_matrix(out.data(), n(), d()), o);
-    return to_double(out);
+    return hvp_of<T>(n(), d(), A, [&](MatrixView<const T> dir, MatrixView<T> out) {
+      *s = solver->hvp(pot, dir, out, o);
+    });
   }
 };
 
@@ -294,28 +328,15 @@ struct LibDivRun {
   std::int64_t n() const { return data.n; }
   std::int64_t m() const { return data.m; }
   std::int64_t d() const { return data.d; }
-  typename LibRun<T>::Grad gradient() {
-    std::vector<T> gx(static_cast<std::size_t>(n() * d())), gy(static_cast<std::size_t>(m() * d())), ga(static_cast<std::size_t>(n())),
-        gb(static_cast<std::size_t>(m()));
-    GradientOutput<T> out;
-    out.x = host_matrix(gx.data(), n(), d());
-    out.y = host_matrix(gy.data(), m(), d());
-    out.a = host_vector(ga.data(), n());
-    out.b = host_vector(gb.data(), m());
-    typename LibRun<T>::Grad g;
-    g.summary = solver->divergence_gradient(pot, out);
-    g.x = to_double(gx);
-    g.y = to_double(gy);
-    g.a = to_double(ga);
-    g.b = to_double(gb);
-    return g;
+  GradientBlocks gradient() {
+    return gradient_blocks<T>(n(), m(), d(), [&](const GradientOutput<T>& out) {
+      return solver->divergence_gradient(pot, out);
+    });
   }
   std::vector<double> hvp(const std::vector<double>& A, const HvpOptions& o, HvpSummary* s) {
-    const std::vector<T> dir(A.begin(), A.end());
-    std::vector<T> out(static_cast<std::size_t>(n() * d()), T(0));
-    *s = solver->divergence_hvp(pot, host_matrix<const T>(dir.data(), n(), d()),
-                                host_matrix(out.data(), n(), d()), o);
-    return to_double(out);
+    return hvp_of<T>(n(), d(), A, [&](MatrixView<const T> dir, MatrixView<T> out) {
+      *s = solver->divergence_hvp(pot, dir, out, o);
+    });
   }
 };
 
@@ -391,9 +412,9 @@ inline ::testing::AssertionResult throws_invalid(const std::function<void()>& f,
       std::size_t start = 0;
       while (!found) {
         const std::size_t bar = alternatives.find('|', start);
-        found = has_word(e.what(), alternatives.substr(start, bar == std::string::npos
-                                                                  ? std::string::npos
-                                                                  : bar - start));
+        found = has_word(
+            e.what(),
+            alternatives.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
         if (bar == std::string::npos) break;
         start = bar + 1;
       }
