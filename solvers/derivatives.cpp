@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <vector>
 
@@ -569,7 +570,7 @@ struct HostGradient {
 template <class T>
 HostGradient host_gradient(const Context& ctx, Oracle<T>& o, const Potentials<T>& pot, double eps,
                            bool want_x, bool want_y, bool want_a, bool want_b, double mass_a,
-                           double mass_b) {
+                           double mass_b, bool certify) {
   HostGradient out;
   out.epsilon = eps;
   Derivatives<T> D(ctx, o, T(eps), pot.f.data(), pot.g.data());
@@ -603,7 +604,8 @@ HostGradient host_gradient(const Context& ctx, Oracle<T>& o, const Potentials<T>
   Buffer<double> sc(ctx, 1);
   o.dual_value(pot.f.data(), pot.g.data(), sc.data());
   out.value = to_host(ctx, sc.cview())[0];
-  out.certificate = o.certify(eps, pot.f.data(), pot.g.data()).bound;
+  out.certificate = certify ? o.certify(eps, pot.f.data(), pot.g.data()).bound
+                            : std::numeric_limits<double>::quiet_NaN();
   return out;
 }
 
@@ -639,7 +641,7 @@ void check_output_matrix(MatrixView<T> out, std::int64_t n, std::int64_t d,
 
 template <class T>
 GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>& pot,
-                                            const GradientOutput<T>& out) {
+                                            const GradientOutput<T>& out, bool certify) {
   const auto t0 = Clock::now();
   require_sqeuclidean(problem_, "gradient");
   Oracle<T>& o = *oracle_;
@@ -648,7 +650,8 @@ GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>& pot,
   const double eps = pot.epsilon > 0 ? pot.epsilon : problem_.epsilon;
   const HostGradient h = host_gradient(
       *ctx_, o, pot, eps, out.x.data != nullptr, out.y.data != nullptr, out.a.data != nullptr,
-      out.b.data != nullptr, raw_mass(*ctx_, problem_.a), raw_mass(*ctx_, problem_.b));
+      out.b.data != nullptr, raw_mass(*ctx_, problem_.a), raw_mass(*ctx_, problem_.b),
+      certify);
   if (out.x.data) write_matrix(h.x, out.x);
   if (out.y.data) write_matrix(h.y, out.y);
   if (out.a.data) write_vector(h.a, out.a);
@@ -663,7 +666,8 @@ GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>& pot,
 
 template <class T>
 GradientSummary SinkhornSolver<T>::divergence_gradient(const DivergencePotentials<T>& pot,
-                                                       const GradientOutput<T>& out) {
+                                                       const GradientOutput<T>& out,
+                                                       bool certify) {
   const auto t0 = Clock::now();
   require_sqeuclidean(problem_, "divergence_gradient");
   Oracle<T>& o = *oracle_;
@@ -679,10 +683,13 @@ GradientSummary SinkhornSolver<T>::divergence_gradient(const DivergencePotential
   };
   const bool wx = out.x.data != nullptr, wy = out.y.data != nullptr;
   const bool wa = out.a.data != nullptr, wb = out.b.data != nullptr;
-  const HostGradient xy = host_gradient(*ctx_, o, pot.xy, eps_of(pot.xy), wx, wy, wa, wb, ma, mb);
+  const HostGradient xy = host_gradient(*ctx_, o, pot.xy, eps_of(pot.xy), wx, wy, wa, wb, ma, mb,
+                                        certify);
   // OT(x, x) moves both arguments: its gradient in x is the sum of its two sides' gradients.
-  const HostGradient xx = host_gradient(*ctx_, oxx, pot.xx, eps_of(pot.xx), wx, wx, wa, wa, ma, ma);
-  const HostGradient yy = host_gradient(*ctx_, oyy, pot.yy, eps_of(pot.yy), wy, wy, wb, wb, mb, mb);
+  const HostGradient xx = host_gradient(*ctx_, oxx, pot.xx, eps_of(pot.xx), wx, wx, wa, wa, ma, ma,
+                                        certify);
+  const HostGradient yy = host_gradient(*ctx_, oyy, pot.yy, eps_of(pot.yy), wy, wy, wb, wb, mb, mb,
+                                        certify);
   auto combine = [](const std::vector<double>& main, const std::vector<double>& s1,
                     const std::vector<double>& s2) {
     std::vector<double> r(main.size());
@@ -719,7 +726,7 @@ HvpSummary SinkhornSolver<T>::hvp(const Potentials<T>& pot, MatrixView<const T> 
   HvpSummary s = D.joint_hvp(MatrixView<const T>(mview(A, n, d)), MatrixView<const T>{},
                              mview(O, n, d), MatrixView<T>{}, options);
   write_matrix(download(*ctx_, O, n * d), out);
-  s.marginal_error = o.certify(eps, pot.f.data(), pot.g.data()).bound;
+  if (options.certify) s.marginal_error = o.certify(eps, pot.f.data(), pot.g.data()).bound;
   s.seconds = seconds_since(t0);
   return s;
 }
@@ -761,8 +768,9 @@ HvpSummary SinkhornSolver<T>::divergence_hvp(const DivergencePotentials<T>& pot,
                            : "(x, y): " + s1.message;
   s.cg_iterations = s1.cg_iterations + s2.cg_iterations;
   s.relative_residual = std::max(s1.relative_residual, s2.relative_residual);
-  s.marginal_error = std::max(o.certify(exy, pot.xy.f.data(), pot.xy.g.data()).bound,
-                              oxx.certify(exx, pot.xx.f.data(), pot.xx.g.data()).bound);
+  if (options.certify)
+    s.marginal_error = std::max(o.certify(exy, pot.xy.f.data(), pot.xy.g.data()).bound,
+                                oxx.certify(exx, pot.xx.f.data(), pot.xx.g.data()).bound);
   s.seconds = seconds_since(t0);
   return s;
 }
@@ -889,9 +897,9 @@ HvpSummary oracle_hvp(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, 
 
 #define KANTOR_INSTANTIATE_DERIVATIVES(T)                                                         \
   template GradientSummary SinkhornSolver<T>::gradient(const Potentials<T>&,                      \
-                                                       const GradientOutput<T>&);                 \
+                                                       const GradientOutput<T>&, bool);           \
   template GradientSummary SinkhornSolver<T>::divergence_gradient(const DivergencePotentials<T>&, \
-                                                                  const GradientOutput<T>&);      \
+                                                                  const GradientOutput<T>&, bool);\
   template HvpSummary SinkhornSolver<T>::hvp(const Potentials<T>&, MatrixView<const T>,           \
                                              MatrixView<T>, const HvpOptions&);                   \
   template HvpSummary SinkhornSolver<T>::divergence_hvp(                                          \

@@ -38,6 +38,7 @@ DivergenceObjective<T>::DivergenceObjective(const Context& ctx, const Problem<T>
                                             const SinkhornOptions& sinkhorn, const HvpOptions& hvp,
                                             bool debiased)
     : ctx_(&ctx), problem_(problem), sinkhorn_(sinkhorn), hvp_(hvp), debiased_(debiased) {
+  hvp_.certify = false;  // the gradient point's solve is certified already
   // The positions' reference coordinates are the objective's own (set at every solve): the
   // problem may carry reference_y alone, which validate() refuses on its own.
   Problem<T> check = problem;
@@ -137,10 +138,11 @@ bool DivergenceObjective<T>::evaluate(const double* x, double* value, double* gr
   std::vector<T> g(static_cast<std::size_t>(N));
   GradientOutput<T> out;
   out.x = host_matrix(g.data(), n_, d_);
+  // The solve was certified (evaluate() accepts only converged solves): no second certificate.
   if (debiased_)
-    p->solver->divergence_gradient(p->pot, out);
+    p->solver->divergence_gradient(p->pot, out, /*certify=*/false);
   else
-    p->solver->gradient(p->pot.xy, out);
+    p->solver->gradient(p->pot.xy, out, /*certify=*/false);
   for (std::size_t i = 0; i < g.size(); ++i) {
     gradient[i] = double(g[i]);
     if (!std::isfinite(gradient[i])) return false;

@@ -67,6 +67,9 @@ struct HvpOptions {
   /// alone (no extra pass; poor when the plan is nearly a permutation); kNone: plain CG.
   enum class Preconditioner { kNone, kMarginal, kDiagonal };
   Preconditioner preconditioner = Preconditioner::kDiagonal;
+  /// SinkhornSolver's hvp / divergence_hvp certify the potentials (HvpSummary::marginal_error);
+  /// false skips that (two float64 passes per problem), leaving NaN.
+  bool certify = true;
   bool is_valid(std::string* why) const;
 };
 

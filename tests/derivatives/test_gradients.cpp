@@ -268,5 +268,43 @@ TEST_P(DivergenceGradient, Fp64MatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, DivergenceGradient, ::testing::ValuesIn(kCases), case_name);
 
+// certify = false skips only the certificate: the same blocks, bit for bit, and a NaN
+// marginal_error instead of the bound (which the default call reports).
+TEST(GradientCertify, SkippingTheCertificateChangesNothingElse) {
+  Context ctx = cpu_context();
+  const RawData raw = make_raw(kCases[1]);
+  LibRun<double> run(ctx, raw, Precision::kFp64, tight_options(Precision::kFp64));
+  ASSERT_TRUE(run.summary.converged());
+  const GradientBlocks with = run.gradient();
+  const GradientBlocks without = gradient_blocks<double>(
+      run.n(), run.m(), run.d(),
+      [&](const GradientOutput<double>& out) { return run.solver->gradient(run.pot, out, false); });
+  EXPECT_TRUE(std::isfinite(with.summary.marginal_error));
+  EXPECT_TRUE(std::isnan(without.summary.marginal_error));
+  EXPECT_EQ(with.x, without.x);
+  EXPECT_EQ(with.y, without.y);
+  EXPECT_EQ(with.a, without.a);
+  EXPECT_EQ(with.b, without.b);
+  EXPECT_EQ(with.summary.value, without.summary.value);
+  LibDivRun<double> div(ctx, raw, Precision::kFp64, tight_options(Precision::kFp64));
+  const GradientBlocks dwith = div.gradient();
+  const GradientBlocks dwithout = gradient_blocks<double>(
+      div.n(), div.m(), div.d(), [&](const GradientOutput<double>& out) {
+        return div.solver->divergence_gradient(div.pot, out, false);
+      });
+  EXPECT_TRUE(std::isnan(dwithout.summary.marginal_error));
+  EXPECT_EQ(dwith.x, dwithout.x);
+  EXPECT_EQ(dwith.b, dwithout.b);
+  HvpOptions o = tight_hvp(Precision::kFp64);
+  HvpSummary hs1, hs2;
+  const std::vector<double> A = random_direction(run.n() * run.d(), 5);
+  const std::vector<double> h1 = run.hvp(A, o, &hs1);
+  o.certify = false;
+  const std::vector<double> h2 = run.hvp(A, o, &hs2);
+  EXPECT_TRUE(std::isfinite(hs1.marginal_error));
+  EXPECT_TRUE(std::isnan(hs2.marginal_error));
+  EXPECT_EQ(h1, h2);
+}
+
 }  // namespace
 }  // namespace kantor::testing
