@@ -1,0 +1,191 @@
+// OTDD: the optimal transport dataset distance (Alvarez-Melis & Fusi, NeurIPS 2020) between two
+// labelled datasets, streamed through the LabelAugmented cost (no n x m matrix; docs/otdd.md,
+// docs/numerics.md section 6).
+//
+// Each sample is (feature x, label y); the ground cost between (x, y) and (x', y') is
+//
+//   C = feature_scale |x - x'|^2 + label_scale W[y, y']
+//
+// where W[y, y'] is a squared 2-Wasserstein distance between the feature distributions of the
+// two classes: Gaussian (Bures) from per-class means and covariances, or exact (an inner OT
+// between the class-conditional point sets). The classes of the two datasets are distinct
+// labels of one label space (the source's classes first, then the target's), so the table is
+// (La + Lb) x (La + Lb) and serves the cross problem and both self-problems of the debiased
+// divergence D = OT(A, B) - OT(A, A)/2 - OT(B, B)/2 (no square root).
+//
+//   kantor::otdd::Dataset a{host_matrix(xa.data(), na, d), host_vector(la.data(), na)};
+//   kantor::otdd::Dataset b{host_matrix(xb.data(), nb, d), host_vector(lb.data(), nb)};
+//   kantor::otdd::OtddSummary s = kantor::otdd::dataset_distance(ctx, a, b, {});
+//   std::cout << s.distance << "\n" << s.brief_report() << "\n";
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kantor/context.hpp"
+#include "kantor/sinkhorn.hpp"
+#include "kantor/view.hpp"
+
+namespace kantor::otdd {
+
+/// A labelled dataset: n x d features and n labels (any int32 class ids), host memory.
+struct Dataset {
+  MatrixView<const double> features;
+  VectorView<const std::int32_t> labels;
+};
+
+enum class LabelDistance {
+  kGaussian,  ///< Bures-Wasserstein W2^2 between N(mean, covariance) of the two classes
+  kExact,     ///< an inner entropic OT between the two classes' point sets
+};
+std::string to_string(LabelDistance l);
+LabelDistance parse_label_distance(const std::string& s, const std::string& what);
+
+enum class Mode {
+  /// The public implementation's conventions (microsoft/otdd with its defaults, GeomLoss
+  /// tensorized backend): a fixed eps schedule from the diameter down to eps by factors 1/4, one
+  /// averaged symmetric step per eps, one final unaveraged step: not converged (docs/otdd.md).
+  kCompatible,
+  /// The same cost and eps, each of the three problems run to `tolerance` (certified).
+  kConverged,
+};
+std::string to_string(Mode m);
+Mode parse_mode(const std::string& s, const std::string& what);
+
+/// The classes of one dataset and their Gaussian statistics.
+struct ClassStatistics {
+  std::int64_t dim = 0;
+  std::vector<std::int32_t> classes;   ///< distinct class ids, ascending
+  std::vector<std::int64_t> counts;    ///< samples per class
+  std::vector<double> means;           ///< classes x dim
+  /// classes x dim x dim, unbiased (divided by count - 1; 0 for a class of one sample), empty
+  /// when not requested.
+  std::vector<double> covariances;
+  std::int64_t size() const { return std::int64_t(classes.size()); }
+};
+
+/// Per-class means (and, when `covariances`, unbiased covariances: the public implementation's)
+/// in float64. Throws InvalidArgument for mismatched sizes or non-finite features.
+ClassStatistics class_statistics(const Dataset& data, bool covariances, int threads = 0);
+
+/// Squared Bures-Wasserstein distance between N(m1, S1) and N(m2, S2) (d-vectors, row-major
+/// d x d PSD matrices): |m1 - m2|^2 + Tr S1 + Tr S2 - 2 Tr (S1^1/2 S2 S1^1/2)^1/2, clamped at 0.
+/// Eigenvalues below d * 2^-52 * (largest eigenvalue) of either covariance are taken as 0 (a
+/// rank-deficient covariance: zero-variance pixels); the trace term is the nuclear norm of
+/// S1^1/2 S2^1/2 over the kept eigenvectors. Exactly 0 when both Gaussians are equal bitwise.
+double bures_squared(std::int64_t d, const double* m1, const double* S1, const double* m2,
+                     const double* S2);
+
+struct LabelDistanceOptions {
+  LabelDistance method = LabelDistance::kGaussian;
+  /// Gaussian: only the diagonal of each covariance (the public implementation's diagonal_cov).
+  bool diagonal_covariance = false;
+  /// Exact: the inner problem's eps and cost scale, and whether it is debiased. Defaults: the
+  /// converged inner distance, S_eps with cost |x - y|^2 (an estimate of W2^2 comparable with the
+  /// Gaussian one). dataset_distance in compatible mode uses the public implementation's
+  /// (OT_eps with cost |x - y|^2 / 2, not debiased) whatever these say.
+  double inner_epsilon = 0.1;
+  double inner_scale = 1.0;
+  bool inner_debiased = true;
+  /// Exact: at most this many samples per class enter an inner problem (a seeded uniform
+  /// subsample without replacement); 0 = all.
+  std::int64_t max_class_samples = 0;
+  std::uint64_t seed = 1;
+  /// Exact: the inner solves' options (tolerance, precision, iteration budget).
+  SinkhornOptions inner;
+};
+
+/// The label-distance table over the union label space: (La + Lb) x (La + Lb), row-major; the
+/// source's classes (ascending ids) index 0..La-1, the target's La..La+Lb-1. Symmetric, zero
+/// diagonal; the off-diagonal blocks are the cross distances.
+struct LabelTable {
+  std::vector<std::int32_t> classes_a, classes_b;
+  std::vector<double> values;
+  std::int64_t size() const { return std::int64_t(classes_a.size() + classes_b.size()); }
+  double operator()(std::int64_t i, std::int64_t j) const { return values[std::size_t(i * size() + j)]; }
+  /// W between class index p of A and class index q of B.
+  double cross(std::int64_t p, std::int64_t q) const {
+    return (*this)(p, std::int64_t(classes_a.size()) + q);
+  }
+};
+
+/// Progress of a long computation: a phase name and a fraction done (0..1).
+using ProgressCallback = std::function<void(const std::string& phase, double fraction)>;
+
+/// The label table of two datasets. Gaussian: class statistics of each dataset, then one Bures
+/// distance per pair (threads on the host). Exact: one inner OT per pair on ctx's engine.
+LabelTable label_distances(const Context& ctx, const Dataset& a, const Dataset& b,
+                           const LabelDistanceOptions& options,
+                           const ProgressCallback& progress = {});
+
+struct OtddOptions {
+  Mode mode = Mode::kCompatible;
+  LabelDistanceOptions labels;
+  double epsilon = 0.1;        ///< the public implementation's entreg
+  double feature_scale = 0.5;  ///< its cost |x - x'|^2 / 2 (GeomLoss's p = 2 cost)
+  double label_scale = 0.5;    ///< its label term W / p
+  /// GeomLoss's `scaling` (blur ratio per annealing step; eps ratio scaling^2), compatible mode.
+  double scaling = 0.5;
+  /// Converged mode: L1 marginal-error tolerance of each of the three problems and their
+  /// iteration budget; annealing from the largest cost by `converged_scaling` per iteration.
+  double tolerance = 1e-3;
+  std::int64_t max_iterations = 20000;
+  double converged_scaling = 0.5;
+  std::int64_t check_every = 10;
+  /// Engine arithmetic; unset: fp32 (the public implementation's 'single').
+  std::optional<Precision> precision;
+  /// Converged mode: called at every check of each of the three solves.
+  std::vector<IterationCallback> callbacks;
+  /// A precomputed label table (as label_distances returns for these datasets); null: compute.
+  const LabelTable* table = nullptr;
+
+  bool is_valid(std::string* why) const;
+};
+
+struct OtddSummary {
+  double distance = std::numeric_limits<double>::quiet_NaN();  ///< D(A, B), no square root
+  Mode mode = Mode::kCompatible;
+  LabelDistance label_distance = LabelDistance::kGaussian;
+  Precision precision = Precision::kFp32;
+  double epsilon = 0, feature_scale = 0, label_scale = 0;
+  std::int64_t n = 0, m = 0, d = 0;
+  LabelTable table;
+  /// Compatible mode: the schedule that ran (eps per averaged step; the init and the final step
+  /// ran at its first and last value), the diameter it started from, and the Sinkhorn steps of
+  /// each problem (init + schedule + final).
+  std::vector<double> schedule;
+  double diameter = 0;
+  std::int64_t iterations = 0;
+  /// Certificates of the returned potentials (L1 marginal error bound on the float64 data) of
+  /// the cross problem and the two self-problems.
+  double marginal_error_xy = std::numeric_limits<double>::quiet_NaN();
+  double marginal_error_xx = std::numeric_limits<double>::quiet_NaN();
+  double marginal_error_yy = std::numeric_limits<double>::quiet_NaN();
+  /// The three dual values OT(A,B), OT(A,A), OT(B,B).
+  double ot_xy = std::numeric_limits<double>::quiet_NaN();
+  double ot_xx = std::numeric_limits<double>::quiet_NaN();
+  double ot_yy = std::numeric_limits<double>::quiet_NaN();
+  /// Converged mode: the three solves.
+  std::optional<DivergenceSummary> divergence;
+  bool converged = false;  ///< converged mode: all three certified below the tolerance
+  std::string message;
+  double seconds_labels = 0, seconds_setup = 0, seconds_ot = 0, seconds_total = 0;
+
+  std::string brief_report() const;
+  std::string full_report() const;
+};
+
+/// D(A, B) with `options`. Throws InvalidArgument naming the defect (sizes, dimensions,
+/// non-finite features, a class of one sample for the Gaussian distance, options).
+OtddSummary dataset_distance(const Context& ctx, const Dataset& a, const Dataset& b,
+                             const OtddOptions& options, const ProgressCallback& progress = {});
+
+/// GeomLoss's eps schedule for p = 2: [D^2] + [exp(e) for e in arange(2 ln D, 2 ln blur,
+/// 2 ln scaling)] + [blur^2], blur = sqrt(epsilon).
+std::vector<double> geomloss_schedule(double diameter, double epsilon, double scaling);
+
+}  // namespace kantor::otdd

@@ -1,0 +1,720 @@
+// OTDD dataset distances (kantor/otdd.hpp, docs/otdd.md): class statistics, Bures and exact
+// label distances, and the debiased divergence under the LabelAugmented cost in the public
+// implementation's conventions (compatible) or to a tolerance (converged).
+#include "kantor/otdd.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "kantor/buffer.hpp"
+#include "kantor/error.hpp"
+#include "kantor/oracle.hpp"
+
+namespace kantor::otdd {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int thread_count(int threads) {
+  if (threads > 0) return threads;
+  const unsigned h = std::thread::hardware_concurrency();
+  return h ? int(h) : 1;
+}
+
+/// Runs body(i) for i in [0, count) on up to `threads` host threads (dynamic: an atomic counter).
+template <class Body>
+void parallel_for(std::int64_t count, int threads, const Body& body) {
+  const int t = int(std::min<std::int64_t>(thread_count(threads), count));
+  if (t <= 1) {
+    for (std::int64_t i = 0; i < count; ++i) body(i);
+    return;
+  }
+  std::atomic<std::int64_t> next{0};
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> pool;
+  for (int k = 0; k < t; ++k)
+    pool.emplace_back([&] {
+      for (;;) {
+        const std::int64_t i = next.fetch_add(1);
+        if (i >= count || failed.load()) return;
+        try {
+          body(i);
+        } catch (...) {
+          if (!failed.exchange(true)) error = std::current_exception();
+          return;
+        }
+      }
+    });
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+}
+
+void check_dataset(const Dataset& x, const std::string& what) {
+  if (x.features.rows <= 0 || x.features.cols <= 0)
+    throw InvalidArgument(what + ".features is empty (" + std::to_string(x.features.rows) + " x " +
+                          std::to_string(x.features.cols) + ")");
+  if (x.features.space != MemorySpace::kHost || x.labels.space != MemorySpace::kHost)
+    throw InvalidArgument(what + ": features and labels must be host memory");
+  if (x.features.stride < x.features.cols)
+    throw InvalidArgument(what + ".features: stride " + std::to_string(x.features.stride) +
+                          " < cols " + std::to_string(x.features.cols));
+  if (x.labels.size != x.features.rows)
+    throw InvalidArgument(what + ".labels has " + std::to_string(x.labels.size) +
+                          " entries but the features have " + std::to_string(x.features.rows) +
+                          " rows");
+  for (std::int64_t i = 0; i < x.features.rows; ++i)
+    for (std::int64_t k = 0; k < x.features.cols; ++k)
+      if (!std::isfinite(x.features(i, k))) {
+        std::ostringstream os;
+        os << what << ".features(" << i << ", " << k << ") = " << x.features(i, k)
+           << " is not finite";
+        throw InvalidArgument(os.str());
+      }
+}
+
+/// Distinct class ids (ascending) and each sample's class index.
+void index_classes(const Dataset& x, std::vector<std::int32_t>* classes,
+                   std::vector<std::int32_t>* index) {
+  const std::int64_t n = x.labels.size;
+  classes->assign(x.labels.data, x.labels.data + n);
+  std::sort(classes->begin(), classes->end());
+  classes->erase(std::unique(classes->begin(), classes->end()), classes->end());
+  index->resize(std::size_t(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    (*index)[std::size_t(i)] = std::int32_t(
+        std::lower_bound(classes->begin(), classes->end(), x.labels.data[i]) - classes->begin());
+}
+
+/// The rows of each class, in order.
+std::vector<std::vector<std::int64_t>> class_rows(const std::vector<std::int32_t>& index,
+                                                  std::int64_t classes) {
+  std::vector<std::vector<std::int64_t>> rows;
+  rows.resize(std::size_t(classes));
+  for (std::size_t i = 0; i < index.size(); ++i) rows[std::size_t(index[i])].push_back(std::int64_t(i));
+  return rows;
+}
+
+/// S^1/2 factor of a PSD matrix: L (d x r) with L L^T = S over the eigenvalues kept (those above
+/// d * 2^-52 * the largest), and Tr S.
+struct SqrtFactor {
+  RowMatrix L;
+  double trace = 0;
+};
+
+SqrtFactor sqrt_factor(std::int64_t d, const double* S) {
+  Eigen::Map<const RowMatrix> M(S, d, d);
+  SqrtFactor out;
+  out.trace = M.trace();
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(M);
+  if (es.info() != Eigen::Success) throw Error("bures: the eigensolver did not converge");
+  const Eigen::VectorXd& lam = es.eigenvalues();
+  const double top = std::max(0.0, lam.maxCoeff());
+  const double floor = double(d) * std::ldexp(1.0, -52) * top;
+  std::vector<std::int64_t> keep;
+  for (std::int64_t k = 0; k < d; ++k)
+    if (lam(k) > floor) keep.push_back(k);
+  out.L.resize(d, std::int64_t(keep.size()));
+  for (std::size_t c = 0; c < keep.size(); ++c)
+    out.L.col(std::int64_t(c)) = es.eigenvectors().col(keep[c]) * std::sqrt(lam(keep[c]));
+  return out;
+}
+
+/// Tr (S1^1/2 S2 S1^1/2)^1/2 = nuclear norm of L1^T L2.
+double trace_term(const SqrtFactor& a, const SqrtFactor& b) {
+  if (a.L.cols() == 0 || b.L.cols() == 0) return 0;
+  const RowMatrix K = a.L.transpose() * b.L;
+  Eigen::MatrixXd G;
+  if (K.rows() <= K.cols())
+    G = K * K.transpose();
+  else
+    G = K.transpose() * K;
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(G, Eigen::EigenvaluesOnly);
+  if (es.info() != Eigen::Success) throw Error("bures: the eigensolver did not converge");
+  // Eigenvalues at the rounding level of the largest are zeros (their square roots would add
+  // sqrt(rounding) each): the same floor as sqrt_factor's.
+  const Eigen::VectorXd& mu = es.eigenvalues();
+  const double floor = double(mu.size()) * std::ldexp(1.0, -52) * std::max(0.0, mu.maxCoeff());
+  double s = 0;
+  for (Eigen::Index k = 0; k < mu.size(); ++k)
+    if (mu(k) > floor) s += std::sqrt(mu(k));
+  return s;
+}
+
+double mean_term(std::int64_t d, const double* m1, const double* m2) {
+  double s = 0;
+  for (std::int64_t k = 0; k < d; ++k) s += (m1[k] - m2[k]) * (m1[k] - m2[k]);
+  return s;
+}
+
+bool same_gaussian(std::int64_t d, const double* m1, const double* S1, const double* m2,
+                   const double* S2, bool diagonal) {
+  if (std::memcmp(m1, m2, sizeof(double) * std::size_t(d)) != 0) return false;
+  if (diagonal) {
+    for (std::int64_t k = 0; k < d; ++k)
+      if (S1[k * d + k] != S2[k * d + k]) return false;
+    return true;
+  }
+  return std::memcmp(S1, S2, sizeof(double) * std::size_t(d * d)) == 0;
+}
+
+double diagonal_bures(std::int64_t d, const double* S1, const double* S2) {
+  double s = 0;
+  for (std::int64_t k = 0; k < d; ++k) {
+    const double u = std::sqrt(std::max(0.0, S1[k * d + k]));
+    const double v = std::sqrt(std::max(0.0, S2[k * d + k]));
+    s += (u - v) * (u - v);
+  }
+  return s;
+}
+
+/// The pairs (i < j) of the union label space whose distance must be computed.
+std::vector<std::pair<std::int64_t, std::int64_t>> table_pairs(std::int64_t L) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> p;
+  for (std::int64_t i = 0; i < L; ++i)
+    for (std::int64_t j = i + 1; j < L; ++j) p.emplace_back(i, j);
+  return p;
+}
+
+LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanceOptions& o,
+                          int threads, const ProgressCallback& progress) {
+  const ClassStatistics sa = class_statistics(a, true, threads);
+  const ClassStatistics sb = class_statistics(b, true, threads);
+  const std::int64_t d = sa.dim, La = sa.size(), Lb = sb.size(), L = La + Lb;
+  for (const auto* s : {&sa, &sb})
+    for (std::int64_t c = 0; c < s->size(); ++c)
+      if (s->counts[std::size_t(c)] < 2)
+        throw InvalidArgument(std::string(s == &sa ? "source" : "target") + " class " +
+                              std::to_string(s->classes[std::size_t(c)]) + " has " +
+                              std::to_string(s->counts[std::size_t(c)]) +
+                              " sample; the Gaussian label distance needs at least 2 per class");
+  auto mean = [&](std::int64_t u) {
+    return u < La ? &sa.means[std::size_t(u * d)] : &sb.means[std::size_t((u - La) * d)];
+  };
+  auto cov = [&](std::int64_t u) {
+    return u < La ? &sa.covariances[std::size_t(u * d * d)]
+                  : &sb.covariances[std::size_t((u - La) * d * d)];
+  };
+  std::vector<SqrtFactor> factors;
+  if (!o.diagonal_covariance) {
+    factors.resize(std::size_t(L));
+    std::atomic<std::int64_t> done{0};
+    parallel_for(L, threads, [&](std::int64_t u) {
+      factors[std::size_t(u)] = sqrt_factor(d, cov(u));
+      if (progress) progress("label distances: class square roots", double(++done) / double(L));
+    });
+  }
+  LabelTable t;
+  t.classes_a = sa.classes;
+  t.classes_b = sb.classes;
+  t.values.assign(std::size_t(L * L), 0.0);
+  const auto pairs = table_pairs(L);
+  std::atomic<std::int64_t> done{0};
+  parallel_for(std::int64_t(pairs.size()), threads, [&](std::int64_t p) {
+    const auto [u, v] = pairs[std::size_t(p)];
+    double w = 0;
+    if (!same_gaussian(d, mean(u), cov(u), mean(v), cov(v), o.diagonal_covariance)) {
+      const double mt = mean_term(d, mean(u), mean(v));
+      if (o.diagonal_covariance) {
+        w = mt + diagonal_bures(d, cov(u), cov(v));
+      } else {
+        const SqrtFactor& fu = factors[std::size_t(u)];
+        const SqrtFactor& fv = factors[std::size_t(v)];
+        w = mt + fu.trace + fv.trace - 2 * trace_term(fu, fv);
+      }
+      w = std::max(0.0, w);
+    }
+    t.values[std::size_t(u * L + v)] = t.values[std::size_t(v * L + u)] = w;
+    if (progress) progress("label distances: Bures pairs", double(++done) / double(pairs.size()));
+  });
+  return t;
+}
+
+/// Rows `rows` of x (optionally a seeded subsample of at most `cap`), as a contiguous matrix.
+std::vector<double> gather(const MatrixView<const double>& x, std::vector<std::int64_t> rows,
+                           std::int64_t cap, std::mt19937_64* rng) {
+  if (cap > 0 && std::int64_t(rows.size()) > cap) {
+    std::shuffle(rows.begin(), rows.end(), *rng);
+    rows.resize(std::size_t(cap));
+    std::sort(rows.begin(), rows.end());
+  }
+  std::vector<double> out(rows.size() * std::size_t(x.cols));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::int64_t k = 0; k < x.cols; ++k) out[i * std::size_t(x.cols) + std::size_t(k)] = x(rows[i], k);
+  return out;
+}
+
+template <class T>
+double inner_ot(const Context& ctx, const std::vector<double>& xs, const std::vector<double>& ys,
+                std::int64_t d, double eps, double scale, bool debiased,
+                const SinkhornOptions& options) {
+  const std::int64_t n = std::int64_t(xs.size()) / d, m = std::int64_t(ys.size()) / d;
+  std::vector<T> xt(xs.begin(), xs.end()), yt(ys.begin(), ys.end());
+  Problem<T> p;
+  p.cost = SqEuclidean<T>{host_matrix<const T>(xt.data(), n, d), host_matrix<const T>(yt.data(), m, d),
+                          scale};
+  p.epsilon = eps;
+  if (!std::is_same<T, double>::value) {
+    p.reference_x = host_matrix<const double>(xs.data(), n, d);
+    p.reference_y = host_matrix<const double>(ys.data(), m, d);
+  }
+  SinkhornSolver<T> solver(ctx, p, options.precision);
+  if (debiased) return solver.divergence(options).divergence;
+  Potentials<T> pot;
+  return solver.solve(options, &pot).dual_cost;
+}
+
+LabelTable exact_table(const Context& ctx, const Dataset& a, const Dataset& b,
+                       const LabelDistanceOptions& o, const ProgressCallback& progress) {
+  std::vector<std::int32_t> ca, cb, ia, ib;
+  index_classes(a, &ca, &ia);
+  index_classes(b, &cb, &ib);
+  const std::int64_t La = std::int64_t(ca.size()), Lb = std::int64_t(cb.size()), L = La + Lb;
+  const std::int64_t d = a.features.cols;
+  std::mt19937_64 rng(o.seed);
+  std::vector<std::vector<double>> sets;
+  sets.resize(std::size_t(L));
+  const auto ra = class_rows(ia, La), rb = class_rows(ib, Lb);
+  for (std::int64_t u = 0; u < La; ++u)
+    sets[std::size_t(u)] = gather(a.features, ra[std::size_t(u)], o.max_class_samples, &rng);
+  for (std::int64_t v = 0; v < Lb; ++v)
+    sets[std::size_t(La + v)] = gather(b.features, rb[std::size_t(v)], o.max_class_samples, &rng);
+  const Precision prec = o.inner.precision.value_or(Precision::kFp32);
+  SinkhornOptions inner = o.inner;
+  inner.precision = prec;
+  LabelTable t;
+  t.classes_a = ca;
+  t.classes_b = cb;
+  t.values.assign(std::size_t(L * L), 0.0);
+  const auto pairs = table_pairs(L);
+  for (std::size_t p = 0; p < pairs.size(); ++p) {
+    if (ctx.cancel_requested()) throw Error("cancelled");
+    const auto [u, v] = pairs[p];
+    const double w = prec == Precision::kFp64
+                         ? inner_ot<double>(ctx, sets[std::size_t(u)], sets[std::size_t(v)], d,
+                                            o.inner_epsilon, o.inner_scale, o.inner_debiased, inner)
+                         : inner_ot<float>(ctx, sets[std::size_t(u)], sets[std::size_t(v)], d,
+                                           o.inner_epsilon, o.inner_scale, o.inner_debiased, inner);
+    const double c = std::max(0.0, w);
+    t.values[std::size_t(u * L + v)] = t.values[std::size_t(v * L + u)] = c;
+    if (progress) progress("label distances: inner OT problems", double(p + 1) / double(pairs.size()));
+  }
+  return t;
+}
+
+int mantissa(Precision p) {
+  switch (p) {
+    case Precision::kFp64: return 52;
+    case Precision::kFp32: return 23;
+    case Precision::kTf32: return 10;
+    case Precision::kBf16: return 7;
+  }
+  return 23;
+}
+
+/// One dataset sorted by class (rows of a class contiguous: label-uniform tiles for the kernels),
+/// in the engine's type, with its float64 copy and union label indices.
+template <class T>
+struct Sorted {
+  std::vector<T> x;
+  std::vector<double> ref;
+  std::vector<std::int32_t> labels;
+  std::int64_t n = 0, d = 0;
+};
+
+template <class T>
+Sorted<T> sort_by_class(const Dataset& data, const std::vector<std::int32_t>& classes,
+                        std::int32_t offset) {
+  Sorted<T> s;
+  s.n = data.features.rows;
+  s.d = data.features.cols;
+  std::vector<std::int64_t> order(std::size_t(s.n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t i, std::int64_t j) {
+    return data.labels.data[i] < data.labels.data[j];
+  });
+  s.x.resize(std::size_t(s.n * s.d));
+  s.ref.resize(std::size_t(s.n * s.d));
+  s.labels.resize(std::size_t(s.n));
+  for (std::int64_t r = 0; r < s.n; ++r) {
+    const std::int64_t i = order[std::size_t(r)];
+    for (std::int64_t k = 0; k < s.d; ++k) {
+      s.ref[std::size_t(r * s.d + k)] = data.features(i, k);
+      s.x[std::size_t(r * s.d + k)] = T(data.features(i, k));
+    }
+    const auto it = std::lower_bound(classes.begin(), classes.end(), data.labels.data[i]);
+    s.labels[std::size_t(r)] = offset + std::int32_t(it - classes.begin());
+  }
+  return s;
+}
+
+template <class T>
+Problem<T> make_problem(const Sorted<T>& x, const Sorted<T>& y, const LabelTable& table,
+                        const OtddOptions& o) {
+  LabelAugmented<T> l;
+  l.features.x = host_matrix<const T>(x.x.data(), x.n, x.d);
+  l.features.y = host_matrix<const T>(y.x.data(), y.n, y.d);
+  l.features.scale = o.feature_scale;
+  l.labels_x = host_vector<const std::int32_t>(x.labels.data(), x.n);
+  l.labels_y = host_vector<const std::int32_t>(y.labels.data(), y.n);
+  l.table = host_matrix<const double>(table.values.data(), table.size(), table.size());
+  l.table_scale = o.label_scale;
+  Problem<T> p;
+  p.cost = l;
+  p.epsilon = o.epsilon;
+  p.reference_x = host_matrix<const double>(x.ref.data(), x.n, x.d);
+  p.reference_y = host_matrix<const double>(y.ref.data(), y.n, y.d);
+  return p;
+}
+
+/// The Euclidean diameter GeomLoss computes on otdd's augmented samples: the features plus one
+/// column holding the union label index (max_diameter over the union of both sets).
+template <class T>
+double augmented_diameter(const Sorted<T>& a, const Sorted<T>& b) {
+  const std::int64_t d = a.d;
+  std::vector<double> lo(std::size_t(d + 1), INFINITY), hi(std::size_t(d + 1), -INFINITY);
+  for (const Sorted<T>* s : {&a, &b})
+    for (std::int64_t i = 0; i < s->n; ++i) {
+      for (std::int64_t k = 0; k < d; ++k) {
+        const double v = s->ref[std::size_t(i * d + k)];
+        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], v);
+        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], v);
+      }
+      const double l = s->labels[std::size_t(i)];
+      lo[std::size_t(d)] = std::min(lo[std::size_t(d)], l);
+      hi[std::size_t(d)] = std::max(hi[std::size_t(d)], l);
+    }
+  double s2 = 0;
+  for (std::int64_t k = 0; k <= d; ++k) s2 += (hi[std::size_t(k)] - lo[std::size_t(k)]) * (hi[std::size_t(k)] - lo[std::size_t(k)]);
+  return std::sqrt(s2);
+}
+
+double read_scalar(const Context& ctx, const Buffer<double>& b, std::int64_t k) {
+  return to_host(ctx, VectorView<const double>{b.data() + k, 1, b.space()})[0];
+}
+
+/// GeomLoss's sinkhorn_loop for the debiased loss (tensorized, no jumps): init f_ba, g_ab, f_aa,
+/// g_bb by a full softmin step at schedule[0] from zero potentials; one averaged step
+/// h <- (h + T(h)) / 2 per eps of the schedule (the cross pair from the old values: Jacobi);
+/// a final unaveraged step at the last eps. The self-problems keep f = g, one pass per step.
+template <class T>
+void compatible(const Context& ctx, const Problem<T>& pxy, const Problem<T>& pxx,
+                const Problem<T>& pyy, Precision prec, OtddSummary* s,
+                const ProgressCallback& progress) {
+  const auto t_setup = Clock::now();
+  auto oxy = make_oracle(ctx, pxy, prec);
+  auto oxx = make_oracle(ctx, pxx, prec);
+  auto oyy = make_oracle(ctx, pyy, prec);
+  const std::int64_t n = oxy->n(), m = oxy->m();
+  for (Oracle<T>* o : {oxy.get(), oxx.get(), oyy.get()}) {
+    const double r = std::ldexp(1.0, std::ilogb(o->max_score_term()) - mantissa(prec));
+    if (!(s->epsilon > r)) {
+      std::ostringstream os;
+      os << "epsilon = " << s->epsilon << " is below what " << to_string(prec)
+         << " resolves for this data (ulp of the largest score term " << o->max_score_term()
+         << " is " << r << "): use fp32 or fp64";
+      throw InvalidArgument(os.str());
+    }
+  }
+  Buffer<T> f(ctx, n), g(ctx, m), fa(ctx, n), ga(ctx, m), tmp_a(ctx, n), tmp_b(ctx, m);
+  for (auto* b : {&f, &fa, &tmp_a})
+    oxy->ops().fill(MatrixView<T>{b->data(), n, 1, 1, b->space()}, T(0));
+  for (auto* b : {&g, &ga, &tmp_b})
+    oxy->ops().fill(MatrixView<T>{b->data(), m, 1, 1, b->space()}, T(0));
+  s->seconds_setup = seconds_since(t_setup);
+  const auto t_ot = Clock::now();
+  auto self_step = [&](Oracle<T>& o, Buffer<T>& h, Buffer<T>& old, std::int64_t k, T eps, double w) {
+    // old = h; h <- T(old); h = w h + (1 - w) old.
+    const MatrixView<T> hv{h.data(), k, 1, 1, h.space()}, ov{old.data(), k, 1, 1, old.space()};
+    o.ops().axpby(1.0, hv, 0.0, ov);
+    o.update_f(eps, old.data(), h.data(), nullptr);
+    if (w != 1.0) o.ops().axpby(1.0 - w, ov, w, hv);
+  };
+  const std::vector<double>& sched = s->schedule;
+  const std::int64_t steps = std::int64_t(sched.size()) + 2;
+  for (std::int64_t k = 0; k < steps; ++k) {
+    if (ctx.cancel_requested()) throw Error("cancelled");
+    const double eps = k == 0 ? sched.front() : k <= std::int64_t(sched.size()) ? sched[std::size_t(k - 1)] : sched.back();
+    const double w = (k == 0 || k == steps - 1) ? 1.0 : 0.5;
+    oxy->symmetric_step(T(eps), T(w), f.data(), g.data(), nullptr);
+    self_step(*oxx, fa, tmp_a, n, T(eps), w);
+    self_step(*oyy, ga, tmp_b, m, T(eps), w);
+    if (progress) progress("dataset distance: Sinkhorn steps", double(k + 1) / double(steps));
+  }
+  s->iterations = steps;
+  Buffer<double> sc(ctx, 3);
+  oxy->dual_value(f.data(), g.data(), sc.data());
+  oxx->dual_value(fa.data(), fa.data(), sc.data() + 1);
+  oyy->dual_value(ga.data(), ga.data(), sc.data() + 2);
+  s->ot_xy = read_scalar(ctx, sc, 0);
+  s->ot_xx = read_scalar(ctx, sc, 1);
+  s->ot_yy = read_scalar(ctx, sc, 2);
+  s->distance = s->ot_xy - 0.5 * s->ot_xx - 0.5 * s->ot_yy;
+  s->seconds_ot = seconds_since(t_ot);
+  const double eps = sched.back();
+  s->marginal_error_xy = oxy->certify(eps, f.data(), g.data()).bound;
+  s->marginal_error_xx = oxx->certify(eps, fa.data(), fa.data()).bound;
+  s->marginal_error_yy = oyy->certify(eps, ga.data(), ga.data()).bound;
+  s->converged = false;
+  std::ostringstream os;
+  os << "compatible mode: " << steps << " fixed steps (not a convergence test); certified L1 "
+     << "marginal error of the cross problem " << s->marginal_error_xy;
+  s->message = os.str();
+}
+
+template <class T>
+void converged(const Context& ctx, const Problem<T>& pxy, Precision prec, const OtddOptions& o,
+               OtddSummary* s) {
+  const auto t_setup = Clock::now();
+  SinkhornSolver<T> solver(ctx, pxy, prec);
+  s->seconds_setup = seconds_since(t_setup);
+  SinkhornOptions so;
+  so.precision = prec;
+  so.tolerance = o.tolerance;
+  so.max_iterations = o.max_iterations;
+  so.scaling = o.converged_scaling;
+  so.check_every = o.check_every;
+  so.callbacks = o.callbacks;
+  so.record_iterations = true;
+  const auto t_ot = Clock::now();
+  DivergenceSummary d = solver.divergence(so);
+  s->seconds_ot = seconds_since(t_ot);
+  s->distance = d.divergence;
+  s->ot_xy = d.xy.dual_cost;
+  s->ot_xx = d.xx.dual_cost;
+  s->ot_yy = d.yy.dual_cost;
+  s->marginal_error_xy = d.xy.marginal_error;
+  s->marginal_error_xx = d.xx.marginal_error;
+  s->marginal_error_yy = d.yy.marginal_error;
+  s->iterations = d.xy.iterations + d.xx.iterations + d.yy.iterations;
+  s->converged = d.converged();
+  s->message = "converged mode: " + d.xy.message;
+  s->divergence = std::move(d);
+}
+
+template <class T>
+void run(const Context& ctx, const Dataset& a, const Dataset& b, const OtddOptions& o,
+         Precision prec, OtddSummary* s, const ProgressCallback& progress) {
+  const Sorted<T> sa = sort_by_class<T>(a, s->table.classes_a, 0);
+  const Sorted<T> sb =
+      sort_by_class<T>(b, s->table.classes_b, std::int32_t(s->table.classes_a.size()));
+  const Problem<T> pxy = make_problem(sa, sb, s->table, o);
+  if (o.mode == Mode::kCompatible) {
+    s->diameter = augmented_diameter(sa, sb);
+    s->schedule = geomloss_schedule(s->diameter, o.epsilon, o.scaling);
+    compatible(ctx, pxy, make_problem(sa, sa, s->table, o), make_problem(sb, sb, s->table, o),
+               prec, s, progress);
+  } else {
+    converged(ctx, pxy, prec, o, s);
+  }
+}
+
+}  // namespace
+
+std::string to_string(LabelDistance l) { return l == LabelDistance::kGaussian ? "gaussian" : "exact"; }
+LabelDistance parse_label_distance(const std::string& s, const std::string& what) {
+  if (s == "gaussian") return LabelDistance::kGaussian;
+  if (s == "exact") return LabelDistance::kExact;
+  throw InvalidArgument(what + ": expected 'gaussian' or 'exact', got '" + s + "'");
+}
+std::string to_string(Mode m) { return m == Mode::kCompatible ? "compatible" : "converged"; }
+Mode parse_mode(const std::string& s, const std::string& what) {
+  if (s == "compatible") return Mode::kCompatible;
+  if (s == "converged") return Mode::kConverged;
+  throw InvalidArgument(what + ": expected 'compatible' or 'converged', got '" + s + "'");
+}
+
+ClassStatistics class_statistics(const Dataset& data, bool covariances, int threads) {
+  check_dataset(data, "dataset");
+  ClassStatistics s;
+  std::vector<std::int32_t> index;
+  index_classes(data, &s.classes, &index);
+  const std::int64_t L = s.size(), d = data.features.cols;
+  s.dim = d;
+  const auto rows = class_rows(index, L);
+  s.counts.resize(std::size_t(L));
+  s.means.assign(std::size_t(L * d), 0.0);
+  if (covariances) s.covariances.assign(std::size_t(L * d * d), 0.0);
+  parallel_for(L, threads, [&](std::int64_t c) {
+    const auto& r = rows[std::size_t(c)];
+    const std::int64_t nc = std::int64_t(r.size());
+    s.counts[std::size_t(c)] = nc;
+    double* mu = &s.means[std::size_t(c * d)];
+    for (std::int64_t i : r)
+      for (std::int64_t k = 0; k < d; ++k) mu[k] += data.features(i, k);
+    for (std::int64_t k = 0; k < d; ++k) mu[k] /= double(nc);
+    if (!covariances || nc < 2) return;
+    // Two passes, as the public implementation: residuals, then sum r r^T / (n - 1).
+    RowMatrix R(nc, d);
+    for (std::int64_t q = 0; q < nc; ++q)
+      for (std::int64_t k = 0; k < d; ++k) R(q, k) = data.features(r[std::size_t(q)], k) - mu[k];
+    Eigen::MatrixXd S = Eigen::MatrixXd::Zero(d, d);
+    S.selfadjointView<Eigen::Lower>().rankUpdate(R.transpose(), 1.0 / double(nc - 1));
+    Eigen::Map<RowMatrix> out(&s.covariances[std::size_t(c * d * d)], d, d);
+    out = S.selfadjointView<Eigen::Lower>();
+  });
+  return s;
+}
+
+double bures_squared(std::int64_t d, const double* m1, const double* S1, const double* m2,
+                     const double* S2) {
+  if (d <= 0) throw InvalidArgument("bures_squared: d must be >= 1, got " + std::to_string(d));
+  if (same_gaussian(d, m1, S1, m2, S2, false)) return 0;
+  const SqrtFactor a = sqrt_factor(d, S1), b = sqrt_factor(d, S2);
+  return std::max(0.0, mean_term(d, m1, m2) + a.trace + b.trace - 2 * trace_term(a, b));
+}
+
+LabelTable label_distances(const Context& ctx, const Dataset& a, const Dataset& b,
+                           const LabelDistanceOptions& options, const ProgressCallback& progress) {
+  check_dataset(a, "source");
+  check_dataset(b, "target");
+  if (a.features.cols != b.features.cols)
+    throw InvalidArgument("source and target features have different dimensions (" +
+                          std::to_string(a.features.cols) + " and " +
+                          std::to_string(b.features.cols) + ")");
+  if (options.method == LabelDistance::kGaussian)
+    return gaussian_table(a, b, options, ctx.threads(), progress);
+  return exact_table(ctx, a, b, options, progress);
+}
+
+std::vector<double> geomloss_schedule(double diameter, double epsilon, double scaling) {
+  const double blur = std::sqrt(epsilon);
+  std::vector<double> s{diameter * diameter};
+  const double start = 2 * std::log(diameter), stop = 2 * std::log(blur),
+               step = 2 * std::log(scaling);
+  // numpy.arange(start, stop, step): ceil((stop - start) / step) values start + i step.
+  const double count = std::ceil((stop - start) / step);
+  for (std::int64_t i = 0; i < std::int64_t(std::max(0.0, count)); ++i)
+    s.push_back(std::exp(start + double(i) * step));
+  s.push_back(blur * blur);
+  return s;
+}
+
+bool OtddOptions::is_valid(std::string* why) const {
+  auto bad = [&](const std::string& w) {
+    if (why) *why = w;
+    return false;
+  };
+  auto pos = [](double v) { return std::isfinite(v) && v > 0; };
+  if (!pos(epsilon)) return bad("epsilon must be > 0 and finite, got " + std::to_string(epsilon));
+  if (!pos(feature_scale))
+    return bad("feature_scale must be > 0 and finite, got " + std::to_string(feature_scale));
+  if (!(std::isfinite(label_scale) && label_scale >= 0))
+    return bad("label_scale must be >= 0 and finite, got " + std::to_string(label_scale));
+  if (!(scaling > 0 && scaling < 1))
+    return bad("scaling must be in (0, 1), got " + std::to_string(scaling));
+  if (!(converged_scaling > 0 && converged_scaling < 1))
+    return bad("converged_scaling must be in (0, 1), got " + std::to_string(converged_scaling));
+  if (!pos(tolerance)) return bad("tolerance must be > 0, got " + std::to_string(tolerance));
+  if (max_iterations < 1)
+    return bad("max_iterations must be >= 1, got " + std::to_string(max_iterations));
+  if (check_every < 1) return bad("check_every must be >= 1, got " + std::to_string(check_every));
+  if (!pos(labels.inner_epsilon))
+    return bad("labels.inner_epsilon must be > 0, got " + std::to_string(labels.inner_epsilon));
+  if (!pos(labels.inner_scale))
+    return bad("labels.inner_scale must be > 0, got " + std::to_string(labels.inner_scale));
+  if (labels.max_class_samples < 0)
+    return bad("labels.max_class_samples must be >= 0, got " +
+               std::to_string(labels.max_class_samples));
+  return true;
+}
+
+OtddSummary dataset_distance(const Context& ctx, const Dataset& a, const Dataset& b,
+                             const OtddOptions& options, const ProgressCallback& progress) {
+  const auto t0 = Clock::now();
+  std::string why;
+  if (!options.is_valid(&why)) throw InvalidArgument("OtddOptions: " + why);
+  check_dataset(a, "source");
+  check_dataset(b, "target");
+  if (a.features.cols != b.features.cols)
+    throw InvalidArgument("source and target features have different dimensions (" +
+                          std::to_string(a.features.cols) + " and " +
+                          std::to_string(b.features.cols) + ")");
+  OtddSummary s;
+  s.mode = options.mode;
+  s.label_distance = options.labels.method;
+  s.precision = options.precision.value_or(Precision::kFp32);
+  s.epsilon = options.epsilon;
+  s.feature_scale = options.feature_scale;
+  s.label_scale = options.label_scale;
+  s.n = a.features.rows;
+  s.m = b.features.rows;
+  s.d = a.features.cols;
+  const auto t_labels = Clock::now();
+  if (options.table) {
+    s.table = *options.table;
+    std::vector<std::int32_t> ca, cb, idx;
+    index_classes(a, &ca, &idx);
+    index_classes(b, &cb, &idx);
+    if (ca != s.table.classes_a || cb != s.table.classes_b ||
+        std::int64_t(s.table.values.size()) != s.table.size() * s.table.size())
+      throw InvalidArgument("OtddOptions::table does not match the datasets' classes");
+  } else {
+    LabelDistanceOptions lo = options.labels;
+    if (lo.method == LabelDistance::kExact && options.mode == Mode::kCompatible) {
+      // The public implementation's inner OT: GeomLoss p = 2 (cost |x - y|^2 / 2), eps 0.1,
+      // not debiased.
+      lo.inner_scale = 0.5;
+      lo.inner_debiased = false;
+    }
+    if (!lo.inner.precision) lo.inner.precision = s.precision;
+    s.table = label_distances(ctx, a, b, lo, progress);
+  }
+  s.seconds_labels = seconds_since(t_labels);
+  if (s.precision == Precision::kFp64)
+    run<double>(ctx, a, b, options, s.precision, &s, progress);
+  else
+    run<float>(ctx, a, b, options, s.precision, &s, progress);
+  s.seconds_total = seconds_since(t0);
+  return s;
+}
+
+std::string OtddSummary::brief_report() const {
+  std::ostringstream os;
+  os.precision(8);
+  os << "OTDD " << to_string(mode) << " (" << to_string(label_distance)
+     << " label distance): distance " << distance << ", " << iterations << " iterations, "
+     << "cross marginal error " << marginal_error_xy << ", " << seconds_total << " s";
+  return os.str();
+}
+
+std::string OtddSummary::full_report() const {
+  std::ostringstream os;
+  os.precision(8);
+  os << "OTDD dataset distance\n"
+     << "  mode            " << to_string(mode) << "\n"
+     << "  label distance  " << to_string(label_distance) << " (" << table.classes_a.size()
+     << " + " << table.classes_b.size() << " classes)\n"
+     << "  problem         n = " << n << ", m = " << m << ", d = " << d
+     << "; cost " << feature_scale << " |x - x'|^2 + " << label_scale << " W; eps " << epsilon
+     << "; " << to_string(precision) << "\n";
+  if (mode == Mode::kCompatible)
+    os << "  schedule        " << schedule.size() << " eps values from " << schedule.front()
+       << " (diameter " << diameter << ") to " << schedule.back() << "\n";
+  os << "  distance        " << distance << "\n"
+     << "  OT(A,B)         " << ot_xy << " (marginal error " << marginal_error_xy << ")\n"
+     << "  OT(A,A)         " << ot_xx << " (marginal error " << marginal_error_xx << ")\n"
+     << "  OT(B,B)         " << ot_yy << " (marginal error " << marginal_error_yy << ")\n"
+     << "  iterations      " << iterations << "\n"
+     << "  converged       " << (converged ? "yes" : "no") << "\n"
+     << "  message         " << message << "\n"
+     << "  time            labels " << seconds_labels << " s, setup " << seconds_setup
+     << " s, Sinkhorn " << seconds_ot << " s, total " << seconds_total << " s\n";
+  return os.str();
+}
+
+}  // namespace kantor::otdd
