@@ -488,6 +488,7 @@ void converged(const Context& ctx, const Problem<T>& pxy, Precision prec, const 
   so.max_iterations = o.max_iterations;
   so.scaling = o.converged_scaling;
   so.check_every = o.check_every;
+  so.relaxation = o.relaxation;
   so.callbacks = o.callbacks;
   so.record_iterations = true;
   const auto t_ot = Clock::now();
@@ -623,6 +624,8 @@ bool OtddOptions::is_valid(std::string* why) const {
   if (max_iterations < 1)
     return bad("max_iterations must be >= 1, got " + std::to_string(max_iterations));
   if (check_every < 1) return bad("check_every must be >= 1, got " + std::to_string(check_every));
+  if (!(relaxation == 0 || (relaxation >= 1 && relaxation < 2)))
+    return bad("relaxation must be 0 (automatic) or in [1, 2), got " + std::to_string(relaxation));
   if (!pos(labels.inner_epsilon))
     return bad("labels.inner_epsilon must be > 0, got " + std::to_string(labels.inner_epsilon));
   if (!pos(labels.inner_scale))

@@ -18,6 +18,7 @@
 #include "kantor/error.hpp"
 #include "kantor/otdd.hpp"
 #include "support/dense_reference.hpp"
+#include "support/gpu.hpp"
 
 namespace kantor::testing {
 namespace {
@@ -402,6 +403,38 @@ TEST(DatasetDistance, BadInputNamesTheProblem) {
   otdd::OtddOptions o;
   o.epsilon = -1;
   EXPECT_NE(message(a, a, o).find("epsilon must be > 0"), std::string::npos);
+}
+
+TEST(CudaOtdd, BothModesMatchTheCpuEngine) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::mt19937_64 rng(37);
+  // Rows of a class contiguous or not, 4 + 3 classes, d = 20: the CUDA label-augmented kernels
+  // in fp32 against the CPU engine in fp64, in both modes, with the Gaussian and the exact table.
+  const Labelled a = make_data(rng, 700, 20, {0, 1, 2, 3}, 0.0, 1.0);
+  const Labelled b = make_data(rng, 500, 20, {1, 4, 6}, 0.3, 1.5);
+  Context cpu(ContextOptions{Backend::kCpu, 0});
+  Context gpu(ContextOptions{Backend::kCuda, 0});
+  for (otdd::LabelDistance ld : {otdd::LabelDistance::kGaussian, otdd::LabelDistance::kExact})
+    for (otdd::Mode mode : {otdd::Mode::kCompatible, otdd::Mode::kConverged}) {
+      otdd::OtddOptions o;
+      o.mode = mode;
+      o.labels.method = ld;
+      o.labels.inner.tolerance = 1e-4;
+      o.tolerance = 1e-4;
+      o.epsilon = 0.5;
+      o.precision = Precision::kFp64;
+      const otdd::OtddSummary c = otdd::dataset_distance(cpu, a.view(), b.view(), o);
+      o.precision = Precision::kFp32;
+      const otdd::OtddSummary g = otdd::dataset_distance(gpu, a.view(), b.view(), o);
+      ASSERT_EQ(c.table.values.size(), g.table.values.size());
+      for (std::size_t k = 0; k < c.table.values.size(); ++k)
+        EXPECT_NEAR(g.table.values[k], c.table.values[k],
+                    (ld == otdd::LabelDistance::kGaussian ? 1e-9 : 1e-3) * (1 + c.table.values[k]));
+      EXPECT_GT(c.distance, 0.1);
+      EXPECT_NEAR(g.distance, c.distance, 2e-3 * c.distance)
+          << to_string(ld) << " " << to_string(mode);
+      if (mode == otdd::Mode::kConverged) EXPECT_TRUE(g.converged) << g.full_report();
+    }
 }
 
 }  // namespace
