@@ -19,6 +19,8 @@ void usage(std::FILE* out) {
                "usage: kantor <command> [options]   (kantor <command> --help for its options)\n\n"
                "commands:\n"
                "  solve              entropic OT between two point clouds (--demo: built-in)\n"
+               "  newton             shape matching: minimize S_eps over the source positions\n"
+               "  otdd               dataset distance between two labelled datasets (OTDD)\n"
                "  birkhoff           batched Birkhoff (doubly stochastic) projection\n"
                "  bench sinkhorn     time fixed-eps Sinkhorn iterations (JSON)\n"
                "  bench birkhoff     time the batched Birkhoff projection (JSON)\n"
@@ -73,6 +75,7 @@ int dispatch(int argc, char** argv, std::string* name) {
   *name = cmd;
   if (cmd == "solve") return run_guarded("solve", cmd_solve, rest);
   if (cmd == "newton") return run_guarded("newton", cmd_newton, rest);
+  if (cmd == "otdd") return run_guarded("otdd", cmd_otdd, rest);
   if (cmd == "info") return run_guarded("info", cmd_info, rest);
   if (cmd == "birkhoff") return run_guarded("birkhoff", cmd_birkhoff, rest);
   if (cmd == "bench") {

@@ -29,7 +29,8 @@ if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 fi
 cmake --build "$build" -j "$(nproc)" --target kantor_fuzzers
 
-all=(fuzz_read_matrix_npy fuzz_read_matrix_csv fuzz_read_vector_npy fuzz_read_vector_csv)
+all=(fuzz_read_matrix_npy fuzz_read_matrix_csv fuzz_read_vector_npy fuzz_read_vector_csv
+     fuzz_read_matrix_idx fuzz_read_labels)
 fuzzers=("$@")
 [ ${#fuzzers[@]} -eq 0 ] && fuzzers=("${all[@]}")
 
@@ -41,7 +42,7 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 
 # 2. Fuzz. New interesting inputs go to build-fuzz/corpus/<fuzzer>/ (not the committed seeds).
 mkdir -p "$build/logs"
-run_one() {
+run_one() {  # the dictionary is tests/fuzz/<last word of the name>.dict: npy, csv, idx, labels
   local f="$1" fmt="${1##*_}"
   mkdir -p "$build/corpus/$f" "$build/artifacts/$f"
   "$build/tests/fuzz/$f" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 \

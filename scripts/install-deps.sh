@@ -2,12 +2,13 @@
 # Installs the Debian packages kantor needs to build and test, when they are missing.
 # Needs root (or sudo). The CUDA toolkit is optional and not installed here: with nvcc on the PATH
 # (or in /usr/local/cuda/bin) the CUDA engine is built too.
+# zlib1g-dev: kantor::io reads gzip-compressed files (MNIST's .gz) through zlib.
 # clang + libclang-rt-dev (the compiler-rt archives: libclang_rt.fuzzer / asan / ubsan, which
 # clang-14 only recommends) are for scripts/fuzz.sh; g++ brings libasan / libubsan for
 # scripts/sanitize.sh.
 set -euo pipefail
 packages=(cmake ninja-build g++ make libeigen3-dev libboost-program-options-dev libgtest-dev
-          liblemon-dev clang libclang-rt-dev)
+          liblemon-dev zlib1g-dev clang libclang-rt-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

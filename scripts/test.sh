@@ -4,7 +4,7 @@
 #      GPU suites (Cuda*) skip cleanly where no GPU is visible;
 #   2. scripts/sanitize.sh: ASan + UBSan build of the CPU library, CLI and tests + ctest
 #      (build-asan/);
-#   3. scripts/fuzz.sh: the file-reader fuzzers, ${KANTOR_FUZZ_SECONDS:-60} s each (build-fuzz/).
+#   3. scripts/fuzz.sh: the file-reader fuzzers, ${KANTOR_FUZZ_SECONDS:-40} s each (build-fuzz/).
 # Every stage runs even when an earlier one fails; the exit status is non-zero if any failed.
 #   KANTOR_TEST_SANITIZE=0 / KANTOR_FUZZ_SECONDS=0 skip stage 2 / the fuzzing of stage 3.
 set -euo pipefail
@@ -34,7 +34,7 @@ stage "build + ctest" normal
 if [ "${KANTOR_TEST_SANITIZE:-1}" != 0 ]; then
   stage "sanitize (asan+ubsan)" "$root/scripts/sanitize.sh"
 fi
-stage "fuzz (${KANTOR_FUZZ_SECONDS:-60}s each)" "$root/scripts/fuzz.sh" "${KANTOR_FUZZ_SECONDS:-60}"
+stage "fuzz (${KANTOR_FUZZ_SECONDS:-40}s each)" "$root/scripts/fuzz.sh" "${KANTOR_FUZZ_SECONDS:-40}"
 
 echo "==== test.sh summary ($(( $(date +%s) - total_start ))s in all)"
 printf '%s\n' "${summary[@]}"

@@ -165,7 +165,8 @@ struct OtddSummary {
   double diameter = 0;
   std::int64_t iterations = 0;
   /// Certificates of the returned potentials (L1 marginal error bound on the float64 data) of
-  /// the cross problem and the two self-problems.
+  /// the cross problem and the two self-problems. Compatible mode certifies the cross problem
+  /// only; its self-problem entries are the engine's residual (its own passes, not a bound).
   double marginal_error_xy = std::numeric_limits<double>::quiet_NaN();
   double marginal_error_xx = std::numeric_limits<double>::quiet_NaN();
   double marginal_error_yy = std::numeric_limits<double>::quiet_NaN();

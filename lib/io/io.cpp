@@ -1,8 +1,11 @@
-// Array files: .npy (format 1.0 / 2.0 / 3.0, '<f4' and '<f8', C order) and numeric .csv, read
-// into doubles; atomic writers (temporary file in the same directory, then rename).
+// Array files: .npy (format 1.0 / 2.0 / 3.0, '<f4', '<f8' and integer dtypes, C order), IDX
+// and numeric .csv, gzip-compressed or not (lib/io/gzip.cpp), read into doubles with the format
+// detected from the content; atomic writers (temporary file in the same directory, then rename).
 // The .npy layout: "\x93NUMPY", major, minor, header length (uint16 LE for 1.0, uint32 LE for
 // 2.0 / 3.0), a Python dict literal {'descr': '<f8', 'fortran_order': False, 'shape': (n, d), }
 // padded with spaces and '\n', then the raw little-endian data.
+// The IDX layout (MNIST): 0x00 0x00, a type code, the number of dimensions k, k big-endian uint32
+// sizes, then the big-endian data in C order.
 #include "kantor/io.hpp"
 
 #include <fcntl.h>
@@ -335,8 +338,71 @@ std::uint32_t read_le(const std::string& bytes, std::size_t at, int n) {
   return v;
 }
 
-Array read_npy(const std::string& path) {
-  const std::string bytes = read_file(path);
+// What a .npy dtype string means: item size, kind ('f' float, 'i' signed, 'u' unsigned) and
+// the Array::dtype name; false for an unsupported descr.
+bool npy_dtype(const std::string& descr, std::size_t* item, char* kind, std::string* name) {
+  static const struct {
+    const char* descr;
+    std::size_t item;
+    char kind;
+    const char* name;
+  } kTypes[] = {
+      {"<f8", 8, 'f', "float64"}, {"<f4", 4, 'f', "float32"}, {"|i1", 1, 'i', "int8"},
+      {"<i1", 1, 'i', "int8"},    {">i1", 1, 'i', "int8"},    {"|u1", 1, 'u', "uint8"},
+      {"<u1", 1, 'u', "uint8"},   {">u1", 1, 'u', "uint8"},   {"<i2", 2, 'i', "int16"},
+      {"<u2", 2, 'u', "uint16"},  {"<i4", 4, 'i', "int32"},   {"<u4", 4, 'u', "uint32"},
+      {"<i8", 8, 'i', "int64"},   {"<u8", 8, 'u', "uint64"},
+  };
+  for (const auto& t : kTypes)
+    if (descr == t.descr) {
+      *item = t.item;
+      *kind = t.kind;
+      *name = t.name;
+      return true;
+    }
+  return false;
+}
+
+// One little-endian item of a .npy array as a double; an int64 / uint64 beyond 2^53 in
+// magnitude (where doubles no longer hold every integer) is refused.
+double npy_value(const std::string& path, const char* p, std::size_t item, char kind,
+                 std::size_t index) {
+  std::uint64_t u = 0;
+  for (std::size_t k = item; k-- > 0;) u = (u << 8) | static_cast<unsigned char>(p[k]);
+  if (kind == 'f') {
+    if (item == 8) {
+      double d;
+      std::memcpy(&d, &u, 8);
+      return d;
+    }
+    const std::uint32_t u32 = std::uint32_t(u);
+    float f;
+    std::memcpy(&f, &u32, 4);
+    return double(f);
+  }
+  constexpr std::uint64_t kExact = std::uint64_t(1) << 53;
+  if (kind == 'u') {
+    if (u > kExact)
+      fail(path, "uint64 value " + std::to_string(u) + " at index " + std::to_string(index) +
+                     " is beyond 2^53 = " + std::to_string(kExact) +
+                     " (not exactly representable as a float64)");
+    return double(u);
+  }
+  std::int64_t v;
+  if (item == 8) {
+    std::memcpy(&v, &u, 8);
+  } else {  // sign-extend
+    const std::uint64_t sign = std::uint64_t(1) << (8 * item - 1);
+    v = std::int64_t((u ^ sign)) - std::int64_t(sign);
+  }
+  if (v > std::int64_t(kExact) || v < -std::int64_t(kExact))
+    fail(path, "int64 value " + std::to_string(v) + " at index " + std::to_string(index) +
+                   " is beyond 2^53 = " + std::to_string(kExact) +
+                   " in magnitude (not exactly representable as a float64)");
+  return double(v);
+}
+
+Array read_npy(const std::string& path, const std::string& bytes) {
   if (bytes.size() < kNpyMagicLen + 2 || bytes.compare(0, kNpyMagicLen, kNpyMagic) != 0)
     fail(path, "not a .npy file (missing the \\x93NUMPY magic string at the start; file has " +
                    std::to_string(bytes.size()) + " bytes)");
@@ -357,18 +423,13 @@ Array read_npy(const std::string& path) {
   const NpyHeader h = NpyHeaderParser(path, header_text).parse();
 
   std::size_t item = 0;
+  char kind = 'f';
   Array out;
-  if (h.descr == "<f8") {
-    item = 8;
-    out.dtype = "float64";
-  } else if (h.descr == "<f4") {
-    item = 4;
-    out.dtype = "float32";
-  } else {
+  if (!npy_dtype(h.descr, &item, &kind, &out.dtype))
     fail(path, "unsupported dtype '" + excerpt(h.descr) +
-                   "' (expected '<f4' float32 or '<f8' float64, little-endian; convert with "
+                   "' (expected '<f4' float32 or '<f8' float64, or an integer type '|i1', '|u1', "
+                   "'<i2', '<u2', '<i4', '<u4', '<i8' or '<u8', little-endian; convert with "
                    "numpy: a.astype('<f8'))");
-  }
   if (h.fortran_order)
     fail(path,
          "fortran_order is True (expected a C-order array; save "
@@ -392,20 +453,125 @@ Array read_npy(const std::string& path) {
                    out.dtype + " needs exactly " + std::to_string(expected) + ")");
   out.shape = h.shape;
   out.data.resize(std::size_t(count));
-  const bool swap = !host_is_little_endian();
   const char* src = bytes.data() + data_start;
+  for (std::size_t i = 0; i < std::size_t(count); ++i)
+    out.data[i] = npy_value(path, src + i * item, item, kind, i);
+  return out;
+}
+
+// ---- IDX --------------------------------------------------------------------------------------
+
+struct IdxType {
+  int code;
+  std::size_t item;
+  const char* name;
+};
+constexpr IdxType kIdxTypes[] = {{0x08, 1, "idx-ubyte"},   {0x09, 1, "idx-byte"},
+                                 {0x0B, 2, "idx-int16"},   {0x0C, 4, "idx-int32"},
+                                 {0x0D, 4, "idx-float32"}, {0x0E, 8, "idx-float64"}};
+
+const IdxType* idx_type(int code) {
+  for (const IdxType& t : kIdxTypes)
+    if (t.code == code) return &t;
+  return nullptr;
+}
+
+std::string hex_byte(int b) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02X", b & 0xff);
+  return buf;
+}
+
+// True when `bytes` starts with a well-formed IDX magic: two zero bytes, a known type code and
+// at least one dimension.
+bool has_idx_signature(const std::string& bytes) {
+  return bytes.size() >= 4 && bytes[0] == 0 && bytes[1] == 0 &&
+         idx_type(static_cast<unsigned char>(bytes[2])) != nullptr && bytes[3] != 0;
+}
+
+std::uint64_t read_be(const char* p, std::size_t n) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 0; i < n; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+Array read_idx(const std::string& path, const std::string& bytes) {
+  if (bytes.size() < 4)
+    fail(path, "truncated IDX header: the file has " + std::to_string(bytes.size()) +
+                   " bytes (expected at least 4: two zero bytes, a type code and the number of "
+                   "dimensions)");
+  if (bytes[0] != 0 || bytes[1] != 0)
+    fail(path, "not an IDX file: it starts with " + hex_byte(bytes[0]) + " " + hex_byte(bytes[1]) +
+                   " (expected 0x00 0x00)");
+  const int code = static_cast<unsigned char>(bytes[2]);
+  const IdxType* type = idx_type(code);
+  if (type == nullptr)
+    fail(path, "unknown IDX type code " + hex_byte(code) +
+                   " (expected 0x08 unsigned byte, 0x09 signed byte, 0x0B int16, 0x0C int32, "
+                   "0x0D float32 or 0x0E float64)");
+  const std::size_t ndim = static_cast<unsigned char>(bytes[3]);
+  if (ndim == 0) fail(path, "the IDX header gives 0 dimensions (expected at least 1)");
+  const std::size_t header = 4 + 4 * ndim;
+  if (bytes.size() < header)
+    fail(path, "truncated IDX header: " + std::to_string(ndim) + " dimensions need " +
+                   std::to_string(header) + " header bytes but the file has " +
+                   std::to_string(bytes.size()));
+  Array out;
+  out.dtype = type->name;
+  out.shape.resize(ndim);
+  for (std::size_t k = 0; k < ndim; ++k)
+    out.shape[k] = std::int64_t(read_be(bytes.data() + 4 + 4 * k, 4));
+  std::uint64_t count = 1;
+  for (const std::int64_t dim : out.shape) {
+    if (dim != 0 && count > (std::uint64_t(1) << 60) / std::uint64_t(dim))
+      fail(path, "IDX shape " + shape_string(out.shape) +
+                     " is too large (the product of the dimensions overflows)");
+    count *= std::uint64_t(dim);
+  }
+  const std::uint64_t expected = count * type->item;
+  const std::uint64_t available = bytes.size() - header;
+  if (available < expected)
+    fail(path, "truncated IDX data: shape " + shape_string(out.shape) + " of " + out.dtype +
+                   " needs " + std::to_string(expected) + " bytes but the file has " +
+                   std::to_string(available) + " after the " + std::to_string(header) +
+                   "-byte header");
+  if (available > expected)
+    fail(path, "has " + std::to_string(available - expected) +
+                   " unexpected bytes after the IDX data: shape " + shape_string(out.shape) +
+                   " of " + out.dtype + " needs exactly " + std::to_string(expected) +
+                   " bytes but " + std::to_string(available) + " follow the " +
+                   std::to_string(header) + "-byte header");
+  out.data.resize(std::size_t(count));
+  const char* src = bytes.data() + header;
+  const std::size_t item = type->item;
   for (std::size_t i = 0; i < std::size_t(count); ++i) {
-    char b[8];
-    std::memcpy(b, src + i * item, item);
-    if (swap)
-      for (std::size_t k = 0; k < item / 2; ++k) std::swap(b[k], b[item - 1 - k]);
-    if (item == 8) {
-      std::memcpy(&out.data[i], b, 8);
-    } else {
-      float f;
-      std::memcpy(&f, b, 4);
-      out.data[i] = double(f);
+    const std::uint64_t u = read_be(src + i * item, item);
+    double v = 0;
+    switch (code) {
+      case 0x08:
+        v = double(u);
+        break;
+      case 0x09:
+        v = double(std::int8_t(std::uint8_t(u)));
+        break;
+      case 0x0B:
+        v = double(std::int16_t(std::uint16_t(u)));
+        break;
+      case 0x0C:
+        v = double(std::int32_t(std::uint32_t(u)));
+        break;
+      case 0x0D: {
+        const std::uint32_t u32 = std::uint32_t(u);
+        float f;
+        std::memcpy(&f, &u32, 4);
+        v = double(f);
+        break;
+      }
+      default:
+        std::memcpy(&v, &u, 8);
+        break;
     }
+    out.data[i] = v;
   }
   return out;
 }
@@ -523,8 +689,7 @@ FieldStatus parse_number(const std::string& field, double* value) {
 // Reads a .csv in one pass over the file's text without copying lines or fields beyond the
 // field being parsed: memory is the text plus the values (a 50 MB line of commas fails at its
 // first empty field, it does not become 50 million strings).
-Array read_csv(const std::string& path) {
-  const std::string text = read_file(path);
+Array read_csv(const std::string& path, const std::string& text) {
   Array out;
   out.dtype = "csv";
   std::int64_t cols = -1, rows = 0, cols_line = 0;
@@ -633,6 +798,45 @@ void check_array_extension(const std::string& path) {
     fail(path, "unknown file type '" + ext + "' (expected a .npy or .csv extension)");
 }
 
+constexpr char kGzipMagic[] = "\x1f\x8b";
+
+// The content `bytes` of `path` as an array, the format detected from the content (read_array's
+// order); `ext` is the extension that decides when the content does not (for decompressed
+// content: the name's without ".gz"). `decompressed`: bytes came out of gzip.
+Array decode(const std::string& path, std::string bytes, const std::string& ext,
+             bool decompressed) {
+  if (bytes.compare(0, 2, kGzipMagic) == 0) {
+    if (decompressed)
+      fail(path,
+           "the gzip-decompressed content is gzip data again (nested compression is not "
+           "supported: decompress the outer layer first)");
+    std::string inner = decompress_gzip(path, bytes);
+    std::string().swap(bytes);  // free the compressed bytes before parsing
+    std::string inner_ext = ext;
+    if (ext == ".gz") inner_ext = extension(path.substr(0, path.size() - 3));
+    try {
+      return decode(path, std::move(inner), inner_ext, true);
+    } catch (const IoError& e) {
+      // "'path': ..." -> "'path' (gzip-decompressed): ..."
+      const std::string msg = e.what(), head = quoted(path) + ":";
+      if (msg.compare(0, head.size(), head) == 0)
+        throw IoError(quoted(path) + " (gzip-decompressed)" + msg.substr(head.size() - 1));
+      throw;
+    }
+  }
+  if (bytes.compare(0, kNpyMagicLen, kNpyMagic) == 0) return read_npy(path, bytes);
+  const bool csv = ext == ".csv", npy = ext == ".npy";
+  if (has_idx_signature(bytes) ||
+      (!csv && !npy && bytes.size() >= 2 && bytes[0] == 0 && bytes[1] == 0))
+    return read_idx(path, bytes);
+  if (npy) return read_npy(path, bytes);  // "not a .npy file ..."
+  if (csv) return read_csv(path, bytes);
+  if (bytes.empty()) fail(path, "the file is empty (expected a .npy, IDX, gzip or .csv file)");
+  fail(path, "unknown file type '" + ext +
+                 "' (expected the content of a .npy, IDX or gzip file, or a .csv extension for "
+                 "text)");
+}
+
 }  // namespace
 
 std::string extension(const std::string& path) {
@@ -645,8 +849,14 @@ std::string extension(const std::string& path) {
 }
 
 Array read_array(const std::string& path) {
-  check_array_extension(path);
-  return extension(path) == ".npy" ? read_npy(path) : read_csv(path);
+  const std::string ext = extension(path);
+  // Something that is not a regular file is never opened (read_file refuses it): with an
+  // extension that names no format, no content can tell either.
+  struct stat st;
+  if (ext != ".npy" && ext != ".csv" && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail(path, "unknown file type '" + ext + "' (expected a .npy, IDX, gzip or .csv file; " +
+                   "it is " + (S_ISDIR(st.st_mode) ? "a directory" : file_kind(st)) + ")");
+  return decode(path, read_file(path), ext, false);
 }
 
 Array read_matrix(const std::string& path, const std::string& what) {
@@ -660,9 +870,17 @@ Array read_matrix(const std::string& path, const std::string& what) {
     throw IoError(what + ": " + quoted(path) + " has shape " + shape_string(a.shape) +
                   " but points need a 2-D array of shape (n, d); for 1-D points save shape (" +
                   std::to_string(a.shape[0]) + ", 1)");
-  if (a.shape.size() != 2)
+  if (a.shape.size() < 2)
     throw IoError(what + ": " + quoted(path) + " has shape " + shape_string(a.shape) +
                   " but points need a 2-D array of shape (n, d)");
+  if (a.shape.size() > 2) {  // images (n, h, w): one row of h * w values per item
+    std::int64_t d = 1;
+    for (std::size_t k = 1; k < a.shape.size(); ++k)
+      if (__builtin_mul_overflow(d, a.shape[k], &d))  // only possible when shape[0] is 0
+        throw IoError(what + ": " + quoted(path) + " has shape " + shape_string(a.shape) +
+                      ", too large to flatten into a 2-D array (n, d)");
+    a.shape = {a.shape[0], d};
+  }
   return a;
 }
 

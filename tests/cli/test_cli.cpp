@@ -360,7 +360,7 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
   const std::string a = save("a.npy", p.a), b = save("b.npy", p.b);
   Cloud y3{2, 3, {0, 0, 0, 1, 1, 1}};
   const std::string y3f = save("y3.npy", y3);
-  const std::string i8 = save_text("i8.npy", npy_with_descr("<i8"));
+  const std::string i8 = save_text("i8.npy", npy_with_descr(">i8"));
   const std::string be = save_text("be.npy", npy_with_descr(">f8"));
   const std::string obj = save_text("obj.npy", npy_with_descr("|O"));
   const std::string fo = save_text("fortran.npy", npy_with_descr("<f8", "True"));
@@ -392,7 +392,7 @@ TEST_F(CliTest, BadInputExitsTwoWithOneClearLineAndNoOutput) {
        {"--target", "cannot open '" + path("nope.csv") + "'"}},
       {" --source " + dir_ + " --target " + y + " --epsilon 0.1",
        {"--source", "unknown file type"}},
-      {" --source " + i8 + " --target " + y + " --epsilon 0.1", {"'" + i8 + "'", "'<i8'"}},
+      {" --source " + i8 + " --target " + y + " --epsilon 0.1", {"'" + i8 + "'", "'>i8'"}},
       {" --source " + be + " --target " + y + " --epsilon 0.1", {"'" + be + "'", "'>f8'"}},
       {" --source " + obj + " --target " + y + " --epsilon 0.1", {"'" + obj + "'", "'|O'"}},
       {" --source " + x + " --target " + fo + " --epsilon 0.1", {"'" + fo + "'", "fortran_order"}},

@@ -199,8 +199,11 @@ TEST_F(IoTest, MalformedNpyFilesAreIoErrorsNamingFileAndProblem) {
       {"bad_magic", "\x93NUMPX\x01\x00" + std::string(60, ' '), "not a .npy file"},
       {"version4", npy(1, f8_header("(2, 3)"), d6).replace(6, 1, "\x04"),
        "unsupported .npy format version 4.0"},
-      {"int64", npy(1, "{'descr': '<i8', 'fortran_order': False, 'shape': (2, 3), }", d6),
-       "unsupported dtype '<i8'"},
+      {"big_endian_int64",
+       npy(1, "{'descr': '>i8', 'fortran_order': False, 'shape': (2, 3), }", d6),
+       "unsupported dtype '>i8'"},
+      {"complex", npy(1, "{'descr': '<c16', 'fortran_order': False, 'shape': (3,), }", d6),
+       "unsupported dtype '<c16'"},
       {"big_endian", npy(1, "{'descr': '>f8', 'fortran_order': False, 'shape': (2, 3), }", d6),
        "unsupported dtype '>f8'"},
       {"object", npy(1, "{'descr': '|O', 'fortran_order': False, 'shape': (2, 3), }", d6),
@@ -330,11 +333,17 @@ TEST_F(IoTest, ReadMatrixNeedsTwoDimensions) {
   EXPECT_HAS(msg, "(n, d)");
   EXPECT_HAS(msg, "(5, 1)");
 
-  const std::string three =
-      write_bytes("three.npy", npy(1, f8_header("(1, 2, 3)"), raw(std::vector<double>(6))));
-  msg = io_error([&] { io::read_matrix(three, "--target"); });
+  // Rank 3 or more (images) is flattened to (n, product of the other dimensions).
+  const std::vector<double> six = {1, 2, 3, 4, 5, 6};
+  const std::string three = write_bytes("three.npy", npy(1, f8_header("(1, 2, 3)"), raw(six)));
+  const io::Array flat = io::read_matrix(three, "--target");
+  EXPECT_EQ(flat.shape, (std::vector<std::int64_t>{1, 6}));
+  EXPECT_EQ(flat.data, six);
+  const std::string scalar =
+      write_bytes("scalar.npy", npy(1, f8_header("()"), raw(six).substr(0, 8)));
+  msg = io_error([&] { io::read_matrix(scalar, "--target"); });
   EXPECT_HAS(msg, "--target");
-  EXPECT_HAS(msg, "(1, 2, 3)");
+  EXPECT_HAS(msg, "has shape ()");
 
   msg = io_error([&] { io::read_matrix(path("nope.csv"), "--target"); });
   EXPECT_HAS(msg, "--target: cannot open '" + path("nope.csv") + "'");

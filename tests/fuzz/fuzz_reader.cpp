@@ -1,27 +1,35 @@
 // libFuzzer harness for one file reader of include/kantor/io.hpp, picked at compile time
-// (tests/fuzz/CMakeLists.txt builds four: read_matrix / read_vector x .npy / .csv):
+// (tests/fuzz/CMakeLists.txt builds five: read_matrix / read_vector x .npy / .csv, and
+// read_matrix of a file named .idx):
 //   KANTOR_FUZZ_VECTOR  0: kantor::io::read_matrix (points), 1: read_vector (weights)
-//   KANTOR_FUZZ_EXT     ".npy" or ".csv" (the readers choose the format by extension)
+//   KANTOR_FUZZ_EXT     ".npy", ".csv" or ".idx": the name of the input file. The readers detect
+//                       gzip, .npy and IDX by content whatever the name; the name decides only
+//                       for other content (.csv: text, .npy: the .npy error, .idx: unknown, or
+//                       IDX errors for content starting with two zero bytes).
 // The readers take only a path, so each input is written to a per-process temporary file
 // (in $KANTOR_FUZZ_TMPDIR, else /dev/shm, else $TMPDIR or /tmp).
 //
 // A kantor::Error (IoError for malformed input) is the normal outcome for a bad file. Anything
 // else is a finding: another exception (reported, then abort()), a crash, a sanitizer report,
 // a timeout or memory blow-up (libFuzzer -timeout / -rss_limit_mb), or a broken invariant:
-//   - read_array succeeds: every dimension >= 0, product(shape) == data.size(), dtype matches
-//     the format, csv is 2-D, float32 values are exactly representable as float;
-//   - read_matrix / read_vector agree with read_array (same data; accepted iff the shape fits);
+//   - read_array succeeds: every dimension >= 0, product(shape) == data.size(), dtype is one
+//     the readers document ("csv" only for a .csv name, and then 2-D), float32 values are
+//     exactly representable as float, integer dtypes give integers in their type's range;
+//   - read_matrix / read_vector agree with read_array (same data; accepted iff the shape fits;
+//     read_matrix flattens rank >= 3 to (n, product of the rest));
 //   - small arrays survive write_array + read_array (npy exactly, csv value by value).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -99,15 +107,41 @@ void check_array(const io::Array& a) {
   }
   FUZZ_CHECK(count == a.data.size(), "shape " + shape_str(a.shape) + " but " +
                                          std::to_string(a.data.size()) + " values");
-  if (std::string(KANTOR_FUZZ_EXT) == ".csv") {
-    FUZZ_CHECK(a.dtype == "csv", "dtype '" + a.dtype + "'");
+  // The documented dtypes, with the range of the integer ones.
+  static const struct {
+    const char* dtype;
+    double lo, hi;  // lo > hi: not an integer type
+  } kTypes[] = {{"float32", 1, 0},
+                {"float64", 1, 0},
+                {"int8", -128, 127},
+                {"uint8", 0, 255},
+                {"int16", -32768, 32767},
+                {"uint16", 0, 65535},
+                {"int32", -2147483648.0, 2147483647.0},
+                {"uint32", 0, 4294967295.0},
+                {"int64", -9007199254740992.0, 9007199254740992.0},
+                {"uint64", 0, 9007199254740992.0},
+                {"idx-ubyte", 0, 255},
+                {"idx-byte", -128, 127},
+                {"idx-int16", -32768, 32767},
+                {"idx-int32", -2147483648.0, 2147483647.0},
+                {"idx-float32", 1, 0},
+                {"idx-float64", 1, 0},
+                {"csv", 1, 0}};
+  const auto* type = std::find_if(std::begin(kTypes), std::end(kTypes),
+                                  [&](const auto& t) { return a.dtype == t.dtype; });
+  FUZZ_CHECK(type != std::end(kTypes), "unknown dtype '" + a.dtype + "'");
+  if (a.dtype == "csv") {
+    FUZZ_CHECK(std::string(KANTOR_FUZZ_EXT) == ".csv", "csv dtype for a " KANTOR_FUZZ_EXT " name");
     FUZZ_CHECK(a.shape.size() == 2, "csv shape " + shape_str(a.shape));
-  } else {
-    FUZZ_CHECK(a.dtype == "float32" || a.dtype == "float64", "dtype '" + a.dtype + "'");
   }
-  if (a.dtype == "float32")
+  if (a.dtype == "float32" || a.dtype == "idx-float32")
     for (const double v : a.data)
       FUZZ_CHECK(std::isnan(v) || double(float(v)) == v, "float32 value not a float");
+  if (type->lo <= type->hi)
+    for (const double v : a.data)
+      FUZZ_CHECK(v == std::floor(v) && v >= type->lo && v <= type->hi,
+                 a.dtype + " value " + std::to_string(v));
 }
 
 void check_round_trip(const io::Array& a) {
@@ -159,7 +193,13 @@ void run_one() {
   if (whole_ok) {
     const auto& s = whole.shape;
     shape_fits = KANTOR_FUZZ_VECTOR ? (s.size() == 1 || (s.size() == 2 && (s[0] == 1 || s[1] == 1)))
-                                    : s.size() == 2;
+                                    : s.size() >= 2;
+    // (0, huge, huge): no values, but the flattened width does not fit in int64.
+    if (!KANTOR_FUZZ_VECTOR && s.size() > 2) {
+      std::int64_t d = 1;
+      for (std::size_t k = 1; k < s.size() && shape_fits; ++k)
+        if (__builtin_mul_overflow(d, s[k], &d)) shape_fits = false;
+    }
   }
   FUZZ_CHECK(role_ok == shape_fits, std::string("role reader ") + (role_ok ? "accepted" : "rejected") +
                                         " shape " + shape_str(whole.shape) +
@@ -171,8 +211,14 @@ void run_one() {
   if (KANTOR_FUZZ_VECTOR)
     FUZZ_CHECK(role.shape == std::vector<std::int64_t>{std::int64_t(role.data.size())},
                "read_vector shape " + shape_str(role.shape));
-  else
+  else if (whole.shape.size() == 2)
     FUZZ_CHECK(role.shape == whole.shape, "read_matrix shape " + shape_str(role.shape));
+  else
+    FUZZ_CHECK(
+        role.shape.size() == 2 && role.shape[0] == whole.shape[0] &&
+            (role.shape[0] == 0 ||
+             std::uint64_t(role.shape[0]) * std::uint64_t(role.shape[1]) == role.data.size()),
+        "read_matrix flattened shape " + shape_str(role.shape) + " of " + shape_str(whole.shape));
 
   // 3. Writers and readers agree.
   check_round_trip(whole);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus of the reader fuzzers (tests/fuzz/corpus/<fuzzer>/), valid and invalid
 files alike. Deterministic; rerun after editing, then commit the files. No numpy needed."""
+import gzip
 import os
 import struct
 
@@ -25,9 +26,10 @@ def npy(descr="<f8", fortran=False, shape=(2, 3), values=None, version=(1, 0), p
         count *= d
     if values is None:
         values = [0.5 * i - 1 for i in range(count)]
-    code = {"<f8": "<d", "<f4": "<f", ">f8": ">d", ">f4": ">f", "<i4": "<i", "|u1": "<B"}.get(descr, "<d")
-    if code in ("<i", "<B"):
-        values = [int(v) % 200 for v in values]
+    code = {"<f8": "<d", "<f4": "<f", ">f8": ">d", ">f4": ">f", "<i4": "<i", "|u1": "<B",
+            "<i8": "<q"}.get(descr, "<d")
+    if code in ("<i", "<B", "<q"):
+        values = [int(v) if code == "<q" else int(v) % 200 for v in values]
     out += b"".join(struct.pack(code, v) for v in values) + extra
     return out[:len(out) - cut] if cut else out
 
@@ -80,6 +82,99 @@ CSV = {
     "no_final_newline.csv": b"1,2\n3,4",
     "nan_payload.csv": b"nan(123),1\n",
 }
+
+
+
+# ---- IDX (MNIST) and gzip: fuzz_read_matrix_idx (input named .idx) ---------------------------
+
+def gz(data, level=6):
+    # Deterministic: mtime 0, no file name.
+    return gzip.compress(data, compresslevel=level, mtime=0)
+
+
+def idx(code, dims, values=None, extra=b"", cut=0, ndim=None):
+    fmt = {0x08: ">B", 0x09: ">b", 0x0B: ">h", 0x0C: ">i", 0x0D: ">f", 0x0E: ">d"}
+    out = b"\0\0" + bytes([code, len(dims) if ndim is None else ndim])
+    out += b"".join(struct.pack(">I", d) for d in dims)
+    count = 1
+    for d in dims:
+        count *= d
+    if values is None:
+        values = [(7 * i) % 100 for i in range(count)]
+    out += b"".join(struct.pack(fmt.get(code, ">B"), v) for v in values) + extra
+    return out[:len(out) - cut] if cut else out
+
+
+images = idx(0x08, (3, 4, 4))
+IDX = {
+    "ubyte_images_3x4x4.idx": images,
+    "ubyte_images_3x4x4.gz": gz(images),
+    "ubyte_labels_6.idx": idx(0x08, (6,), [3, 0, 9, 1, 1, 7]),
+    "byte_2x3.idx": idx(0x09, (2, 3), [-128, -1, 0, 1, 2, 127]),
+    "int16_2x2.idx": idx(0x0B, (2, 2), [-32768, -1, 300, 32767]),
+    "int32_3x1.idx": idx(0x0C, (3, 1), [-2147483648, 0, 2147483647]),
+    "float32_2x2.idx": idx(0x0D, (2, 2), [0.5, -1.25, float("nan"), float("inf")]),
+    "float64_1x2x2.idx": idx(0x0E, (1, 2, 2), [0.1, -0.0, 1e300, 5e-324]),
+    "float64_2x3.gz": gz(idx(0x0E, (2, 3))),
+    "rank4.idx": idx(0x08, (1, 2, 1, 2)),
+    "empty_0x28x28.idx": idx(0x08, (0, 28, 28)),
+    "zero_huge.idx": idx(0x08, (0, 0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF)),
+    "two_members.gz": gz(images[:20]) + gz(images[20:]),
+    "stored_block.gz": gz(images, level=0),
+    "npy_inside.gz": gz(npy(shape=(2, 2))),
+    "csv_inside.gz": gz(b"1,2\n3,4\n"),
+    "empty_inside.gz": gz(b""),
+    "nested.gz": gz(gz(images)),
+    # malformed IDX
+    "short_header.idx": b"\0\0\x08",
+    "dims_cut.idx": idx(0x08, (3, 4, 4))[:9],
+    "bad_type.idx": idx(0x07, (2,), [1, 2]),
+    "zero_dims.idx": b"\0\0\x08\0abc",
+    "payload_short.idx": idx(0x0C, (2, 3), cut=3),
+    "payload_long.idx": idx(0x0C, (2, 3), extra=b"xyz"),
+    "lying_dims.idx": idx(0x08, (60000, 28, 28), values=[1] * 16),
+    "overflow_dims.idx": idx(0x0E, (0xFFFFFFFF,) * 4, values=[1.0]),
+    # malformed gzip
+    "truncated.gz": gz(images)[:-10],
+    "magic_only.gz": b"\x1f\x8b",
+    "bad_crc.gz": (lambda g: g[:-8] + bytes([g[-8] ^ 0x55]) + g[-7:])(gz(images)),
+    "bad_block.gz": (lambda g: g[:10] + b"\xff" + g[11:])(gz(images)),
+    "trailing_garbage.gz": gz(images) + b"junk",
+    "trailing_zeros.gz": gz(images) + b"\0" * 8,
+    # a small gzip "bomb": 64 KiB of zeros (the fuzzer grows it within -max_len)
+    "zeros_64k.gz": gz(b"\0\0\x08\x01\0\x00\xff\xf8" + b"\0" * 65528, level=9),
+}
+
+# ---- labels: fuzz_read_labels (input named .csv; any format by content) -----------------------
+LABELS = {
+    "idx1_ubyte": idx(0x08, (10,), [5, 0, 4, 1, 9, 2, 1, 3, 1, 4]),
+    "idx1_ubyte.gz": gz(idx(0x08, (10,), [5, 0, 4, 1, 9, 2, 1, 3, 1, 4])),
+    "idx_int32_big": idx(0x0C, (2,), [-2147483648, 2147483647]),
+    "idx_float_frac": idx(0x0D, (2, 1), [1.0, 2.5]),
+    "idx_images": idx(0x08, (2, 2, 2)),
+    "npy_i8.npy": npy("<i8", shape=(3,), values=[1, 2, 3]),
+    "npy_u1.npy": npy("|u1", shape=(4, 1), values=[0, 1, 255, 7]),
+    "npy_i4_row.npy": npy("<i4", shape=(1, 3), values=[-1, 0, 1]),
+    "npy_f8_frac.npy": npy(shape=(2,), values=[1.0, 2.5]),
+    "npy_f8_nan.npy": npy(shape=(2,), values=[1.0, float("nan")]),
+    "npy_f8_big.npy": npy(shape=(1,), values=[3e9]),
+    "npy_f8_matrix.npy": npy(shape=(2, 3), values=[0.5, 1, 0, 1.5, 2, 1]),
+    "csv_column": b"label\n0\n1\n2\n",
+    "csv_row": b"3,1,4,1,5\n",
+    "csv_features_and_label": b"x,y,label\n0.5,1,0\n2,3,1\n4.5,5,2\n",
+    "csv_bad_label_column": b"1,2,0.5\n3,4,nan\n",
+    "csv_out_of_range": b"2147483648\n-2147483649\n",
+    "csv_single_column_matrix": b"1\n2\n",
+    "empty": b"",
+}
+
+for name, files in (("fuzz_read_matrix_idx", IDX), ("fuzz_read_labels", LABELS)):
+    d = os.path.join(HERE, "corpus", name)
+    os.makedirs(d, exist_ok=True)
+    for fname, data in files.items():
+        assert len(data) <= 4096 or fname == "zeros_64k.gz", fname  # keep libFuzzer's -max_len
+        with open(os.path.join(d, fname), "wb") as f:
+            f.write(data)
 
 for role in ("matrix", "vector"):
     for fmt, files in (("npy", NPY), ("csv", CSV)):
