@@ -274,11 +274,11 @@ int cmd_otdd(const std::vector<std::string>& args) {
   std::string source_classes, target_classes, target_relabel;
   std::string label_distance = "gaussian", mode_name = "compatible", normalization = "auto";
   std::string backend = "auto", precision_name = "fp32", table_path, heatmap_path;
-  double epsilon = 0.1, tolerance = 1e-3, inner_epsilon = 0.1, target_noise = 0;
+  double epsilon = 0.1, tolerance = 1e-3, inner_epsilon = 0.1, target_noise = 0, relaxation = 1;
   std::int64_t max_samples = 0, max_iterations = 20000, max_class_samples = 0;
   std::uint64_t seed = 0;
   int threads = 0, target_shift = 0;
-  bool json = false, quiet = false, diagonal = false;
+  bool json = false, quiet = false, diagonal = false, no_coarse = false;
   po::options_description desc("options", 100, 50);
   desc.add_options()("help,h", "print this help and exit")(
       "source", po::value(&source)->value_name("FILE"), "source features (n x d; images: n x h x w)")(
@@ -294,6 +294,11 @@ int cmd_otdd(const std::vector<std::string>& args) {
       "tolerance", po::value(&tolerance),
       "converged mode: certified L1 marginal error of each problem (default 1e-3)")(
       "max-iterations", po::value(&max_iterations), "converged mode: budget (default 20000)")(
+      "relaxation", po::value(&relaxation),
+      "converged mode: over-relaxation of the cross problem: 1 = plain Sinkhorn (default), 0 = "
+      "automatic, or a factor in (1, 2)")(
+      "no-coarse-correction", po::bool_switch(&no_coarse),
+      "converged mode: no class-level coarse correction of the cross problem")(
       "max-samples", po::value(&max_samples),
       "use a uniform random subsample of at most N samples per dataset (default: all)")(
       "seed", po::value(&seed), "seed of the subsamples and the noise (default 0)")(
@@ -348,6 +353,8 @@ int cmd_otdd(const std::vector<std::string>& args) {
   options.epsilon = epsilon;
   options.tolerance = tolerance;
   options.max_iterations = max_iterations;
+  options.relaxation = relaxation;
+  options.coarse_correction = !no_coarse;
   options.precision = parse_precision(precision_name, "--precision");
   {
     std::string why;
@@ -356,6 +363,7 @@ int cmd_otdd(const std::vector<std::string>& args) {
                             {{"epsilon", "--epsilon"},
                              {"tolerance", "--tolerance"},
                              {"max_iterations", "--max-iterations"},
+                             {"relaxation", "--relaxation"},
                              {"labels.inner_epsilon", "--inner-epsilon"},
                              {"labels.max_class_samples", "--max-class-samples"}});
   }
@@ -515,7 +523,8 @@ int cmd_otdd(const std::vector<std::string>& args) {
           .add("converged_seconds", conv->seconds_ot + conv->seconds_setup)
           .add("converged_message", conv->message);
     if (conv && conv->divergence) {
-      // The cross problem's checks: [iteration, seconds, eps, residual, certificate or null].
+      // The cross problem's checks: [iteration, seconds, eps, residual, certificate or null,
+      // dual cost].
       std::ostringstream rs;
       rs.precision(9);
       rs << "[";
@@ -527,7 +536,7 @@ int cmd_otdd(const std::vector<std::string>& args) {
           rs << r.certified_error;
         else
           rs << "null";
-        rs << "]";
+        rs << "," << r.dual_cost << "]";
         first = false;
       }
       rs << "]";

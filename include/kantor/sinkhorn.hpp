@@ -58,6 +58,8 @@ struct IterationRecord {
   /// at the target eps, and at every check after a certificate failed.
   double certified_error = std::numeric_limits<double>::quiet_NaN();
   double seconds = 0;          ///< wall time since the solve started
+  /// The dual cost <a, f> + <b, g> of the potentials at this check (no extra pass).
+  double dual_cost = std::numeric_limits<double>::quiet_NaN();
 };
 using IterationCallback = std::function<CallbackResult(const IterationRecord&)>;
 
@@ -95,6 +97,21 @@ struct SinkhornOptions {
   ///   a value in (1, 2): that fixed w.
   /// The symmetric schedule ignores it.
   double relaxation = 1.0;
+  /// Coarse correction (a two-level method): a partition of the source points into blocks
+  /// (coarse_blocks_x[i] in [0, Bx)) and of the target points (coarse_blocks_y[j] in [0, By)),
+  /// host vectors of sizes n and m, or both empty (off). At every check at the target eps the
+  /// potentials are shifted by one constant per block, f_i += eps log u_I, g_j += eps log v_J,
+  /// with (u, v) the exact maximizer of the dual over such shifts: a Bx x By Sinkhorn problem on
+  /// the block masses of the plan (one value pass P V, V the target blocks' indicators). It is a
+  /// dual ascent step, so the fixed point and the certificate are those of plain Sinkhorn. It
+  /// settles the mass balance between blocks (for a label-augmented cost: the classes, whose
+  /// label term makes transport between them expensive) in one step instead of many; it does not
+  /// help with the slow modes inside a block. Measured: 310 -> 200 iterations on two distant
+  /// clusters (tests/sinkhorn/test_relaxation.cpp); Fashion-MNIST OTDD, 400 samples a side, fp64:
+  /// residual 0.055 -> 0.033 after 3,000 iterations. Each correction costs one value pass with
+  /// By columns, at checks (not while annealing). The symmetric schedule's self-problems of a
+  /// divergence do not use it.
+  std::vector<std::int32_t> coarse_blocks_x, coarse_blocks_y;
   /// Keep one IterationRecord per check in the Summary.
   bool record_iterations = true;
   /// Called at every check, in order; the first non-kContinue result ends the solve.
@@ -143,6 +160,8 @@ struct SinkhornSummary {
   /// and how often the automatic one was reset by its safeguard.
   double relaxation = 1.0;
   std::int64_t relaxation_resets = 0;
+  /// Coarse corrections applied (SinkhornOptions::coarse_blocks_x / _y).
+  std::int64_t coarse_corrections = 0;
 
   double dual_cost = std::numeric_limits<double>::quiet_NaN();         ///< <a,f> + <b,g>
   double primal_cost = std::numeric_limits<double>::quiet_NaN();       ///< <P, C>

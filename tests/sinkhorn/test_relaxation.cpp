@@ -1,12 +1,15 @@
-// Over-relaxed Sinkhorn (SinkhornOptions::relaxation): the same certified fixed point as plain
-// Sinkhorn, reached in fewer iterations on a slowly converging problem (small eps against the
-// cost range), with the automatic factor and a fixed one; validation of the option.
+// Accelerations of the Sinkhorn loop that keep its fixed point and certificate:
+// over-relaxation (SinkhornOptions::relaxation), fewer iterations on a slowly converging problem
+// (small eps against the cost range), with the automatic factor and a fixed one; the coarse
+// correction (coarse_blocks_x / _y), the same certified solution in fewer iterations when mass
+// must move between two distant clusters; validation of both options.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "kantor/context.hpp"
+#include "kantor/error.hpp"
 #include "kantor/sinkhorn.hpp"
 #include "support/random_problems.hpp"
 
@@ -79,6 +82,74 @@ TEST(Relaxation, OptionIsValidated) {
   for (double good : {0.0, 1.0, 1.9}) {
     o.relaxation = good;
     EXPECT_TRUE(o.is_valid(&why)) << good << ": " << why;
+  }
+}
+
+TEST(CoarseCorrection, ReachesThePlainFixedPointInFewerIterations) {
+  // Two clusters 10 apart on each side, masses 0.6 / 0.4 against 0.4 / 0.6: 0.2 of the mass must
+  // cross at cost ~100 = 100 eps. Measured: plain 310 iterations, corrected 200, same solution.
+  Rng rng(43);
+  const std::int64_t n = 40, m = 30, d = 2;
+  std::vector<double> x = gaussian_cloud(rng, n, d, 0.0, 0.3), y = gaussian_cloud(rng, m, d, 0.2, 0.3);
+  std::vector<double> a(static_cast<std::size_t>(n)), b(static_cast<std::size_t>(m));
+  std::vector<std::int32_t> bx(static_cast<std::size_t>(n)), by(static_cast<std::size_t>(m));
+  for (std::int64_t i = 0; i < n; ++i) {
+    bx[std::size_t(i)] = i % 2;
+    x[std::size_t(i * d)] += 10.0 * double(i % 2);
+    a[std::size_t(i)] = i % 2 ? 0.4 / 20 : 0.6 / 20;
+  }
+  for (std::int64_t j = 0; j < m; ++j) {
+    by[std::size_t(j)] = j % 2;
+    y[std::size_t(j * d)] += 10.0 * double(j % 2);
+    b[std::size_t(j)] = j % 2 ? 0.6 / 15 : 0.4 / 15;
+  }
+  Problem<double> p;
+  p.cost = SqEuclidean<double>{host_matrix<const double>(x.data(), n, d),
+                               host_matrix<const double>(y.data(), m, d), 1.0};
+  p.a = host_vector<const double>(a.data(), n);
+  p.b = host_vector<const double>(b.data(), m);
+  p.epsilon = 1.0;
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o;
+  o.tolerance = 1e-9;
+  o.max_iterations = 2000;
+  // Fixed eps: annealing from the largest cost would settle the split while the clusters are
+  // still coupled (a warm start, or a solve at fixed eps, has no such help).
+  o.anneal = false;
+  Potentials<double> p0, p1;
+  const SinkhornSummary plain = solve_sinkhorn(ctx, p, o, &p0);
+  o.coarse_blocks_x = bx;
+  o.coarse_blocks_y = by;
+  const SinkhornSummary coarse = solve_sinkhorn(ctx, p, o, &p1);
+  ASSERT_TRUE(coarse.converged()) << coarse.full_report();
+  EXPECT_LE(coarse.marginal_error, 1e-9);  // the certificate of the returned plan
+  EXPECT_GE(coarse.coarse_corrections, 1);
+  EXPECT_LT(coarse.iterations, plain.iterations);
+  EXPECT_NEAR(coarse.dual_cost, plain.dual_cost, 1e-8 * std::abs(plain.dual_cost));
+}
+
+TEST(CoarseCorrection, OptionsAreValidated) {
+  SinkhornOptions o;
+  std::string why;
+  o.coarse_blocks_x = {0, 1};
+  EXPECT_FALSE(o.is_valid(&why));
+  EXPECT_NE(why.find("both be given"), std::string::npos) << why;
+  o.coarse_blocks_y = {0, -1};
+  EXPECT_FALSE(o.is_valid(&why));
+  EXPECT_NE(why.find("coarse_blocks_y[1] = -1"), std::string::npos) << why;
+  o.coarse_blocks_y = {0, 0, 0};
+  ASSERT_TRUE(o.is_valid(&why)) << why;
+  Rng rng(1);
+  const std::vector<double> x = gaussian_cloud(rng, 2, 1, 0, 1), y = gaussian_cloud(rng, 2, 1, 0, 1);
+  Problem<double> p;
+  p.cost = SqEuclidean<double>{host_matrix<const double>(x.data(), 2, 1),
+                               host_matrix<const double>(y.data(), 2, 1), 1.0};
+  Context ctx(ContextOptions{Backend::kCpu, 1});
+  try {
+    solve_sinkhorn(ctx, p, o);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("coarse_blocks_y 3"), std::string::npos) << e.what();
   }
 }
 
