@@ -318,6 +318,42 @@ double inner_ot(const Context& ctx, const std::vector<double>& xs, const std::ve
   return solver.solve(options, &pot).dual_cost;
 }
 
+/// The public implementation's inner OT_eps (GeomLoss, not debiased, tensorized): the fixed
+/// loop of `compatible` on one problem, from the Euclidean diameter of the two point sets.
+template <class T>
+double inner_ot_geomloss(const Context& ctx, const std::vector<double>& xs,
+                         const std::vector<double>& ys, std::int64_t d, double eps, double scale,
+                         Precision prec) {
+  const std::int64_t n = std::int64_t(xs.size()) / d, m = std::int64_t(ys.size()) / d;
+  std::vector<T> xt(xs.begin(), xs.end()), yt(ys.begin(), ys.end());
+  Problem<T> p;
+  p.cost = SqEuclidean<T>{host_matrix<const T>(xt.data(), n, d), host_matrix<const T>(yt.data(), m, d),
+                          scale};
+  p.epsilon = eps;
+  std::vector<double> lo(std::size_t(d), INFINITY), hi(std::size_t(d), -INFINITY);
+  for (const std::vector<double>* z : {&xs, &ys})
+    for (std::size_t i = 0; i < z->size(); ++i) {
+      const std::size_t k = i % std::size_t(d);
+      lo[k] = std::min(lo[k], (*z)[i]);
+      hi[k] = std::max(hi[k], (*z)[i]);
+    }
+  double d2 = 0;
+  for (std::int64_t k = 0; k < d; ++k) d2 += (hi[std::size_t(k)] - lo[std::size_t(k)]) * (hi[std::size_t(k)] - lo[std::size_t(k)]);
+  const std::vector<double> sched = geomloss_schedule(std::sqrt(d2), eps, 0.5);
+  auto o = make_oracle(ctx, p, prec);
+  Buffer<T> f(ctx, n), g(ctx, m);
+  o->ops().fill(MatrixView<T>{f.data(), n, 1, 1, f.space()}, T(0));
+  o->ops().fill(MatrixView<T>{g.data(), m, 1, 1, g.space()}, T(0));
+  const std::int64_t steps = std::int64_t(sched.size()) + 2;
+  for (std::int64_t k = 0; k < steps; ++k) {
+    const double e = k == 0 ? sched.front() : k <= std::int64_t(sched.size()) ? sched[std::size_t(k - 1)] : sched.back();
+    o->symmetric_step(T(e), T((k == 0 || k == steps - 1) ? 1.0 : 0.5), f.data(), g.data(), nullptr);
+  }
+  Buffer<double> sc(ctx, 1);
+  o->dual_value(f.data(), g.data(), sc.data());
+  return to_host(ctx, sc.cview())[0];
+}
+
 LabelTable exact_table(const Context& ctx, const Dataset& a, const Dataset& b,
                        const LabelDistanceOptions& o, const ProgressCallback& progress) {
   std::vector<std::int32_t> ca, cb, ia, ib;
@@ -344,7 +380,13 @@ LabelTable exact_table(const Context& ctx, const Dataset& a, const Dataset& b,
   for (std::size_t p = 0; p < pairs.size(); ++p) {
     if (ctx.cancel_requested()) throw Error("cancelled");
     const auto [u, v] = pairs[p];
-    const double w = prec == Precision::kFp64
+    const double w = o.inner_compatible
+                         ? (prec == Precision::kFp64
+                                ? inner_ot_geomloss<double>(ctx, sets[std::size_t(u)], sets[std::size_t(v)], d,
+                                                            o.inner_epsilon, o.inner_scale, prec)
+                                : inner_ot_geomloss<float>(ctx, sets[std::size_t(u)], sets[std::size_t(v)], d,
+                                                           o.inner_epsilon, o.inner_scale, prec))
+                     : prec == Precision::kFp64
                          ? inner_ot<double>(ctx, sets[std::size_t(u)], sets[std::size_t(v)], d,
                                             o.inner_epsilon, o.inner_scale, o.inner_debiased, inner)
                          : inner_ot<float>(ctx, sets[std::size_t(u)], sets[std::size_t(v)], d,
@@ -690,6 +732,19 @@ bool OtddOptions::is_valid(std::string* why) const {
   return true;
 }
 
+LabelDistanceOptions effective_label_options(const OtddOptions& options) {
+  LabelDistanceOptions lo = options.labels;
+  if (lo.method == LabelDistance::kExact && options.mode == Mode::kCompatible) {
+    // The public implementation's inner OT: GeomLoss p = 2 (cost |x - y|^2 / 2), eps 0.1, not
+    // debiased, its fixed loop.
+    lo.inner_scale = 0.5;
+    lo.inner_debiased = false;
+    lo.inner_compatible = true;
+  }
+  if (!lo.inner.precision) lo.inner.precision = options.precision.value_or(Precision::kFp32);
+  return lo;
+}
+
 OtddSummary dataset_distance(const Context& ctx, const Dataset& a, const Dataset& b,
                              const OtddOptions& options, const ProgressCallback& progress) {
   const auto t0 = Clock::now();
@@ -721,15 +776,7 @@ OtddSummary dataset_distance(const Context& ctx, const Dataset& a, const Dataset
         std::int64_t(s.table.values.size()) != s.table.size() * s.table.size())
       throw InvalidArgument("OtddOptions::table does not match the datasets' classes");
   } else {
-    LabelDistanceOptions lo = options.labels;
-    if (lo.method == LabelDistance::kExact && options.mode == Mode::kCompatible) {
-      // The public implementation's inner OT: GeomLoss p = 2 (cost |x - y|^2 / 2), eps 0.1,
-      // not debiased.
-      lo.inner_scale = 0.5;
-      lo.inner_debiased = false;
-    }
-    if (!lo.inner.precision) lo.inner.precision = s.precision;
-    s.table = label_distances(ctx, a, b, lo, progress);
+    s.table = label_distances(ctx, a, b, effective_label_options(options), progress);
   }
   s.seconds_labels = seconds_since(t_labels);
   if (s.precision == Precision::kFp64)

@@ -310,6 +310,51 @@ TEST(DatasetDistance, CompatibleModeMatchesADenseGeomLossLoop) {
   EXPECT_GT(s.marginal_error_xy, 0.0);  // reported, whatever it is
 }
 
+TEST(DatasetDistance, CompatibleExactLabelDistanceIsTheGeomLossLoopOfEachPair) {
+  // Compatible mode's exact label distance: per pair of classes, GeomLoss's non-debiased loop
+  // with cost |x - y|^2 / 2 at eps 0.1 from the pair's own diameter.
+  std::mt19937_64 rng(41);
+  const Labelled a = make_data(rng, 30, 3, {0, 1}, 0.0, 1.5);
+  const Labelled b = make_data(rng, 26, 3, {4}, 0.5, 1.0);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  otdd::OtddOptions oo;
+  oo.labels.method = otdd::LabelDistance::kExact;
+  oo.precision = Precision::kFp64;
+  const otdd::LabelDistanceOptions lo = otdd::effective_label_options(oo);
+  EXPECT_TRUE(lo.inner_compatible);
+  EXPECT_EQ(lo.inner_scale, 0.5);
+  EXPECT_FALSE(lo.inner_debiased);
+  const otdd::LabelTable t = otdd::label_distances(ctx, a.view(), b.view(), lo);
+  // The reference for the pair (class 1 of A, class 4 of B).
+  std::vector<double> xs, ys;
+  for (std::int64_t i = 0; i < a.n; ++i)
+    if (a.l[std::size_t(i)] == 1) xs.insert(xs.end(), a.x.begin() + i * 3, a.x.begin() + (i + 1) * 3);
+  ys = b.x;
+  const DenseProblem p = make_dense_problem(xs, ys, 3, std::vector<double>{}, std::vector<double>{}, 0.5);
+  double d2 = 0;
+  for (int k = 0; k < 3; ++k) {
+    double lo_k = INFINITY, hi_k = -INFINITY;
+    for (const auto* z : {&xs, &ys})
+      for (std::size_t i = std::size_t(k); i < z->size(); i += 3) {
+        lo_k = std::min(lo_k, (*z)[i]);
+        hi_k = std::max(hi_k, (*z)[i]);
+      }
+    d2 += (hi_k - lo_k) * (hi_k - lo_k);
+  }
+  const std::vector<double> sched = otdd::geomloss_schedule(std::sqrt(d2), 0.1, 0.5);
+  std::vector<double> f(std::size_t(p.n), 0.0), g(std::size_t(p.m), 0.0);
+  auto step = [&](double eps, double w) {
+    const std::vector<double> tf = dense_update_f(p, eps, g), tg = dense_update_g(p, eps, f);
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = (1 - w) * f[i] + w * tf[i];
+    for (std::size_t j = 0; j < g.size(); ++j) g[j] = (1 - w) * g[j] + w * tg[j];
+  };
+  step(sched.front(), 1.0);
+  for (double e : sched) step(e, 0.5);
+  step(sched.back(), 1.0);
+  const double ref = dense_dual_value(p, f, g);
+  EXPECT_NEAR(t.cross(1, 0), ref, 1e-9 * std::abs(ref));
+}
+
 TEST(DatasetDistance, GeomLossScheduleMatchesNumpyArange) {
   // diameter 10, eps 0.1: 2 ln 10 = 4.605, 2 ln sqrt(0.1) = -2.303, step 2 ln 0.5 = -1.386:
   // arange gives ceil(6.908 / 1.386) = 5 values.
