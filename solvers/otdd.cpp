@@ -298,21 +298,33 @@ std::vector<double> gather(const MatrixView<const double>& x, std::vector<std::i
   return out;
 }
 
+/// An inner problem between two class point sets: the points in the engine's type and the
+/// squared-Euclidean problem over them (float64 references for the certificate).
+template <class T>
+struct InnerProblem {
+  std::int64_t n, m;
+  std::vector<T> xt, yt;
+  Problem<T> p;
+  InnerProblem(const std::vector<double>& xs, const std::vector<double>& ys, std::int64_t d,
+               double eps, double scale)
+      : n(std::int64_t(xs.size()) / d), m(std::int64_t(ys.size()) / d), xt(xs.begin(), xs.end()),
+        yt(ys.begin(), ys.end()) {
+    p.cost = SqEuclidean<T>{host_matrix<const T>(xt.data(), n, d),
+                            host_matrix<const T>(yt.data(), m, d), scale};
+    p.epsilon = eps;
+    if (!std::is_same<T, double>::value) {
+      p.reference_x = host_matrix<const double>(xs.data(), n, d);
+      p.reference_y = host_matrix<const double>(ys.data(), m, d);
+    }
+  }
+};
+
 template <class T>
 double inner_ot(const Context& ctx, const std::vector<double>& xs, const std::vector<double>& ys,
                 std::int64_t d, double eps, double scale, bool debiased,
                 const SinkhornOptions& options) {
-  const std::int64_t n = std::int64_t(xs.size()) / d, m = std::int64_t(ys.size()) / d;
-  std::vector<T> xt(xs.begin(), xs.end()), yt(ys.begin(), ys.end());
-  Problem<T> p;
-  p.cost = SqEuclidean<T>{host_matrix<const T>(xt.data(), n, d), host_matrix<const T>(yt.data(), m, d),
-                          scale};
-  p.epsilon = eps;
-  if (!std::is_same<T, double>::value) {
-    p.reference_x = host_matrix<const double>(xs.data(), n, d);
-    p.reference_y = host_matrix<const double>(ys.data(), m, d);
-  }
-  SinkhornSolver<T> solver(ctx, p, options.precision);
+  const InnerProblem<T> ip(xs, ys, d, eps, scale);
+  SinkhornSolver<T> solver(ctx, ip.p, options.precision);
   if (debiased) return solver.divergence(options).divergence;
   Potentials<T> pot;
   return solver.solve(options, &pot).dual_cost;
@@ -324,12 +336,8 @@ template <class T>
 double inner_ot_geomloss(const Context& ctx, const std::vector<double>& xs,
                          const std::vector<double>& ys, std::int64_t d, double eps, double scale,
                          Precision prec) {
-  const std::int64_t n = std::int64_t(xs.size()) / d, m = std::int64_t(ys.size()) / d;
-  std::vector<T> xt(xs.begin(), xs.end()), yt(ys.begin(), ys.end());
-  Problem<T> p;
-  p.cost = SqEuclidean<T>{host_matrix<const T>(xt.data(), n, d), host_matrix<const T>(yt.data(), m, d),
-                          scale};
-  p.epsilon = eps;
+  const InnerProblem<T> ip(xs, ys, d, eps, scale);
+  const std::int64_t n = ip.n, m = ip.m;
   std::vector<double> lo(std::size_t(d), INFINITY), hi(std::size_t(d), -INFINITY);
   for (const std::vector<double>* z : {&xs, &ys})
     for (std::size_t i = 0; i < z->size(); ++i) {
@@ -340,7 +348,7 @@ double inner_ot_geomloss(const Context& ctx, const std::vector<double>& xs,
   double d2 = 0;
   for (std::int64_t k = 0; k < d; ++k) d2 += (hi[std::size_t(k)] - lo[std::size_t(k)]) * (hi[std::size_t(k)] - lo[std::size_t(k)]);
   const std::vector<double> sched = geomloss_schedule(std::sqrt(d2), eps, 0.5);
-  auto o = make_oracle(ctx, p, prec);
+  auto o = make_oracle(ctx, ip.p, prec);
   Buffer<T> f(ctx, n), g(ctx, m);
   o->ops().fill(MatrixView<T>{f.data(), n, 1, 1, f.space()}, T(0));
   o->ops().fill(MatrixView<T>{g.data(), m, 1, 1, g.space()}, T(0));

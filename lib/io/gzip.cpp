@@ -11,11 +11,12 @@
 
 #include "kantor/error.hpp"
 #include "kantor/io.hpp"
+#include "io_detail.hpp"
 
 namespace kantor::io {
 namespace {
 
-std::string quoted(const std::string& path) { return "'" + path + "'"; }
+using detail::quoted;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw IoError(quoted(path) + ": " + what);

@@ -26,6 +26,7 @@
 #include <sstream>
 
 #include "kantor/error.hpp"
+#include "io_detail.hpp"
 
 namespace kantor::io {
 namespace {
@@ -33,21 +34,13 @@ namespace {
 constexpr char kNpyMagic[] = "\x93NUMPY";
 constexpr std::size_t kNpyMagicLen = 6;
 
-std::string quoted(const std::string& path) { return "'" + path + "'"; }
+using detail::quoted;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw IoError(quoted(path) + ": " + what);
 }
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) s += ",";
-  return s + ")";
-}
+using detail::shape_string;
 
 // A printable excerpt of untrusted text for messages (control characters escaped, length capped).
 std::string excerpt(const std::string& s, std::size_t max_len = 80) {

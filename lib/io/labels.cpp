@@ -10,21 +10,14 @@
 
 #include "kantor/error.hpp"
 #include "kantor/io.hpp"
+#include "io_detail.hpp"
 
 namespace kantor::io {
 namespace {
 
-std::string quoted(const std::string& path) { return "'" + path + "'"; }
+using detail::quoted;
 
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) {
-    if (i) s += ", ";
-    s += std::to_string(shape[i]);
-  }
-  if (shape.size() == 1) s += ",";
-  return s + ")";
-}
+using detail::shape_string;
 
 // The shortest of %.15g / %.17g that reads back as v ("2.5", not "2.5000000000000000").
 std::string number(double v) {
