@@ -87,6 +87,44 @@ void check_dataset(const Dataset& x, const std::string& what) {
       }
 }
 
+/// Both datasets checked, and of one feature dimension.
+void check_datasets(const Dataset& a, const Dataset& b) {
+  check_dataset(a, "source");
+  check_dataset(b, "target");
+  if (a.features.cols != b.features.cols)
+    throw InvalidArgument("source and target features have different dimensions (" +
+                          std::to_string(a.features.cols) + " and " +
+                          std::to_string(b.features.cols) + ")");
+}
+
+/// The bounding box of rows added one at a time, and its Euclidean diagonal (GeomLoss's
+/// max_diameter).
+struct Extent {
+  std::vector<double> lo, hi;
+  explicit Extent(std::int64_t dim) : lo(std::size_t(dim), INFINITY), hi(std::size_t(dim), -INFINITY) {}
+  void add(std::int64_t k, double v) {
+    lo[std::size_t(k)] = std::min(lo[std::size_t(k)], v);
+    hi[std::size_t(k)] = std::max(hi[std::size_t(k)], v);
+  }
+  double diagonal() const {
+    double s2 = 0;
+    for (std::size_t k = 0; k < lo.size(); ++k) s2 += (hi[k] - lo[k]) * (hi[k] - lo[k]);
+    return std::sqrt(s2);
+  }
+};
+
+/// Step k of GeomLoss's loop over `schedule` (schedule.size() + 2 steps): the eps it runs at and
+/// its averaging weight (1 for the initial and the final extrapolation step, 1/2 otherwise).
+struct LoopStep {
+  double eps, weight;
+};
+LoopStep geomloss_step(const std::vector<double>& schedule, std::int64_t k) {
+  const std::int64_t steps = std::int64_t(schedule.size()) + 2;
+  if (k == 0) return {schedule.front(), 1.0};
+  if (k == steps - 1) return {schedule.back(), 1.0};
+  return {schedule[std::size_t(k - 1)], 0.5};
+}
+
 /// Distinct class ids (ascending) and each sample's class index.
 void index_classes(const Dataset& x, std::vector<std::int32_t>* classes,
                    std::vector<std::int32_t>* index) {
@@ -338,24 +376,18 @@ double inner_ot_geomloss(const Context& ctx, const std::vector<double>& xs,
                          Precision prec) {
   const InnerProblem<T> ip(xs, ys, d, eps, scale);
   const std::int64_t n = ip.n, m = ip.m;
-  std::vector<double> lo(std::size_t(d), INFINITY), hi(std::size_t(d), -INFINITY);
+  Extent box(d);
   for (const std::vector<double>* z : {&xs, &ys})
-    for (std::size_t i = 0; i < z->size(); ++i) {
-      const std::size_t k = i % std::size_t(d);
-      lo[k] = std::min(lo[k], (*z)[i]);
-      hi[k] = std::max(hi[k], (*z)[i]);
-    }
-  double d2 = 0;
-  for (std::int64_t k = 0; k < d; ++k) d2 += (hi[std::size_t(k)] - lo[std::size_t(k)]) * (hi[std::size_t(k)] - lo[std::size_t(k)]);
-  const std::vector<double> sched = geomloss_schedule(std::sqrt(d2), eps, 0.5);
+    for (std::size_t i = 0; i < z->size(); ++i) box.add(std::int64_t(i % std::size_t(d)), (*z)[i]);
+  const std::vector<double> sched = geomloss_schedule(box.diagonal(), eps, 0.5);
   auto o = make_oracle(ctx, ip.p, prec);
   Buffer<T> f(ctx, n), g(ctx, m);
   o->ops().fill(MatrixView<T>{f.data(), n, 1, 1, f.space()}, T(0));
   o->ops().fill(MatrixView<T>{g.data(), m, 1, 1, g.space()}, T(0));
   const std::int64_t steps = std::int64_t(sched.size()) + 2;
   for (std::int64_t k = 0; k < steps; ++k) {
-    const double e = k == 0 ? sched.front() : k <= std::int64_t(sched.size()) ? sched[std::size_t(k - 1)] : sched.back();
-    o->symmetric_step(T(e), T((k == 0 || k == steps - 1) ? 1.0 : 0.5), f.data(), g.data(), nullptr);
+    const LoopStep st = geomloss_step(sched, k);
+    o->symmetric_step(T(st.eps), T(st.weight), f.data(), g.data(), nullptr);
   }
   Buffer<double> sc(ctx, 1);
   o->dual_value(f.data(), g.data(), sc.data());
@@ -476,21 +508,13 @@ Problem<T> make_problem(const Sorted<T>& x, const Sorted<T>& y, const LabelTable
 template <class T>
 double augmented_diameter(const Sorted<T>& a, const Sorted<T>& b) {
   const std::int64_t d = a.d;
-  std::vector<double> lo(std::size_t(d + 1), INFINITY), hi(std::size_t(d + 1), -INFINITY);
+  Extent box(d + 1);
   for (const Sorted<T>* s : {&a, &b})
     for (std::int64_t i = 0; i < s->n; ++i) {
-      for (std::int64_t k = 0; k < d; ++k) {
-        const double v = s->ref[std::size_t(i * d + k)];
-        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], v);
-        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], v);
-      }
-      const double l = s->labels[std::size_t(i)];
-      lo[std::size_t(d)] = std::min(lo[std::size_t(d)], l);
-      hi[std::size_t(d)] = std::max(hi[std::size_t(d)], l);
+      for (std::int64_t k = 0; k < d; ++k) box.add(k, s->ref[std::size_t(i * d + k)]);
+      box.add(d, s->labels[std::size_t(i)]);
     }
-  double s2 = 0;
-  for (std::int64_t k = 0; k <= d; ++k) s2 += (hi[std::size_t(k)] - lo[std::size_t(k)]) * (hi[std::size_t(k)] - lo[std::size_t(k)]);
-  return std::sqrt(s2);
+  return box.diagonal();
 }
 
 double read_scalar(const Context& ctx, const Buffer<double>& b, std::int64_t k) {
@@ -538,8 +562,8 @@ void compatible(const Context& ctx, const Problem<T>& pxy, const Problem<T>& pxx
   const std::int64_t steps = std::int64_t(sched.size()) + 2;
   for (std::int64_t k = 0; k < steps; ++k) {
     if (ctx.cancel_requested()) throw Error("cancelled");
-    const double eps = k == 0 ? sched.front() : k <= std::int64_t(sched.size()) ? sched[std::size_t(k - 1)] : sched.back();
-    const double w = (k == 0 || k == steps - 1) ? 1.0 : 0.5;
+    const LoopStep st = geomloss_step(sched, k);
+    const double eps = st.eps, w = st.weight;
     oxy->symmetric_step(T(eps), T(w), f.data(), g.data(), nullptr);
     self_step(*oxx, fa, tmp_a, n, T(eps), w);
     self_step(*oyy, ga, tmp_b, m, T(eps), w);
@@ -685,12 +709,7 @@ double bures_squared(std::int64_t d, const double* m1, const double* S1, const d
 
 LabelTable label_distances(const Context& ctx, const Dataset& a, const Dataset& b,
                            const LabelDistanceOptions& options, const ProgressCallback& progress) {
-  check_dataset(a, "source");
-  check_dataset(b, "target");
-  if (a.features.cols != b.features.cols)
-    throw InvalidArgument("source and target features have different dimensions (" +
-                          std::to_string(a.features.cols) + " and " +
-                          std::to_string(b.features.cols) + ")");
+  check_datasets(a, b);
   if (options.method == LabelDistance::kGaussian)
     return gaussian_table(a, b, options, ctx.threads(), progress);
   return exact_table(ctx, a, b, options, progress);
@@ -758,12 +777,7 @@ OtddSummary dataset_distance(const Context& ctx, const Dataset& a, const Dataset
   const auto t0 = Clock::now();
   std::string why;
   if (!options.is_valid(&why)) throw InvalidArgument("OtddOptions: " + why);
-  check_dataset(a, "source");
-  check_dataset(b, "target");
-  if (a.features.cols != b.features.cols)
-    throw InvalidArgument("source and target features have different dimensions (" +
-                          std::to_string(a.features.cols) + " and " +
-                          std::to_string(b.features.cols) + ")");
+  check_datasets(a, b);
   OtddSummary s;
   s.mode = options.mode;
   s.label_distance = options.labels.method;

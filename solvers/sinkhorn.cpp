@@ -358,6 +358,11 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   s.initial_epsilon = eps;
 
   Buffer<double> scalars(ctx, 4);
+  {
+    // Zeroed: a check reads three slots, and slot 1 is written only by relaxed steps.
+    const double zeros[4] = {0, 0, 0, 0};
+    copy(ctx, VectorView<const double>{zeros, 4, MemorySpace::kHost}, scalars.view());
+  }
   // Over-relaxation (SinkhornOptions::relaxation): the old potentials of a relaxed step.
   const bool auto_relax = options.relaxation == 0 && options.schedule == Schedule::kAlternating;
   double omega = options.schedule == Schedule::kAlternating && options.relaxation > 1

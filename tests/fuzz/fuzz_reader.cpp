@@ -35,6 +35,7 @@
 
 #include "kantor/error.hpp"
 #include "kantor/io.hpp"
+#include "fuzz_support.hpp"
 
 #ifndef KANTOR_FUZZ_VECTOR
 #error "define KANTOR_FUZZ_VECTOR (0: read_matrix, 1: read_vector)"
@@ -50,16 +51,7 @@ namespace io = kantor::io;
 std::string g_dir;
 std::string g_input, g_npy, g_csv;
 
-[[noreturn]] void finding(const std::string& what) {
-  std::fprintf(stderr, "kantor fuzz finding: %s\n", what.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
-
-#define FUZZ_CHECK(cond, msg)                                                           \
-  do {                                                                                  \
-    if (!(cond)) finding(std::string("invariant failed: ") + #cond + ": " + (msg));    \
-  } while (0)
+using kantor::fuzz::finding;
 
 void remove_files() {
   ::unlink(g_input.c_str());
@@ -67,24 +59,8 @@ void remove_files() {
   ::unlink(g_csv.c_str());
 }
 
-bool writable_dir(const char* d) {
-  struct stat st;
-  return d && *d && ::stat(d, &st) == 0 && S_ISDIR(st.st_mode) && ::access(d, W_OK) == 0;
-}
-
 void write_input(const std::uint8_t* data, std::size_t size) {
-  const int fd = ::open(g_input.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) finding("harness: cannot create " + g_input + ": " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t put = ::write(fd, data + done, size - done);
-    if (put < 0) {
-      if (errno == EINTR) continue;
-      finding("harness: write to " + g_input + " failed: " + std::strerror(errno));
-    }
-    done += std::size_t(put);
-  }
-  ::close(fd);
+  kantor::fuzz::write_input(g_input, data, size);
 }
 
 std::string shape_str(const std::vector<std::int64_t>& s) {
@@ -227,9 +203,7 @@ void run_one() {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  const char* env = std::getenv("KANTOR_FUZZ_TMPDIR");
-  const char* tmp = std::getenv("TMPDIR");
-  g_dir = writable_dir(env) ? env : writable_dir("/dev/shm") ? "/dev/shm" : writable_dir(tmp) ? tmp : "/tmp";
+  g_dir = kantor::fuzz::scratch_dir();
   const std::string base = g_dir + "/kantor-fuzz-" + std::to_string(::getpid());
   g_input = base + "-input" KANTOR_FUZZ_EXT;
   g_npy = base + "-rt.npy";

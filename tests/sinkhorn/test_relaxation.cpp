@@ -11,6 +11,7 @@
 #include "kantor/context.hpp"
 #include "kantor/error.hpp"
 #include "kantor/sinkhorn.hpp"
+#include "support/dense_reference.hpp"
 #include "support/random_problems.hpp"
 
 namespace kantor::testing {
@@ -66,6 +67,13 @@ TEST(Relaxation, ReachesThePlainFixedPointInFewerIterations) {
   EXPECT_NEAR(s2.dual_cost, s0.dual_cost, 1e-7 * std::abs(s0.dual_cost));
   const std::vector<double> f0 = to_host(ctx, p0.f.cview()), f1 = to_host(ctx, p1.f.cview());
   const std::vector<double> g0 = to_host(ctx, p0.g.cview()), g1 = to_host(ctx, p1.g.cview());
+  // The certificate property: each reported error bounds the true one of its potentials.
+  const DenseProblem ref = make_dense_problem(data.x, data.y, data.d, std::vector<double>{},
+                                              std::vector<double>{}, 1.0);
+  for (const auto* run : {&p1, &p2}) {
+    const std::vector<double> f = to_host(ctx, run->f.cview()), g = to_host(ctx, run->g.cview());
+    EXPECT_GE((run == &p1 ? s1 : s2).marginal_error, dense_marginal_error(ref, eps, f, g));
+  }
   const double shift = f1[0] - f0[0];
   for (std::size_t i = 0; i < f0.size(); ++i) EXPECT_NEAR(f1[i] - shift, f0[i], 1e-5);
   for (std::size_t j = 0; j < g0.size(); ++j) EXPECT_NEAR(g1[j] + shift, g0[j], 1e-5);
@@ -123,6 +131,10 @@ TEST(CoarseCorrection, ReachesThePlainFixedPointInFewerIterations) {
   const SinkhornSummary coarse = solve_sinkhorn(ctx, p, o, &p1);
   ASSERT_TRUE(coarse.converged()) << coarse.full_report();
   EXPECT_LE(coarse.marginal_error, 1e-9);  // the certificate of the returned plan
+  // ... which bounds the true marginal error of the returned potentials.
+  const DenseProblem ref = make_dense_problem(x, y, d, a, b, 1.0);
+  EXPECT_GE(coarse.marginal_error, dense_marginal_error(ref, p.epsilon, to_host(ctx, p1.f.cview()),
+                                                        to_host(ctx, p1.g.cview())));
   EXPECT_GE(coarse.coarse_corrections, 1);
   EXPECT_LT(coarse.iterations, plain.iterations);
   EXPECT_NEAR(coarse.dual_cost, plain.dual_cost, 1e-8 * std::abs(plain.dual_cost));
