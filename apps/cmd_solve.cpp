@@ -46,7 +46,9 @@ using Clock = std::chrono::steady_clock;
 constexpr double kDefaultScaling = 0.5;
 
 // The SinkhornOptions fields the CLI sets, by option (their is_valid messages name the field).
-const FieldOptions kSinkhornOptionNames = {{"scaling", "--scaling"},
+const FieldOptions kSinkhornOptionNames = {{"multiscale.cell_points", "--multiscale-cell"},
+                                           {"multiscale.max_density", "--multiscale-max-density"},
+                                           {"scaling", "--scaling"},
                                            {"tolerance", "--tolerance"},
                                            {"max_iterations", "--max-iterations"},
                                            {"check_every", "--check-every"}};
@@ -264,6 +266,13 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
         .add("tolerance", s.tolerance)
         .add("cost_scale", st.cost_scale)
         .add("schedule", to_string(s.schedule))
+        .add("solver", s.solver)
+        .add("solver_note", s.solver_note)
+        .add("multiscale_levels", s.multiscale_levels)
+        .add("kept_fraction", s.kept_fraction)
+        .add("fine_updates", s.fine_updates)
+        .add("mask_rebuilds", s.mask_rebuilds)
+        .add("truncation_bound", s.truncation_bound)
         .add("backend", to_string(s.backend))
         .add("backend_note", s.backend_note)
         .add("precision", to_string(s.precision))
@@ -274,6 +283,7 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
         .add("d", s.d)
         .add("seconds", seconds);
     std::vector<std::string> nulls;
+    if (st.options.multiscale.verify) o.add("verified_error", s.verified_error);
     for (const std::string& k : o.null_keys())
       if ((k != "divergence" && k != "divergence_raw" && k != "divergence_bound") || st.debias)
         nulls.push_back(k);  // null: not asked for
@@ -327,6 +337,11 @@ constexpr const char* kUsage =
 int cmd_solve(const std::vector<std::string>& args) {
   std::string source, target, source_weights, target_weights, schedule = "alternating";
   std::string backend = "auto", precision_name, potentials_prefix, map_path, gradient_path;
+  std::string solver_name = "auto";
+  bool verify = false;
+  MultiscaleOptions ms_defaults;
+  std::int64_t cell_points = ms_defaults.cell_points;
+  double max_density = ms_defaults.max_density;
   double epsilon = 0, cost_scale = 1.0, scaling = kDefaultScaling, tolerance = 0;
   std::int64_t max_iterations = 10000, check_every = 10;
   int threads = 0;
@@ -351,6 +366,17 @@ int cmd_solve(const std::vector<std::string>& args) {
     ("scaling", po::value(&scaling)->value_name("S"),
      "eps-annealing factor per iteration, in (0, 1) (default 0.5)")
     ("fixed-epsilon", po::bool_switch(&fixed_eps), "no annealing: every iteration at E")
+    ("solver", po::value(&solver_name)->value_name("S")->default_value("auto"),
+     "dense | multiscale | auto (auto: multiscale for squared-Euclidean clouds with d <= 6 and "
+     "n m >= 2^30 when annealing, else dense; docs/multiscale.md)")
+    ("multiscale-cell", po::value(&cell_points)->value_name("N")->default_value(cell_points),
+     "multiscale: points per coarse cell (the coarsening factor per level), >= 2")
+    ("multiscale-max-density", po::value(&max_density)->value_name("F"),
+     "multiscale: dense fine passes when the screen keeps more than this fraction of the pairs "
+     "(default 1/3)")
+    ("verify", po::bool_switch(&verify),
+     "multiscale: also evaluate the returned plan's marginal error densely over all n m pairs "
+     "(float64; JSON verified_error)")
     ("tolerance", po::value(&tolerance)->value_name("T")->default_value(0),
      "stop when the L1 marginal error <= T (0: default of the precision, 1e-9 for fp64)")
     ("max-iterations", po::value(&max_iterations)->value_name("N")->default_value(10000),
@@ -420,6 +446,10 @@ int cmd_solve(const std::vector<std::string>& args) {
   std::optional<Precision> precision;
   if (vm.count("precision")) precision = parse_precision(precision_name, "--precision");
   st.options.anneal = !fixed_eps;
+  st.options.solver = parse_solver_kind(solver_name, "--solver");
+  st.options.multiscale.verify = verify;
+  st.options.multiscale.cell_points = cell_points;
+  st.options.multiscale.max_density = max_density;
   st.options.scaling = scaling;
   st.options.tolerance = tolerance;
   st.options.max_iterations = max_iterations;

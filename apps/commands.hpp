@@ -13,5 +13,6 @@ int cmd_info(const std::vector<std::string>& args);             // apps/cmd_info
 int cmd_birkhoff(const std::vector<std::string>& args);         // apps/cmd_birkhoff.cpp
 int cmd_bench_sinkhorn(const std::vector<std::string>& args);   // apps/cmd_bench_sinkhorn.cpp
 int cmd_bench_birkhoff(const std::vector<std::string>& args);   // apps/cmd_bench_birkhoff.cpp
+int cmd_bench_solve(const std::vector<std::string>& args);      // apps/cmd_bench_solve.cpp
 
 }  // namespace kantor::cli

@@ -24,6 +24,7 @@ void usage(std::FILE* out) {
                "  birkhoff           batched Birkhoff (doubly stochastic) projection\n"
                "  bench sinkhorn     time fixed-eps Sinkhorn iterations (JSON)\n"
                "  bench birkhoff     time the batched Birkhoff projection (JSON)\n"
+               "  bench solve        time whole solves to a tolerance, dense or multiscale (JSON)\n"
                "  info               version, build options and CUDA devices\n\n"
                "exit codes: 0 ran, 1 runtime failure (including a failed write to standard\n"
                "output), 2 bad input or usage, 3 numerical failure (NaN/Inf in the solve; no\n"
@@ -80,7 +81,7 @@ int dispatch(int argc, char** argv, std::string* name) {
   if (cmd == "birkhoff") return run_guarded("birkhoff", cmd_birkhoff, rest);
   if (cmd == "bench") {
     if (rest.empty()) {
-      std::fprintf(stderr, "kantor bench: error: expected 'sinkhorn' or 'birkhoff'\n");
+      std::fprintf(stderr, "kantor bench: error: expected 'sinkhorn', 'solve' or 'birkhoff'\n");
       return kExitBadInput;
     }
     const std::string what = rest.front();
@@ -88,9 +89,10 @@ int dispatch(int argc, char** argv, std::string* name) {
     *name = "bench " + what;
     if (what == "sinkhorn") return run_guarded("bench sinkhorn", cmd_bench_sinkhorn, rest);
     if (what == "birkhoff") return run_guarded("bench birkhoff", cmd_bench_birkhoff, rest);
+    if (what == "solve") return run_guarded("bench solve", cmd_bench_solve, rest);
     std::fprintf(stderr,
-                 "kantor bench: error: unknown benchmark '%s' (expected sinkhorn or "
-                 "birkhoff)\n",
+                 "kantor bench: error: unknown benchmark '%s' (expected sinkhorn, "
+                 "solve or birkhoff)\n",
                  what.c_str());
     return kExitBadInput;
   }

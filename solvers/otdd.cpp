@@ -18,6 +18,7 @@
 #include "kantor/buffer.hpp"
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
+#include "parallel.hpp"
 
 namespace kantor::otdd {
 namespace {
@@ -29,40 +30,8 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-int thread_count(int threads) {
-  if (threads > 0) return threads;
-  const unsigned h = std::thread::hardware_concurrency();
-  return h ? int(h) : 1;
-}
-
-/// Runs body(i) for i in [0, count) on up to `threads` host threads (dynamic: an atomic counter).
-template <class Body>
-void parallel_for(std::int64_t count, int threads, const Body& body) {
-  const int t = int(std::min<std::int64_t>(thread_count(threads), count));
-  if (t <= 1) {
-    for (std::int64_t i = 0; i < count; ++i) body(i);
-    return;
-  }
-  std::atomic<std::int64_t> next{0};
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  std::vector<std::thread> pool;
-  for (int k = 0; k < t; ++k)
-    pool.emplace_back([&] {
-      for (;;) {
-        const std::int64_t i = next.fetch_add(1);
-        if (i >= count || failed.load()) return;
-        try {
-          body(i);
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
-          return;
-        }
-      }
-    });
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
-}
+using detail::parallel_for;
+using detail::thread_count;
 
 void check_dataset(const Dataset& x, const std::string& what) {
   if (x.features.rows <= 0 || x.features.cols <= 0)

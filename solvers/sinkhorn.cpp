@@ -13,6 +13,7 @@
 #include "kantor/buffer.hpp"
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
+#include "multiscale.hpp"
 
 namespace kantor {
 
@@ -97,7 +98,37 @@ bool SinkhornOptions::is_valid(std::string* why) const {
     return fail("relaxation must be 0 (automatic) or in [1, 2), got " + format_number(relaxation));
   for (const auto& cb : callbacks)
     if (!cb) return fail("callbacks must not hold an empty std::function");
+  if (multiscale.cell_points < 2)
+    return fail("multiscale.cell_points must be >= 2, got " +
+                std::to_string(multiscale.cell_points));
+  if (!(multiscale.slack > 0) || !std::isfinite(multiscale.slack))
+    return fail("multiscale.slack must be > 0, got " + format_number(multiscale.slack));
+  if (!(multiscale.max_density > 0 && multiscale.max_density <= 1))
+    return fail("multiscale.max_density must be in (0, 1], got " +
+                format_number(multiscale.max_density));
+  if (!(multiscale.relaxation == 0 || (multiscale.relaxation >= 1 && multiscale.relaxation < 2)))
+    return fail("multiscale.relaxation must be 0 (automatic) or in [1, 2), got " +
+                format_number(multiscale.relaxation));
+  if (multiscale.dense_pairs < 1)
+    return fail("multiscale.dense_pairs must be >= 1, got " +
+                std::to_string(multiscale.dense_pairs));
   return true;
+}
+
+std::string to_string(SolverKind s) {
+  switch (s) {
+    case SolverKind::kDense: return "dense";
+    case SolverKind::kMultiscale: return "multiscale";
+    case SolverKind::kAuto: return "auto";
+  }
+  return "?";
+}
+
+SolverKind parse_solver_kind(const std::string& s, const std::string& what) {
+  if (s == "dense") return SolverKind::kDense;
+  if (s == "multiscale") return SolverKind::kMultiscale;
+  if (s == "auto") return SolverKind::kAuto;
+  throw InvalidArgument(what + ": unknown solver '" + s + "' (expected dense, multiscale or auto)");
 }
 
 namespace {
@@ -722,6 +753,21 @@ bool is_self_problem(const Problem<T>& problem) {
   return true;
 }
 
+// Whether `options` send this solve to the multiscale solver; *why says so for the Summary.
+template <class T>
+bool use_multiscale(const Problem<T>& problem, const SinkhornOptions& options,
+                    const Potentials<T>* pot, std::string* why) {
+  const bool warm = pot && pot->f.size() == problem.features().x.rows &&
+                    pot->g.size() == problem.features().y.rows;
+  if (options.solver == SolverKind::kDense) return false;
+  if (options.solver == SolverKind::kMultiscale) return true;
+  if (is_self_problem(problem)) {
+    *why = "auto: dense (a self-problem: the symmetric schedule)";
+    return false;
+  }
+  return multiscale::auto_picks_multiscale(problem, options, warm, why);
+}
+
 void check_options(const SinkhornOptions& options) {
   std::string why;
   if (!options.is_valid(&why)) throw InvalidArgument("SinkhornOptions: " + why);
@@ -765,11 +811,19 @@ SinkhornSummary SinkhornSolver<T>::solve_from(const SinkhornOptions& options, Po
   Potentials<T> local;
   // A self-problem (y = x, b = a) runs the symmetric schedule from f = g, as the divergence's
   // self-terms do: under alternating updates f_i - g_i decays very slowly (docs/numerics.md).
+  std::string why;
+  if (use_multiscale(problem_, options, pot, &why)) {
+    SinkhornSummary s = multiscale::solve(*ctx_, problem_, options, precision_, pot ? pot : &local, t0);
+    if (!why.empty()) s.solver_note = why + "; " + s.solver_note;
+    return s;
+  }
   SinkhornOptions run_options = options;
   if (options.symmetric_self_problems && is_self_problem(problem_))
     run_options.schedule = Schedule::kSymmetric;
-  return run_sinkhorn(*ctx_, *oracle_, problem_.epsilon, run_options,
-                      pot ? pot : &local, t0);
+  SinkhornSummary s = run_sinkhorn(*ctx_, *oracle_, problem_.epsilon, run_options,
+                                   pot ? pot : &local, t0);
+  s.solver_note = why;
+  return s;
 }
 
 template <class T>
@@ -903,6 +957,16 @@ SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
                                const SinkhornOptions& options, Potentials<T>* potentials) {
   const auto t0 = Clock::now();
   check_options(options);
+  std::string why;
+  if (use_multiscale(problem, options, potentials, &why)) {
+    // The multiscale solver prepares its own (sorted) problems: no dense oracle here.
+    Potentials<T> local;
+    SinkhornSummary s = multiscale::solve(ctx, problem, options,
+                                          options.precision.value_or(natural_precision<T>()),
+                                          potentials ? potentials : &local, t0);
+    if (!why.empty()) s.solver_note = why + "; " + s.solver_note;
+    return s;
+  }
   SinkhornSolver<T> solver(ctx, problem, options.precision);
   return solver.solve_from(options, potentials, t0);
 }
@@ -967,6 +1031,18 @@ std::string SinkhornSummary::full_report() const {
      << "  engine             " << engine << "\n"
      << "  precision          " << to_string(precision) << "\n"
      << "  schedule           " << to_string(schedule) << "\n"
+     << "  solver             " << solver << (solver_note.empty() ? "" : " (" + solver_note + ")")
+     << "\n"
+     << (solver == "multiscale"
+             ? "  multiscale         " + std::to_string(multiscale_levels) + " coarse levels, " +
+                   format_number(100 * kept_fraction) + "% of the pairs kept, " +
+                   std::to_string(fine_updates) + " fine half-steps, " +
+                   std::to_string(mask_rebuilds) + " mask rebuilds, truncation bound " +
+                   format_number(truncation_bound) +
+                   (std::isnan(verified_error) ? std::string()
+                                               : ", dense check " + format_number(verified_error)) +
+                   "\n"
+             : std::string())
      << "  epsilon            " << epsilon_reached << " reached, target " << epsilon
      << " (schedule started at " << initial_epsilon << "; resolvable >= " << resolvable_epsilon
      << ")\n"

@@ -24,6 +24,9 @@ struct Certificate {
   double computed = std::numeric_limits<double>::quiet_NaN();   ///< the float64 evaluation
   double slack = std::numeric_limits<double>::quiet_NaN();      ///< its rounding bound
   double plan_mass = std::numeric_limits<double>::quiet_NaN();  ///< sum_ij P_ij
+  /// From the same float64 sums over the row side's pairs: <P, C> and sum_ij P_ij (f_i + g_j).
+  double plan_cost = std::numeric_limits<double>::quiet_NaN();
+  double plan_potentials = std::numeric_limits<double>::quiet_NaN();
 };
 
 /// A block-sparse key schedule for one direction of the passes (rows = that direction's queries:
@@ -173,6 +176,12 @@ class Oracle {
   /// The certificate of (f, g) at `eps`: two float64 exact-difference passes over the caller's
   /// coordinates (lib/core/certificate.hpp). Synchronizes (returns a host value).
   virtual Certificate certify(double eps, const T* f, const T* g) = 0;
+  /// The certificate's two float64 passes restricted to the current block lists: the row side
+  /// sums each row over the keys of the f-side list, the column side over those of the g-side
+  /// list (every pair without lists, then equal to certify()). Its bound covers the L1 marginal
+  /// error of the plan restricted to those pairs; the multiscale solver adds the bound of the mass
+  /// outside them (docs/multiscale.md). Synchronizes.
+  virtual Certificate certify_kept(double eps, const T* f, const T* g) = 0;
 };
 
 /// The oracle for (context backend, the problem's cost, precision). Copies, centres and

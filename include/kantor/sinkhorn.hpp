@@ -48,6 +48,39 @@ std::string to_string(TerminationType t);
 
 enum class CallbackResult { kContinue, kAbort, kStopSuccessfully };
 
+/// Which solver runs a solve (docs/multiscale.md).
+enum class SolverKind {
+  kDense,       ///< every pass over all n x m pairs (streamed, never stored)
+  kMultiscale,  ///< coarse-to-fine on Morton cells, fine passes over a provably screened block list
+  /// multiscale when it pays: a squared-Euclidean cost, d <= 6, n m >= 2^30, eps-annealing on,
+  /// no coarse blocks and no warm start; dense otherwise. The Summary says which ran and why.
+  kAuto,
+};
+std::string to_string(SolverKind s);
+SolverKind parse_solver_kind(const std::string& s, const std::string& what = "solver");
+
+/// Knobs of the multiscale solver (SinkhornOptions::solver).
+struct MultiscaleOptions {
+  /// Points per cell of a coarse level (each level coarsens by this factor), >= 2.
+  std::int64_t cell_points = 64;
+  /// Screening slack kappa: pairs are kept above -(ln(4 / tol) + slack) eps, and the mask stays
+  /// valid while the potentials drift up by at most slack * eps. > 0.
+  double slack = 2.0;
+  /// Fall back to dense fine passes when the screen keeps more than this fraction of the pairs
+  /// (high dimension: boxes do not prune). In (0, 1].
+  double max_density = 1.0 / 3.0;
+  /// Coarse problems with at most this many pairs are solved dense; larger ones recursively.
+  std::int64_t dense_pairs = std::int64_t(1) << 24;
+  /// Over-relaxation of the fine passes on the points (as SinkhornOptions::relaxation): 0 =
+  /// automatic (plain steps until the residual's contraction rate is measured, then the SOR
+  /// factor 2 / (1 + sqrt(1 - rate)), at most 1.9, reset to 1 when the residual grows twice in a
+  /// row), 1 = plain, (1, 2) fixed. The coarse levels use SinkhornOptions::relaxation = 0.
+  double relaxation = 0;
+  /// After the solve, one dense float64 certificate over all pairs (SinkhornSummary::
+  /// verified_error); O(n m): for tests and audits.
+  bool verify = false;
+};
+
 /// One record per convergence check (every `check_every` iterations and at the end).
 struct IterationRecord {
   std::int64_t iteration = 0;  ///< iterations done so far (annealing steps included)
@@ -112,6 +145,10 @@ struct SinkhornOptions {
   /// By columns, at checks (not while annealing). The symmetric schedule's self-problems of a
   /// divergence do not use it.
   std::vector<std::int32_t> coarse_blocks_x, coarse_blocks_y;
+  /// Dense, multiscale or automatic (the default: see SolverKind::kAuto). The debiased
+  /// divergence and the derivative calls always run dense.
+  SolverKind solver = SolverKind::kAuto;
+  MultiscaleOptions multiscale;
   /// Keep one IterationRecord per check in the Summary.
   bool record_iterations = true;
   /// Called at every check, in order; the first non-kContinue result ends the solve.
@@ -162,6 +199,22 @@ struct SinkhornSummary {
   std::int64_t relaxation_resets = 0;
   /// Coarse corrections applied (SinkhornOptions::coarse_blocks_x / _y).
   std::int64_t coarse_corrections = 0;
+
+  /// The solver that ran ("dense" or "multiscale") and why (auto's rule, a fallback).
+  std::string solver = "dense";
+  std::string solver_note;
+  /// Multiscale: coarse problems solved before the points (0 for dense), the fraction of the
+  /// n m pairs the fine passes' block lists hold (1 for dense), half-steps on the points, mask
+  /// rebuilds, and the bound of the plan mass outside the block lists, 2 exp(-(theta_b -
+  /// drift / eps)), which marginal_error includes.
+  std::int64_t multiscale_levels = 0;
+  double kept_fraction = 1.0;
+  std::int64_t fine_updates = 0;
+  std::int64_t mask_rebuilds = 0;
+  double truncation_bound = 0;
+  /// MultiscaleOptions::verify: the dense float64 evaluation of the returned plan's L1 marginal
+  /// error over all pairs (NaN when not asked).
+  double verified_error = std::numeric_limits<double>::quiet_NaN();
 
   double dual_cost = std::numeric_limits<double>::quiet_NaN();         ///< <a,f> + <b,g>
   double primal_cost = std::numeric_limits<double>::quiet_NaN();       ///< <P, C>

@@ -26,33 +26,50 @@ struct CertificateSide {
   double mass = 0;        ///< sum_i r_i
   double weighted_t = 0;  ///< sum_ij P_ij t_ij, t_ij = |f_i| + |g_j| + C_ij (rounding exposure)
   double max_t = 0;       ///< max_ij t_ij over pairs of positive weight
+  /// Plan statistics from the same sums (not part of the bound): sum_ij P_ij C_ij and
+  /// sum_ij P_ij (p_i + p_j), P the plan as evaluated here.
+  double cost = 0;
+  double potentials = 0;
 };
 
-/// One pair's contribution: adds v_j exp(z) to *row_sum and v_j exp(z) t to *row_t and raises
-/// *max_t, with z = (p_q + p_k - C) / eps and C = c sq + pair computed from the squared distance
+/// One row's running sums over its keys (certificate_pair adds to it, certificate_row folds it).
+struct CertificateRow {
+  double sum = 0;    ///< sum_j v_j exp(z_ij)
+  double t = 0;      ///< sum_j v_j exp(z_ij) t_ij
+  double max_t = 0;  ///< max_j t_ij
+  double cost = 0;   ///< sum_j v_j exp(z_ij) C_ij
+  double pot = 0;    ///< sum_j v_j exp(z_ij) (p_i + p_j)
+};
+
+/// One pair's contribution: adds v_j exp(z) to row->sum, v_j exp(z) t to row->t (and the
+/// statistics' terms) and raises row->max_t, with z = (p_q + p_k - C) / eps and C = c sq + pair computed from the squared distance
 /// `sq` (double, exact differences) and the pair's label term (c_w W[l_i, l_j] in double; 0 for
 /// a squared-Euclidean cost). Pairs with zero key weight are skipped by the caller (their
 /// potential may be anything, even inf).
 KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double pair, double inv_eps,
                                                 double p_q, double p_k, double v_k,
-                                                double* row_sum, double* row_t, double* max_t) {
+                                                CertificateRow* row) {
   const double cost = c * sq + pair;
   const double z = ((p_q + p_k) - cost) * inv_eps;
   const double p = v_k * exp(z);
   const double t = fabs(p_q) + fabs(p_k) + cost;
-  *row_sum += p;
-  *row_t += p * t;
-  *max_t = t > *max_t ? t : *max_t;
+  row->sum += p;
+  row->t += p * t;
+  row->max_t = t > row->max_t ? t : row->max_t;
+  row->cost += p * cost;
+  row->pot += p * (p_q + p_k);
 }
 
 /// Folds one row: r = w sum_j v_j exp(z_ij), into the side's totals.
-KANTOR_HOST_DEVICE inline void certificate_row(double w, double row_sum, double row_t,
-                                               double row_max_t, CertificateSide* side) {
-  const double r = w * row_sum;
+KANTOR_HOST_DEVICE inline void certificate_row(double w, const CertificateRow& row,
+                                               CertificateSide* side) {
+  const double r = w * row.sum;
   side->error += fabs(r - w);
   side->mass += r;
-  side->weighted_t += w * row_t;
-  side->max_t = row_max_t > side->max_t ? row_max_t : side->max_t;
+  side->weighted_t += w * row.t;
+  side->max_t = row.max_t > side->max_t ? row.max_t : side->max_t;
+  side->cost += w * row.cost;
+  side->potentials += w * row.pot;
 }
 
 /// The bound from the two sides' sums (n rows, m columns, dimension d, target eps).
@@ -86,6 +103,8 @@ inline Certificate certificate_bound(const CertificateSide& rows, const Certific
   c.slack = side_slack(rows) + side_slack(cols);
   c.bound = c.computed + c.slack;
   c.plan_mass = rows.mass;
+  c.plan_cost = rows.cost;
+  c.plan_potentials = rows.potentials;
   // Guard: a NaN anywhere (non-finite potentials) must not read as a small bound.
   if (!(c.bound >= 0)) c.bound = std::numeric_limits<double>::quiet_NaN();
   return c;

@@ -15,7 +15,7 @@
 namespace kantor::cuda {
 namespace {
 
-constexpr int kRows = 128;  // query rows (threads) per block
+constexpr int kRows = kCertifyRows;  // query rows (threads) per block = the list row tile
 constexpr int kKeys = 32;   // keys per tile (distances held in registers)
 constexpr int kChunk = 8;   // coordinates staged per step
 
@@ -32,8 +32,16 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
   const double inv_eps = 1.0 / p.eps;
   const double* pair_row =
       p.pair ? p.pair + std::int64_t(p.query_labels[i < p.nq ? i : 0]) * p.classes : nullptr;
-  double sum = 0, sum_t = 0, max_t = 0;
-  for (std::int64_t j0 = 0; j0 < p.nk; j0 += kKeys) {
+  CertificateRow row;
+  // The key ranges of this row tile: every key, or the runs of the block list.
+  const bool listed = p.run_ptr != nullptr;
+  const std::int64_t q0 = listed ? p.run_ptr[blockIdx.x] : 0;
+  const std::int64_t q1 = listed ? p.run_ptr[blockIdx.x + 1] : 1;
+  for (std::int64_t q = q0; q < q1; ++q) {
+  const std::int64_t kb = listed ? std::int64_t(p.runs[2 * q]) * p.key_tile : 0;
+  const std::int64_t ke_raw = listed ? std::int64_t(p.runs[2 * q + 1]) * p.key_tile : p.nk;
+  const std::int64_t ke = ke_raw < p.nk ? ke_raw : p.nk;
+  for (std::int64_t j0 = kb; j0 < ke; j0 += kKeys) {
     double sq[kKeys];
 #pragma unroll
     for (int jj = 0; jj < kKeys; ++jj) sq[jj] = 0;
@@ -47,13 +55,13 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
       for (int e = t; e < kKeys * kChunk; e += kRows) {
         const int r = e / kChunk, c = e % kChunk;
         const std::int64_t gj = j0 + r;
-        ks[r][c] = gj < p.nk && k0 + c < p.d ? p.keys[gj * p.d + k0 + c] : 0.0;
+        ks[r][c] = gj < ke && k0 + c < p.d ? p.keys[gj * p.d + k0 + c] : 0.0;
       }
       if (k0 == 0 && t < kKeys) {
         const std::int64_t gj = j0 + t;
-        kpot[t] = gj < p.nk ? double(p.key_pot[gj]) : 0.0;
-        kw[t] = gj < p.nk ? p.key_w[gj] : 0.0;
-        klab[t] = p.pair && gj < p.nk ? p.key_labels[gj] : 0;
+        kpot[t] = gj < ke ? double(p.key_pot[gj]) : 0.0;
+        kw[t] = gj < ke ? p.key_w[gj] : 0.0;
+        klab[t] = p.pair && gj < ke ? p.key_labels[gj] : 0;
       }
       __syncthreads();
 #pragma unroll
@@ -72,18 +80,21 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
         // Guard: masked (zero-weight) and padding keys are skipped; their potential may be inf.
         if (kw[jj] > 0)
           certificate_pair(sq[jj], p.cost_scale, pair_row ? pair_row[klab[jj]] : 0.0, inv_eps, pi,
-                           kpot[jj], kw[jj], &sum, &sum_t, &max_t);
+                           kpot[jj], kw[jj], &row);
     }
   }
+  }
   CertificateSide s;
-  if (row_ok) certificate_row(p.query_w[i], sum, sum_t, max_t, &s);
+  if (row_ok) certificate_row(p.query_w[i], row, &s);
   // Block reduction: warp shuffles, then one atomic per warp.
-  double e = s.error, ms = s.mass, wt = s.weighted_t;
+  double e = s.error, ms = s.mass, wt = s.weighted_t, co = s.cost, po = s.potentials;
   unsigned long long mt = __double_as_longlong(s.max_t);
   for (int off = 16; off > 0; off >>= 1) {
     e += __shfl_down_sync(0xffffffffu, e, off);
     ms += __shfl_down_sync(0xffffffffu, ms, off);
     wt += __shfl_down_sync(0xffffffffu, wt, off);
+    co += __shfl_down_sync(0xffffffffu, co, off);
+    po += __shfl_down_sync(0xffffffffu, po, off);
     const unsigned long long o = __shfl_down_sync(0xffffffffu, mt, off);
     mt = o > mt ? o : mt;
   }
@@ -92,6 +103,8 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
     atomicAdd(p.out + 1, ms);
     atomicAdd(p.out + 2, wt);
     atomicMax(reinterpret_cast<unsigned long long*>(p.out + 3), mt);
+    atomicAdd(p.out + 4, co);
+    atomicAdd(p.out + 5, po);
   }
 }
 

@@ -24,10 +24,18 @@ struct CertifySide {
   const std::int32_t* key_labels = nullptr;
   const double* pair = nullptr;
   int classes = 0;
-  /// 4 doubles in device memory, accumulated (not overwritten): error, mass, weighted t, and
-  /// max t (as the bits of a non-negative double; start from 0).
+  /// Block list (kantor::BlockList with row tiles of kRowTile = 128 rows, device copies): row
+  /// tile r sums over the key tiles of runs [run_ptr[r], run_ptr[r+1]) only. Null = every key.
+  const std::int64_t* run_ptr = nullptr;
+  const std::int32_t* runs = nullptr;
+  int key_tile = 0;
+  /// 6 doubles in device memory, accumulated (not overwritten): error, mass, weighted t, max t
+  /// (as the bits of a non-negative double; start from 0), sum P C, sum P (f + g).
   double* out = nullptr;
 };
+
+/// Rows per block of the certificate kernel: the row tile its block lists must have.
+constexpr int kCertifyRows = 128;
 
 /// Asynchronous on `stream`; out must be zeroed first (memset_async).
 void launch_certify_side(const CertifySide<float>& p, void* stream);

@@ -232,6 +232,14 @@ class CpuOracle final : public OracleBase<T> {
     return certificate_bound(rows, cols, n(), m(), dim(), eps);
   }
 
+  Certificate certify_kept(double eps, const T* f, const T* g) override {
+    const CertificateSide rows = certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(),
+                                              m(), this->block_list(0));
+    const CertificateSide cols = certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(),
+                                              n(), this->block_list(1));
+    return certificate_bound(rows, cols, n(), m(), dim(), eps);
+  }
+
  private:
   // One side of the certificate: rows of q (weights wq, potentials pq) against all keys k, in
   // double with exact differences. Row blocks are the parallel tasks; their partial sums are
@@ -239,7 +247,8 @@ class CpuOracle final : public OracleBase<T> {
   CertificateSide certify_side(int side, double eps, const std::vector<double>& q,
                                const std::vector<double>& k, const std::vector<double>& wq,
                                const std::vector<double>& wk, const T* pq, const T* pk,
-                               std::int64_t nq, std::int64_t nk) {
+                               std::int64_t nq, std::int64_t nk,
+                               const BlockList* list = nullptr) {
     constexpr std::int64_t kBlock = 64;
     const std::int64_t d = dim(), blocks = (nq + kBlock - 1) / kBlock, L = this->classes_;
     const double inv_eps = 1.0 / eps;
@@ -250,22 +259,31 @@ class CpuOracle final : public OracleBase<T> {
         if (!(wq[std::size_t(i)] > 0)) continue;  // a masked row: r_i = 0 = w_i exactly
         const double* qi = q.data() + i * d;
         const double pi = double(pq[i]);
-        double sum = 0, sum_t = 0, max_t = 0;
+        CertificateRow row;
         const double* pair_row =
             L > 0 ? pair_[side].data() + std::int64_t(labels_[side][std::size_t(i)]) * L : nullptr;
-        for (std::int64_t j = 0; j < nk; ++j) {
-          if (!(wk[std::size_t(j)] > 0)) continue;  // a masked key: its potential is meaningless
-          const double* kj = k.data() + j * d;
-          double sq = 0;
-          for (std::int64_t c = 0; c < d; ++c) {
-            const double diff = qi[c] - kj[c];
-            sq += diff * diff;
+        // The keys of row i: all of them, or the runs of its row tile in the block list.
+        const std::int64_t tile = list ? i / list->row_tile : 0;
+        const std::int64_t r0 = list ? list->run_ptr[std::size_t(tile)] : 0;
+        const std::int64_t r1 = list ? list->run_ptr[std::size_t(tile + 1)] : 1;
+        for (std::int64_t r = r0; r < r1; ++r) {
+          const std::int64_t j0 = list ? std::int64_t(list->runs[std::size_t(2 * r)]) * list->key_tile : 0;
+          const std::int64_t j1 =
+              list ? std::min(nk, std::int64_t(list->runs[std::size_t(2 * r + 1)]) * list->key_tile)
+                   : nk;
+          for (std::int64_t j = j0; j < j1; ++j) {
+            if (!(wk[std::size_t(j)] > 0)) continue;  // a masked key: its potential is meaningless
+            const double* kj = k.data() + j * d;
+            double sq = 0;
+            for (std::int64_t c = 0; c < d; ++c) {
+              const double diff = qi[c] - kj[c];
+              sq += diff * diff;
+            }
+            const double pair = pair_row ? pair_row[labels_[1 - side][std::size_t(j)]] : 0.0;
+            certificate_pair(sq, c_, pair, inv_eps, pi, double(pk[j]), wk[std::size_t(j)], &row);
           }
-          const double pair = pair_row ? pair_row[labels_[1 - side][std::size_t(j)]] : 0.0;
-          certificate_pair(sq, c_, pair, inv_eps, pi, double(pk[j]), wk[std::size_t(j)], &sum,
-                           &sum_t, &max_t);
         }
-        certificate_row(wq[std::size_t(i)], sum, sum_t, max_t, &s);
+        certificate_row(wq[std::size_t(i)], row, &s);
       }
       part[std::size_t(blk)] = s;
     });
@@ -275,6 +293,8 @@ class CpuOracle final : public OracleBase<T> {
       total.mass += s.mass;
       total.weighted_t += s.weighted_t;
       total.max_t = std::max(total.max_t, s.max_t);
+      total.cost += s.cost;
+      total.potentials += s.potentials;
       if (std::isnan(s.max_t)) total.max_t = s.max_t;
     }
     return total;

@@ -34,6 +34,9 @@
 #include "oracles/oracle_base.hpp"
 
 namespace kantor {
+
+static_assert(cuda::kCertifyRows == cuda::kBlockRows,
+              "the certificate kernel's rows per block must be the block lists' row tile");
 namespace {
 
 using cuda::LseFamily;
@@ -141,7 +144,7 @@ class CudaOracle final : public OracleBase<T> {
     y_ref_ = upload(prep.y_ref);
     a_ref_ = upload(prep.a_ref);
     b_ref_ = upload(prep.b_ref);
-    cert_out_ = Buffer<double>(ctx_, 8);
+    cert_out_ = Buffer<double>(ctx_, 12);
     if (prep.classes > 0) {
       // Labels, and the pair table c_w W per side (the g side reads W^T) in double (the
       // certificate), in the exact kernels' u units (/ c) and in the shifted form's (/ 2c).
@@ -353,7 +356,16 @@ class CudaOracle final : public OracleBase<T> {
     symmetric_step(eps, T(1), f_tmp_.data(), g_tmp_.data(), out);
   }
   Certificate certify(double eps, const T* f, const T* g) override {
-    cuda::memset_async(cert_out_.data(), 0, 8 * sizeof(double), stream_);
+    return certify_pairs(eps, f, g, false);
+  }
+  Certificate certify_kept(double eps, const T* f, const T* g) override {
+    return certify_pairs(eps, f, g, true);
+  }
+
+ private:
+  // The certificate over every pair, or (kept) over the pairs of the current block lists.
+  Certificate certify_pairs(double eps, const T* f, const T* g, bool kept) {
+    cuda::memset_async(cert_out_.data(), 0, 12 * sizeof(double), stream_);
     cuda::CertifySide<T> rows;
     rows.queries = x_ref_.data();
     rows.keys = y_ref_.data();
@@ -380,7 +392,17 @@ class CudaOracle final : public OracleBase<T> {
     std::swap(cols.nq, cols.nk);
     std::swap(cols.query_labels, cols.key_labels);
     if (this->label_cost()) cols.pair = pair_ref_[1].data();
-    cols.out = cert_out_.data() + 4;
+    cols.out = cert_out_.data() + 6;
+    if (kept) {
+      for (int s = 0; s < 2; ++s) {
+        const BlockList* l = this->block_list(s);
+        if (!l) continue;
+        cuda::CertifySide<T>& side = s == 0 ? rows : cols;
+        side.run_ptr = run_ptr_[s].data();
+        side.runs = runs_[s].data();
+        side.key_tile = int(l->key_tile);
+      }
+    }
     cuda::launch_certify_side(rows, stream_);
     cuda::launch_certify_side(cols, stream_);
     const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
@@ -390,12 +412,13 @@ class CudaOracle final : public OracleBase<T> {
       sd.mass = h[std::size_t(o + 1)];
       sd.weighted_t = h[std::size_t(o + 2)];
       std::memcpy(&sd.max_t, &h[std::size_t(o + 3)], sizeof(double));
+      sd.cost = h[std::size_t(o + 4)];
+      sd.potentials = h[std::size_t(o + 5)];
       return sd;
     };
-    return certificate_bound(side(0), side(4), n_, m_, d_, eps);
+    return certificate_bound(side(0), side(6), n_, m_, d_, eps);
   }
 
- private:
   cuda::PassTraits traits(bool block_list) const {
     cuda::PassTraits t;
     t.precision = precision_;

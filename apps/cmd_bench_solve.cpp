@@ -1,0 +1,181 @@
+// kantor bench solve: time whole solves to a tolerance (annealing, certificate and all) on the
+// multiscale benchmark data of docs/benchmarks.md: x ~ U[0,1]^d, y = (0.8 u + 0.1)^2 elementwise
+// with u ~ U[0,1]^d, cost |x - y|^2. The first call is timed with the Context's creation (the
+// cold figure, in this process: CUDA context and module loading included); later calls reuse the
+// Context (warm). One JSON object per invocation with --json.
+//
+//   kantor bench solve --n 1048576 --epsilon 0.0025 --tolerance 5e-3 --solver multiscale --json
+#include <boost/program_options.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <vector>
+
+#include "cli_common.hpp"
+#include "commands.hpp"
+#include "kantor/kantor.hpp"
+
+namespace kantor::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::int64_t n = 1 << 17, m = 0;
+  int d = 3;
+  double epsilon = 0.0025, tolerance = 5e-3;
+  std::string solver = "multiscale", precision, backend = "auto";
+  int repeats = 3;
+  std::uint64_t seed = 0;
+  std::int64_t cell = 0;
+  bool verify = false, json = false;
+};
+
+template <class T>
+int run(const Options& o) {
+  // The data, in float64 (the certificate's coordinates) and in T (the engine's).
+  std::mt19937_64 rng(o.seed);
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  const std::int64_t m = o.m > 0 ? o.m : o.n;
+  std::vector<double> x(std::size_t(o.n * o.d)), y(std::size_t(m * o.d));
+  for (double& v : x) v = U(rng);
+  for (double& v : y) {
+    const double u = 0.8 * U(rng) + 0.1;
+    v = u * u;
+  }
+  const std::vector<T> xt(x.begin(), x.end()), yt(y.begin(), y.end());
+  Problem<T> p;
+  p.features().x = host_matrix(xt.data(), o.n, o.d);
+  p.features().y = host_matrix(yt.data(), m, o.d);
+  p.epsilon = o.epsilon;
+  if (!std::is_same<T, double>::value) {
+    p.reference_x = host_matrix(x.data(), o.n, o.d);
+    p.reference_y = host_matrix(y.data(), m, o.d);
+  }
+  SinkhornOptions so;
+  so.tolerance = o.tolerance;
+  so.solver = parse_solver_kind(o.solver, "--solver");
+  so.multiscale.verify = o.verify;
+  if (o.cell > 0) so.multiscale.cell_points = o.cell;
+  {
+    std::string why;
+    if (!so.is_valid(&why)) throw InvalidArgument("SinkhornOptions: " + why);
+  }
+  ContextOptions co;
+  co.backend = parse_backend(o.backend, "--backend");
+  const Precision precision =
+      o.precision.empty() ? (std::is_same<T, double>::value ? Precision::kFp64 : Precision::kFp32)
+                          : parse_precision(o.precision, "--precision");
+  so.precision = precision;
+
+  std::vector<double> seconds;
+  SinkhornSummary s;
+  double cold = NAN;
+  {
+    const auto t0 = Clock::now();
+    Context ctx(co);
+    for (int r = 0; r < o.repeats; ++r) {
+      const auto t1 = Clock::now();
+      Potentials<T> pot;
+      s = solve_sinkhorn(ctx, p, so, &pot);
+      const double sec = std::chrono::duration<double>(Clock::now() - t1).count();
+      if (r == 0) cold = std::chrono::duration<double>(Clock::now() - t0).count();
+      seconds.push_back(sec);
+      if (!o.json)
+        std::fprintf(stderr, "run %d: %.4f s, %s\n", r, sec, s.brief_report().c_str());
+    }
+  }
+  std::vector<double> warm(seconds.begin() + (seconds.size() > 1 ? 1 : 0), seconds.end());
+  std::sort(warm.begin(), warm.end());
+  const double median = warm[warm.size() / 2];
+  JsonObject j;
+  j.add("benchmark", "solve")
+      .add("n", o.n)
+      .add("m", m)
+      .add("d", std::int64_t(o.d))
+      .add("epsilon", o.epsilon)
+      .add("tolerance", o.tolerance)
+      .add("solver_asked", o.solver)
+      .add("solver", s.solver)
+      .add("solver_note", s.solver_note)
+      .add("precision", to_string(s.precision))
+      .add("backend", to_string(s.backend))
+      .add("engine", s.engine)
+      .add("repeats", std::int64_t(o.repeats))
+      .add("cold_s", cold)
+      .add("warm_s_median", median)
+      .add("warm_s_min", warm.front())
+      .add("converged", s.converged())
+      .add("termination", to_string(s.termination))
+      .add("iterations", s.iterations)
+      .add("fine_updates", s.fine_updates)
+      .add("multiscale_levels", s.multiscale_levels)
+      .add("kept_fraction", s.kept_fraction)
+      .add("mask_rebuilds", s.mask_rebuilds)
+      .add("marginal_error", s.marginal_error)
+      .add("truncation_bound", s.truncation_bound)
+      .add("verified_error", s.verified_error)
+      .add("dual_cost", s.dual_cost)
+      .add("primal_cost", s.primal_cost)
+      .add("seconds_setup", s.seconds_setup)
+      .add("seconds_iterations", s.seconds_iterations)
+      .add("seconds_costs", s.seconds_costs);
+  if (o.json) {
+    std::cout << j.str() << std::endl;
+  } else {
+    std::printf("solve n=%lld m=%lld d=%d eps=%g tol=%g %s [%s]\n  %s\n  cold %.4f s (context "
+                "included), warm median %.4f s (min %.4f, %d warm runs)\n  %s\n",
+                (long long)o.n, (long long)m, o.d, o.epsilon, o.tolerance, s.solver.c_str(),
+                s.solver_note.c_str(), s.brief_report().c_str(), cold, median, warm.front(),
+                int(warm.size()), s.engine.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_bench_solve(const std::vector<std::string>& args) {
+  namespace po = boost::program_options;
+  Options o;
+  po::options_description desc("options", 100, 50);
+  // clang-format off
+  desc.add_options()
+    ("help,h", "print this help and exit")
+    ("n", po::value(&o.n), "source points (default 131072)")
+    ("m", po::value(&o.m), "target points (default n)")
+    ("d", po::value(&o.d), "dimension (default 3)")
+    ("epsilon", po::value(&o.epsilon), "target eps (default 0.0025)")
+    ("tolerance", po::value(&o.tolerance), "certified L1 marginal error (default 5e-3)")
+    ("solver", po::value(&o.solver), "dense | multiscale | auto (default multiscale)")
+    ("cell", po::value(&o.cell), "multiscale: points per coarse cell (default: the library's)")
+    ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
+    ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
+    ("repeats", po::value(&o.repeats), "solves in one process; the first is the cold one (default 3)")
+    ("seed", po::value(&o.seed), "data seed (default 0)")
+    ("verify", po::bool_switch(&o.verify), "multiscale: dense float64 check of the result")
+    ("json", po::bool_switch(&o.json), "print one JSON object");
+  // clang-format on
+  po::variables_map vm = parse_command_line(args, desc);
+  if (vm.count("help")) {
+    std::cout << "usage: kantor bench solve [--n N] [--epsilon E] [--tolerance T] "
+                 "[--solver dense|multiscale|auto] [--json]\n\n"
+              << desc << std::endl;
+    return kExitOk;
+  }
+  po::notify(vm);
+  if (o.n < 1) throw InvalidArgument("--n must be >= 1, got " + std::to_string(o.n));
+  if (o.m < 0) throw InvalidArgument("--m must be >= 1, got " + std::to_string(o.m));
+  if (o.d < 1 || o.d > 64) throw InvalidArgument("--d must be in [1, 64], got " + std::to_string(o.d));
+  if (o.repeats < 1) throw InvalidArgument("--repeats must be >= 1, got " + std::to_string(o.repeats));
+  if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
+    throw InvalidArgument("--epsilon must be a finite number > 0");
+  if (!(o.tolerance > 0) || !std::isfinite(o.tolerance))
+    throw InvalidArgument("--tolerance must be a finite number > 0");
+  const bool fp64 = o.precision == "fp64";
+  return fp64 ? run<double>(o) : run<float>(o);
+}
+
+}  // namespace kantor::cli

@@ -1,0 +1,592 @@
+// Multiscale block-sparse Sinkhorn (docs/multiscale.md): Morton order, coarse-to-fine solves on
+// cells, a provable block screen, truncated fine passes on the engine's block lists, and a
+// deterministic certificate (kept-set float64 passes plus the truncation bound).
+#include "multiscale.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <limits>
+#include <sstream>
+
+#include "kantor/buffer.hpp"
+#include "kantor/error.hpp"
+#include "kantor/oracle.hpp"
+#include "multiscale_screen.hpp"
+
+namespace kantor::multiscale {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A matrix view (host or device, any stride) as a contiguous host array of rows x cols.
+template <class U>
+std::vector<U> host_rows(const Context& ctx, const MatrixView<const U>& v) {
+  std::vector<U> out(static_cast<std::size_t>(v.rows * v.cols));
+  if (v.rows == 0) return out;
+  std::vector<U> raw;
+  const U* src = v.data;
+  if (v.space != MemorySpace::kHost) {
+    raw.resize(std::size_t((v.rows - 1) * v.stride + v.cols));
+    detail::copy_bytes(ctx, raw.data(), MemorySpace::kHost, v.data, v.space,
+                       sizeof(U) * raw.size());
+    src = raw.data();
+  }
+  for (std::int64_t i = 0; i < v.rows; ++i)
+    std::copy(src + i * v.stride, src + i * v.stride + v.cols, out.begin() + i * v.cols);
+  return out;
+}
+
+// Weights (uniform when empty) normalized to total 1, in double.
+template <class T>
+std::vector<double> host_weights(const Context& ctx, const VectorView<const T>& w, std::int64_t n) {
+  std::vector<double> out(std::size_t(n), 1.0);
+  if (w.size > 0) {
+    const std::vector<T> h = to_host(ctx, w);
+    for (std::int64_t i = 0; i < n; ++i) out[std::size_t(i)] = double(h[std::size_t(i)]);
+  }
+  double total = 0;
+  for (double v : out) total += v;
+  for (double& v : out) v /= total;
+  return out;
+}
+
+template <class T>
+Buffer<T> upload(const Context& ctx, const std::vector<T>& h) {
+  Buffer<T> b(ctx, std::int64_t(h.size()));
+  if (!h.empty())
+    detail::copy_bytes(ctx, b.data(), b.space(), h.data(), MemorySpace::kHost, sizeof(T) * h.size());
+  return b;
+}
+
+template <class T>
+std::vector<double> download(const Context& ctx, const Buffer<T>& b) {
+  const std::vector<T> h = to_host(ctx, b.cview());
+  return std::vector<double>(h.begin(), h.end());
+}
+
+// Cells of `size` consecutive sorted points: mass-weighted centroids (plain means for cells
+// without mass) and masses.
+template <class T>
+void coarsen(const std::vector<T>& x, const std::vector<double>& w, std::int64_t n, int d,
+             std::int64_t size, std::vector<T>* xc, std::vector<T>* wc) {
+  const std::int64_t K = (n + size - 1) / size;
+  xc->assign(std::size_t(K * d), T(0));
+  wc->assign(std::size_t(K), T(0));
+  std::vector<double> acc(static_cast<std::size_t>(d));
+  for (std::int64_t k = 0; k < K; ++k) {
+    const std::int64_t b = k * size, e = std::min(n, b + size);
+    double mass = 0;
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (std::int64_t i = b; i < e; ++i) mass += w[std::size_t(i)];
+    for (std::int64_t i = b; i < e; ++i) {
+      const double wi = mass > 0 ? w[std::size_t(i)] / mass : 1.0 / double(e - b);
+      for (int a = 0; a < d; ++a) acc[std::size_t(a)] += wi * double(x[std::size_t(i * d + a)]);
+    }
+    for (int a = 0; a < d; ++a) (*xc)[std::size_t(k * d + a)] = T(acc[std::size_t(a)]);
+    (*wc)[std::size_t(k)] = T(mass);
+  }
+}
+
+// The block list of a lift (rows: the points, keys: the other side's cells) from a coarse
+// level's list (rows: this side's cells, keys: the same cells): point row tile r takes the union
+// of the runs of the coarse row tiles its cells fall in.
+BlockList lift_list(const BlockList& coarse, std::int64_t rows, std::int64_t cell,
+                    const BlockShape& shape) {
+  BlockList out;
+  out.row_tile = shape.row_tile;
+  out.key_tile = coarse.key_tile;
+  const std::int64_t tiles = (rows + shape.row_tile - 1) / shape.row_tile;
+  const std::int64_t coarse_tiles = std::int64_t(coarse.run_ptr.size()) - 1;
+  out.run_ptr.assign(std::size_t(tiles + 1), 0);
+  std::vector<std::int32_t> keys;
+  for (std::int64_t r = 0; r < tiles; ++r) {
+    const std::int64_t first = (r * shape.row_tile / cell) / coarse.row_tile;
+    const std::int64_t last = std::min(
+        coarse_tiles - 1,
+        ((std::min(rows, (r + 1) * shape.row_tile) - 1) / cell) / coarse.row_tile);
+    keys.clear();
+    for (std::int64_t t = first; t <= last; ++t)
+      for (std::int64_t q = coarse.run_ptr[std::size_t(t)]; q < coarse.run_ptr[std::size_t(t + 1)]; ++q)
+        for (std::int32_t k = coarse.runs[std::size_t(2 * q)]; k < coarse.runs[std::size_t(2 * q + 1)]; ++k)
+          keys.push_back(k);
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    for (std::size_t i = 0; i < keys.size();) {
+      std::size_t j = i + 1;
+      while (j < keys.size() && keys[j] == keys[j - 1] + 1) ++j;
+      out.runs.push_back(keys[i]);
+      out.runs.push_back(keys[j - 1] + 1);
+      i = j;
+    }
+    out.run_ptr[std::size_t(r + 1)] = std::int64_t(out.runs.size() / 2);
+  }
+  return out;
+}
+
+double max_drift(const std::vector<double>& now, const std::vector<double>& build,
+                 const std::vector<double>& w) {
+  double v = -std::numeric_limits<double>::infinity();
+  for (std::size_t i = 0; i < now.size(); ++i)
+    if (w[i] > 0) v = std::max(v, now[i] - build[i]);
+  return v;
+}
+
+}  // namespace
+
+template <class T>
+bool auto_picks_multiscale(const Problem<T>& problem, const SinkhornOptions& options, bool warm,
+                           std::string* why) {
+  const std::int64_t n = problem.features().x.rows, m = problem.features().y.rows;
+  const std::int64_t d = problem.features().x.cols;
+  auto no = [&](const std::string& r) {
+    *why = "auto: dense (" + r + ")";
+    return false;
+  };
+  if (problem.labels()) return no("label-augmented cost");
+  if (d > 6) return no("d = " + std::to_string(d) + " > 6: boxes prune little");
+  if (double(n) * double(m) < std::ldexp(1.0, 30)) return no("n m < 2^30");
+  if (!options.anneal) return no("fixed-eps mode");
+  if (!options.coarse_blocks_x.empty()) return no("coarse blocks given");
+  if (warm) return no("warm start");
+  *why = "auto: multiscale (squared-Euclidean, d <= 6, n m >= 2^30)";
+  return true;
+}
+
+template <class T>
+SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
+                      const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
+                      Clock::time_point t0, BlockList* lists, bool coarse_level) {
+  validate(problem);
+  if (problem.labels())
+    throw InvalidArgument("solver multiscale: defined for a squared-Euclidean cost only (this "
+                          "problem's cost is label-augmented); use the dense solver");
+  const MultiscaleOptions& mo = options.multiscale;
+  const SqEuclidean<T>& fe = problem.features();
+  const std::int64_t n = fe.x.rows, m = fe.y.rows;
+  const int d = int(fe.x.cols);
+  const double c = fe.scale, eps = problem.epsilon;
+  const int threads = ctx.threads();
+  const bool warm = pot->f.size() == n && pot->g.size() == m;
+
+  // Too few points for even one coarse level: the dense solver, said so.
+  if (!warm && (n < 2 * mo.cell_points || m < 2 * mo.cell_points)) {
+    SinkhornOptions dense = options;
+    dense.solver = SolverKind::kDense;
+    SinkhornSummary s = solve_sinkhorn(ctx, problem, dense, pot);
+    s.solver_note = "multiscale: fewer than 2 cells of " + std::to_string(mo.cell_points) +
+                    " points on a side; solved dense";
+    return s;
+  }
+
+  // ---- order: one joint Morton key, on centred float64 coordinates (the certificate's) ----
+  std::vector<T> xh = host_rows(ctx, fe.x), yh = host_rows(ctx, fe.y);
+  const bool has_ref = problem.reference_x.rows > 0;
+  std::vector<double> xr, yr;  // the certificate's coordinates
+  if (has_ref) {
+    xr = host_rows(ctx, problem.reference_x);
+    yr = host_rows(ctx, problem.reference_y);
+  } else {
+    xr.assign(xh.begin(), xh.end());
+    yr.assign(yh.begin(), yh.end());
+  }
+  {
+    // Centre (the cost is translation invariant): keeps the screen's arithmetic small.
+    std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity()), hi(lo);
+    for (int a = 0; a < d; ++a) hi[std::size_t(a)] = -lo[std::size_t(a)];
+    for (const auto* v : {&xr, &yr})
+      for (std::size_t i = 0; i < v->size(); ++i) {
+        lo[i % std::size_t(d)] = std::min(lo[i % std::size_t(d)], (*v)[i]);
+        hi[i % std::size_t(d)] = std::max(hi[i % std::size_t(d)], (*v)[i]);
+      }
+    for (auto* v : {&xr, &yr})
+      for (std::size_t i = 0; i < v->size(); ++i)
+        (*v)[i] -= 0.5 * (lo[i % std::size_t(d)] + hi[i % std::size_t(d)]);
+  }
+  std::vector<std::int64_t> ox, oy;
+  morton_order(xr.data(), n, yr.data(), m, d, &ox, &oy, threads);
+  const std::vector<double> wa = host_weights(ctx, problem.a, n), wb = host_weights(ctx, problem.b, m);
+  auto permute_rows = [&](const auto& src, const std::vector<std::int64_t>& o) {
+    std::remove_const_t<std::remove_reference_t<decltype(src)>> out(src.size());
+    for (std::size_t k = 0; k < o.size(); ++k)
+      std::copy(src.begin() + o[k] * d, src.begin() + (o[k] + 1) * d, out.begin() + std::int64_t(k) * d);
+    return out;
+  };
+  auto permute = [](const std::vector<double>& src, const std::vector<std::int64_t>& o) {
+    std::vector<double> out(src.size());
+    for (std::size_t k = 0; k < o.size(); ++k) out[k] = src[std::size_t(o[k])];
+    return out;
+  };
+  const std::vector<T> xp = permute_rows(xh, ox), yp = permute_rows(yh, oy);
+  const std::vector<double> xs = permute_rows(xr, ox), ys = permute_rows(yr, oy);
+  const std::vector<double> ap = permute(wa, ox), bp = permute(wb, oy);
+  std::vector<double> xrp, yrp;  // the caller's reference coordinates, sorted (uncentred)
+  if (has_ref) {
+    xrp = permute_rows(host_rows(ctx, problem.reference_x), ox);
+    yrp = permute_rows(host_rows(ctx, problem.reference_y), oy);
+  }
+  const std::vector<T> apt(ap.begin(), ap.end()), bpt(bp.begin(), bp.end());
+  Problem<T> sorted;
+  sorted.cost = SqEuclidean<T>{host_matrix(xp.data(), n, d), host_matrix(yp.data(), m, d), c};
+  sorted.a = host_vector(apt.data(), n);
+  sorted.b = host_vector(bpt.data(), m);
+  sorted.epsilon = eps;
+  if (has_ref) {
+    sorted.reference_x = host_matrix(xrp.data(), n, d);
+    sorted.reference_y = host_matrix(yrp.data(), m, d);
+  }
+  const double t_setup = seconds_since(t0);
+
+  // ---- coarse levels: the cell problem, solved (recursively when large), lifted ----
+  SinkhornSummary s;
+  s.solver = "multiscale";
+  SinkhornSummary coarse_summary;
+  double seconds_lift = 0;
+  Buffer<T> f(ctx, n), g(ctx, m);
+  if (warm) {
+    std::vector<double> fi = download(ctx, pot->f), gi = download(ctx, pot->g);
+    std::vector<T> fs(static_cast<std::size_t>(n)), gs(static_cast<std::size_t>(m));
+    for (std::int64_t k = 0; k < n; ++k) fs[std::size_t(k)] = T(fi[std::size_t(ox[std::size_t(k)])]);
+    for (std::int64_t k = 0; k < m; ++k) gs[std::size_t(k)] = T(gi[std::size_t(oy[std::size_t(k)])]);
+    f = upload(ctx, fs);
+    g = upload(ctx, gs);
+    s.solver_note = "multiscale from a warm start (no coarse levels)";
+  } else {
+    std::vector<T> xc, ac, yc, bc;
+    coarsen(xp, ap, n, d, mo.cell_points, &xc, &ac);
+    coarsen(yp, bp, m, d, mo.cell_points, &yc, &bc);
+    const std::int64_t K = std::int64_t(ac.size()), Km = std::int64_t(bc.size());
+    Problem<T> coarse;
+    coarse.cost = SqEuclidean<T>{host_matrix(xc.data(), K, d), host_matrix(yc.data(), Km, d), c};
+    coarse.a = host_vector(ac.data(), K);
+    coarse.b = host_vector(bc.data(), Km);
+    coarse.epsilon = eps;
+    SinkhornOptions co = options;
+    const bool coarse_multiscale = double(K) * double(Km) > double(mo.dense_pairs);
+    co.solver = coarse_multiscale ? SolverKind::kMultiscale : SolverKind::kDense;
+    co.callbacks.clear();
+    co.record_iterations = false;
+    co.relaxation = 0;  // automatic over-relaxation: the coarse loop is where the iterations are
+    co.multiscale.verify = false;
+    Potentials<T> pc;
+    BlockList coarse_lists[2];
+    coarse_summary = coarse_multiscale
+                         ? solve(ctx, coarse, co, precision, &pc, Clock::now(), coarse_lists, true)
+                         : kantor::solve_sinkhorn(ctx, coarse, co, &pc);
+    s.multiscale_levels = 1 + coarse_summary.multiscale_levels;
+    // Lift: one c-transform per side against the other side's cells.
+    Problem<T> fx = coarse, gy = coarse;
+    fx.cost = SqEuclidean<T>{host_matrix(xp.data(), n, d), host_matrix(yc.data(), Km, d), c};
+    fx.a = sorted.a;
+    gy.cost = SqEuclidean<T>{host_matrix(xc.data(), K, d), host_matrix(yp.data(), m, d), c};
+    gy.b = sorted.b;
+    detail::fill_bytes(ctx, f.data(), f.space(), 0, sizeof(T) * std::size_t(n));
+    detail::fill_bytes(ctx, g.data(), g.space(), 0, sizeof(T) * std::size_t(m));
+    // Through the coarse level's block lists when it kept some (its cells are runs of the
+    // sorted points, so its row tiles map onto the points' row tiles); dense otherwise.
+    const auto t_lift = Clock::now();
+    auto lift_f = make_oracle(ctx, fx, precision);
+    auto lift_g = make_oracle(ctx, gy, precision);
+    if (!coarse_lists[0].run_ptr.empty()) {
+      const BlockList lf = lift_list(coarse_lists[0], n, mo.cell_points, lift_f->block_shape());
+      const BlockList lg = lift_list(coarse_lists[1], m, mo.cell_points, lift_g->block_shape());
+      lift_f->set_block_lists(&lf, nullptr);
+      lift_g->set_block_lists(nullptr, &lg);
+    }
+    lift_f->update_f(T(eps), pc.g.data(), f.data(), nullptr);
+    lift_g->update_g(T(eps), pc.f.data(), g.data(), nullptr);
+    seconds_lift = seconds_since(t_lift);
+    // The levels, coarsest first: "K x Km: ..." per level.
+    std::ostringstream os;
+    os << std::setprecision(3);
+    if (coarse_summary.solver == "multiscale")
+      os << coarse_summary.solver_note;
+    else
+      os << K << " x " << Km << " dense: " << coarse_summary.iterations << " iterations ("
+         << to_string(coarse_summary.termination) << "), " << coarse_summary.seconds_total << " s";
+    s.solver_note = os.str();
+  }
+
+  // ---- the points: screen, truncated passes, certificate ----
+  std::unique_ptr<Oracle<T>> oracle = make_oracle(ctx, sorted, precision);
+  s.n = n;
+  s.m = m;
+  s.d = d;
+  s.schedule = Schedule::kAlternating;
+  s.backend = ctx.backend();
+  s.backend_note = ctx.backend_note();
+  s.precision = oracle->precision();
+  s.engine = oracle->description();
+  s.epsilon = eps;
+  s.tolerance = options.tolerance > 0 ? options.tolerance : default_tolerance(s.precision);
+  s.initial_epsilon = warm ? eps : coarse_summary.initial_epsilon;
+  s.resolvable_epsilon = coarse_summary.resolvable_epsilon;
+  s.iterations = coarse_summary.iterations;
+  s.annealing_iterations = coarse_summary.annealing_iterations;
+  s.relaxation = 1.0;
+  s.certificates = coarse_summary.certificates;
+  const double theta_b = std::log(4.0 / s.tolerance) + mo.slack;
+  const BlockShape shape = oracle->block_shape();
+
+  std::vector<double> fb = download(ctx, f), gb = download(ctx, g);  // the mask's potentials
+  Screen sc;
+  double seconds_screen = 0;
+  auto build_mask = [&]() {
+    const auto t_screen = Clock::now();
+    const Hierarchy hx = build_hierarchy(xs.data(), ap.data(), fb.data(), n, d, shape.key_tile,
+                                         64, threads);
+    const Hierarchy hy = build_hierarchy(ys.data(), bp.data(), gb.data(), m, d, shape.key_tile,
+                                         64, threads);
+    sc = screen(hx, hy, n, m, d, c, theta_b * eps, 0.0, shape, threads);
+    s.kept_fraction = sc.kept_fraction;
+    seconds_screen += seconds_since(t_screen);
+  };
+  build_mask();
+  const double first_screen = seconds_screen;
+  double seconds_cert = 0;
+  const bool dense_fine = !coarse_level && sc.kept_fraction > mo.max_density;
+  if (dense_fine) {
+    // Fallback: the screen keeps too much (high dimension, large eps): dense passes on the
+    // points from the lifted potentials; the coarse annealing has run.
+    SinkhornSolver<T> solver(ctx, sorted, precision);
+    Potentials<T> ps;
+    ps.f = std::move(f);
+    ps.g = std::move(g);
+    SinkhornOptions dense = options;
+    dense.solver = SolverKind::kDense;
+    SinkhornSummary fine = solver.solve(dense, &ps);
+    std::ostringstream os;
+    os << s.solver_note << "; " << n << " x " << m << " points: the screen kept "
+       << std::setprecision(3) << 100 * sc.kept_fraction << "% of the pairs (> "
+       << 100 * mo.max_density << "%): dense passes, " << fine.iterations << " iterations";
+    const std::string note = os.str();
+    const std::int64_t coarse_it = s.iterations, levels = s.multiscale_levels;
+    s = fine;
+    s.solver = "multiscale";
+    s.solver_note = note;
+    s.multiscale_levels = levels;
+    s.kept_fraction = 1.0;
+    s.iterations += coarse_it;
+    s.fine_updates = 2 * fine.iterations;
+    s.initial_epsilon = coarse_summary.initial_epsilon;
+    s.annealing_iterations = coarse_summary.annealing_iterations;
+    s.certificates += coarse_summary.certificates;
+    // The dense solve's certificate is already over every pair: its float64 evaluation.
+    if (mo.verify) s.verified_error = fine.marginal_error - fine.marginal_error_slack;
+    f = std::move(ps.f);
+    g = std::move(ps.g);
+  } else {
+    oracle->set_block_lists(&sc.f_side, &sc.g_side);
+  }
+
+  const auto t_iter = Clock::now();
+  Buffer<double> scalars(ctx, 4);
+  VectorOps<T>& ops = oracle->ops();
+  auto as_matrix = [](const Buffer<T>& b, bool /*read*/ = true) {
+    return MatrixView<T>{b.data(), b.size(), 1, 1, b.space()};
+  };
+  const bool auto_relax = mo.relaxation == 0;
+  double w = auto_relax ? 1.0 : mo.relaxation;
+  Buffer<T> prev_f(ctx, n), prev_g(ctx, m);
+  int grew = 0, plain_run = 0;
+  double run_start = 0;
+  std::int64_t fine_iterations = 0, failed_certs = 0, cert_iteration = -1;
+  double residual = std::numeric_limits<double>::quiet_NaN();
+  Certificate cert;
+  double tail = std::numeric_limits<double>::quiet_NaN();
+  const std::int64_t budget = std::max<std::int64_t>(1, options.max_iterations - s.iterations);
+  if (!dense_fine) s.termination = TerminationType::kMaxIterations;
+  while (!dense_fine && fine_iterations < budget) {
+    if (ctx.cancel_requested()) {
+      s.termination = TerminationType::kUserAbort;
+      s.message = "cancelled";
+      break;
+    }
+    // One alternating iteration, over-relaxed: pot <- (1 - w) pot + w T(other).
+    if (w != 1) ops.axpby(1.0, as_matrix(f), 0.0, as_matrix(prev_f, false));
+    oracle->update_f(T(eps), g.data(), f.data(), nullptr);
+    if (w != 1) ops.axpby(1 - w, as_matrix(prev_f), w, as_matrix(f, false));
+    if (w != 1) ops.axpby(1.0, as_matrix(g), 0.0, as_matrix(prev_g, false));
+    oracle->update_g(T(eps), f.data(), g.data(), scalars.data());
+    if (w != 1) ops.axpby(1 - w, as_matrix(prev_g), w, as_matrix(g, false));
+    ++fine_iterations;
+    s.fine_updates += 2;
+    const double last_residual = residual;
+    residual = to_host(ctx, scalars.cview())[0];
+    // Automatic over-relaxation: the contraction rate over two plain iterations gives w; two
+    // growing residuals in a row reset it.
+    if (auto_relax && std::isfinite(last_residual)) {
+      grew = residual > last_residual ? grew + 1 : 0;
+      if (w != 1 && grew >= 2) {
+        w = 1;
+        plain_run = 0;
+        grew = 0;
+        ++s.relaxation_resets;
+      } else if (w == 1 && residual < last_residual) {
+        if (++plain_run == 1) run_start = last_residual;
+        if (plain_run == 2 && run_start > 0) {
+          const double rate = std::sqrt(residual / run_start);
+          if (rate < 1) w = std::min(1.9, 2 / (1 + std::sqrt(1 - rate)));
+        }
+      } else if (w == 1) {
+        plain_run = 0;
+      }
+    }
+    s.relaxation = w;
+    if (!std::isfinite(residual)) {
+      s.termination = TerminationType::kNumericalFailure;
+      s.message = "non-finite marginal error in the fine passes";
+      break;
+    }
+    IterationRecord rec{s.iterations + fine_iterations, eps, residual,
+                        std::numeric_limits<double>::quiet_NaN(), seconds_since(t0)};
+    bool stop = false;
+    if (coarse_level && residual <= 0.5 * s.tolerance) {
+      // A coarse level: a warm start for the next; the finest level certifies.
+      s.termination = TerminationType::kConverged;
+      s.message = "coarse level: engine residual below half the tolerance (not certified)";
+      stop = true;
+    } else if (coarse_level) {
+    } else if (residual <= 0.5 * s.tolerance || fine_iterations == budget) {
+      const std::vector<double> fn = download(ctx, f), gn = download(ctx, g);
+      const double drift = max_drift(fn, fb, ap) + max_drift(gn, gb, bp);
+      if (drift > mo.slack * eps) {
+        // The mask no longer covers what the potentials may carry: rebuild it from them.
+        fb = fn;
+        gb = gn;
+        build_mask();
+        oracle->set_block_lists(&sc.f_side, &sc.g_side);
+        ++s.mask_rebuilds;
+      } else {
+        const auto t_cert = Clock::now();
+        cert = oracle->certify_kept(eps, f.data(), g.data());
+        seconds_cert += seconds_since(t_cert);
+        ++s.certificates;
+        cert_iteration = fine_iterations;
+        tail = 2 * std::exp(-(theta_b - drift / eps));
+        rec.certified_error = cert.bound + tail;
+        if (rec.certified_error <= s.tolerance) {
+          s.termination = TerminationType::kConverged;
+          std::ostringstream os;
+          os << "certified marginal error " << std::setprecision(3) << rec.certified_error
+             << " <= tolerance " << s.tolerance << " (kept pairs " << cert.bound
+             << ", truncation " << tail << ")";
+          s.message = os.str();
+          stop = true;
+        } else if (residual <= 0.5 * s.tolerance && ++failed_certs >= 10) {
+          s.termination = TerminationType::kRoundingFloor;
+          std::ostringstream os;
+          os << "not converged: the engine's residual " << std::setprecision(3) << residual
+             << " met the tolerance but the certified error stayed at " << rec.certified_error
+             << " > " << s.tolerance << " (the rounding floor of " << to_string(s.precision)
+             << " at this eps)";
+          s.message = os.str();
+          stop = true;
+        }
+      }
+    }
+    if (options.record_iterations) s.records.push_back(rec);
+    for (const auto& cb : options.callbacks) {
+      const CallbackResult r = cb(rec);
+      if (r == CallbackResult::kAbort) {
+        s.termination = TerminationType::kUserAbort;
+        s.message = "a callback asked to abort";
+        stop = true;
+        break;
+      }
+      if (r == CallbackResult::kStopSuccessfully) {
+        s.termination = TerminationType::kUserSuccess;
+        s.message = "a callback asked to stop";
+        stop = true;
+        break;
+      }
+    }
+    if (stop) break;
+  }
+  if (!dense_fine) {
+    s.iterations += fine_iterations;
+    if (s.termination == TerminationType::kMaxIterations)
+      s.message = "iteration budget of " + std::to_string(options.max_iterations) +
+                  " spent before the tolerance was met";
+    s.seconds_iterations = seconds_since(t_iter);
+    if (lists) {
+      lists[0] = sc.f_side;
+      lists[1] = sc.g_side;
+    }
+  }
+  if (!dense_fine && !coarse_level) {
+    const auto t_costs = Clock::now();
+    // The certificate of the returned potentials, when the loop did not end on one.
+    const std::vector<double> fn = download(ctx, f), gn = download(ctx, g);
+    const double drift = max_drift(fn, fb, ap) + max_drift(gn, gb, bp);
+    if (cert_iteration != fine_iterations) {
+      const auto t_cert = Clock::now();
+      cert = oracle->certify_kept(eps, f.data(), g.data());
+      seconds_cert += seconds_since(t_cert);
+      ++s.certificates;
+    }
+    tail = 2 * std::exp(-(theta_b - drift / eps));
+    s.truncation_bound = tail;
+    s.marginal_error = cert.bound + tail;
+    s.marginal_error_slack = cert.slack;
+    s.residual = residual;
+    oracle->dual_value(f.data(), g.data(), scalars.data());
+    s.dual_cost = to_host(ctx, scalars.cview())[0];
+    // The plan's values from the certificate's float64 sums over the kept pairs (the rest holds
+    // at most the truncation bound of the mass): no extra pass.
+    s.plan_mass = cert.plan_mass;
+    s.primal_cost = cert.plan_cost;
+    s.regularized_cost = cert.plan_potentials - eps * (cert.plan_mass - 1.0);
+    s.dual_gap = s.regularized_cost - s.dual_cost;
+    if (s.termination == TerminationType::kConverged && !(s.marginal_error <= s.tolerance)) {
+      s.termination = TerminationType::kMaxIterations;
+      s.message += "; but the final certificate exceeds the tolerance";
+    }
+    if (mo.verify) {
+      oracle->set_block_lists(nullptr, nullptr);
+      s.verified_error = oracle->certify(eps, f.data(), g.data()).computed;
+    }
+    s.epsilon_reached = eps;
+    s.seconds_costs = seconds_since(t_costs);
+  }
+  s.seconds_setup = t_setup;
+  if (!dense_fine) {
+    std::ostringstream os;
+    os << std::setprecision(3) << s.solver_note << (s.solver_note.empty() ? "" : "; ") << n
+       << " x " << m << " points: " << fine_iterations << " iterations, " << 100 * s.kept_fraction
+       << "% kept; seconds: order " << t_setup << ", lift " << seconds_lift << ", screen "
+       << seconds_screen << ", passes "
+       << s.seconds_iterations - (seconds_screen - first_screen) - seconds_cert
+       << ", certificates " << seconds_cert << ", values " << s.seconds_costs;
+    s.solver_note = os.str();
+  }
+
+  // ---- results in the caller's order ----
+  {
+    const std::vector<double> fs = download(ctx, f), gs = download(ctx, g);
+    std::vector<T> fo(static_cast<std::size_t>(n)), go(static_cast<std::size_t>(m));
+    for (std::int64_t k = 0; k < n; ++k) fo[std::size_t(ox[std::size_t(k)])] = T(fs[std::size_t(k)]);
+    for (std::int64_t k = 0; k < m; ++k) go[std::size_t(oy[std::size_t(k)])] = T(gs[std::size_t(k)]);
+    pot->f = upload(ctx, fo);
+    pot->g = upload(ctx, go);
+    pot->epsilon = eps;
+  }
+  s.seconds_total = seconds_since(t0);
+  return s;
+}
+
+#define KANTOR_INSTANTIATE(T)                                                                  \
+  template bool auto_picks_multiscale(const Problem<T>&, const SinkhornOptions&, bool,        \
+                                      std::string*);                                          \
+  template SinkhornSummary solve(const Context&, const Problem<T>&, const SinkhornOptions&,   \
+                                 Precision, Potentials<T>*, Clock::time_point, BlockList*, \
+                                 bool);
+KANTOR_INSTANTIATE(float)
+KANTOR_INSTANTIATE(double)
+#undef KANTOR_INSTANTIATE
+
+}  // namespace kantor::multiscale

@@ -1,0 +1,32 @@
+// The multiscale solver behind SinkhornOptions::solver (docs/multiscale.md). Internal to
+// solvers/: solve_sinkhorn and SinkhornSolver::solve dispatch here.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "kantor/oracle.hpp"
+#include "kantor/sinkhorn.hpp"
+
+namespace kantor::multiscale {
+
+/// Whether SolverKind::kAuto picks the multiscale solver for this problem and these options
+/// (`warm`: the call holds warm-start potentials); *why receives the reason either way.
+template <class T>
+bool auto_picks_multiscale(const Problem<T>& problem, const SinkhornOptions& options, bool warm,
+                           std::string* why);
+
+/// Solves `problem` with the multiscale solver (the caller validated the options). Potentials
+/// of sizes n and m in `pot` are a warm start (no coarse levels: the mask is built from them).
+/// `lists` (optional, two entries): the f-side and g-side block lists of the final fine passes,
+/// over the Morton-sorted points (left empty when the fine passes ran dense); the next finer
+/// level lifts through them. `coarse` marks a coarse level of an enclosing solve: its
+/// potentials are only a warm start, so it runs the truncated passes whatever their density and
+/// stops on the engine's residual (no certificate; the finest level certifies the result).
+template <class T>
+SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
+                      const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
+                      std::chrono::steady_clock::time_point t0, BlockList* lists = nullptr,
+                      bool coarse = false);
+
+}  // namespace kantor::multiscale

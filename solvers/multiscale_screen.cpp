@@ -1,0 +1,570 @@
+// Morton ordering, cell hierarchies and the block screen of the multiscale solver
+// (solvers/multiscale_screen.hpp; the bound: docs/multiscale.md).
+#include "multiscale_screen.hpp"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+
+#include "kantor/error.hpp"
+#include "parallel.hpp"
+
+namespace kantor::multiscale {
+namespace {
+
+constexpr double kRound = 0x1.0p-53;
+
+// Chunks of an index range for the host threads: [k * chunk, min((k + 1) * chunk, count)).
+std::int64_t chunks(std::int64_t count, std::int64_t chunk) { return (count + chunk - 1) / chunk; }
+
+}  // namespace
+
+void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
+                  std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
+                  int threads) {
+  std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity());
+  std::vector<double> hi(std::size_t(d), -std::numeric_limits<double>::infinity());
+  auto extend = [&](const double* p, std::int64_t rows) {
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (int k = 0; k < d; ++k) {
+        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], p[i * d + k]);
+        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], p[i * d + k]);
+      }
+  };
+  extend(x, n);
+  extend(y, m);
+  const int axes = std::min(d, 63);
+  const int bits = std::max(1, 63 / d);
+  const double top = std::ldexp(1.0, bits) - 1;
+  std::vector<double> scale(std::size_t(d), 0.0);
+  for (int k = 0; k < d; ++k) {
+    const double w = hi[std::size_t(k)] - lo[std::size_t(k)];
+    scale[std::size_t(k)] = w > 0 ? top / w : 0.0;
+  }
+  auto order = [&](const double* p, std::int64_t rows, std::vector<std::int64_t>* out) {
+    std::vector<std::pair<std::uint64_t, std::int64_t>> keys(static_cast<std::size_t>(rows));
+    constexpr std::int64_t kChunk = 4096;
+    detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {
+      std::uint64_t q[63];
+      for (std::int64_t i = c * kChunk; i < std::min(rows, (c + 1) * kChunk); ++i) {
+        for (int k = 0; k < axes; ++k) {
+          const double v = (p[i * d + k] - lo[std::size_t(k)]) * scale[std::size_t(k)];
+          q[k] = std::uint64_t(std::min(top, std::max(0.0, std::floor(v))));
+        }
+        std::uint64_t key = 0;
+        for (int b = bits - 1; b >= 0; --b)
+          for (int k = 0; k < axes; ++k) key = (key << 1) | ((q[k] >> b) & 1u);
+        keys[std::size_t(i)] = {key, i};
+      }
+    });
+    // LSD radix sort, 16-bit digits (stable: ties keep the input order); passes whose digit is
+    // the same for every key are skipped.
+    std::vector<std::pair<std::uint64_t, std::int64_t>> tmp(keys.size());
+    std::vector<std::int64_t> count(std::size_t(1) << 16);
+    for (int shift = 0; shift < 64; shift += 16) {
+      std::fill(count.begin(), count.end(), 0);
+      for (const auto& k : keys) ++count[std::size_t((k.first >> shift) & 0xffffu)];
+      if (!keys.empty() && count[std::size_t((keys[0].first >> shift) & 0xffffu)] == rows) continue;
+      std::int64_t at = 0;
+      for (auto& c : count) {
+        const std::int64_t here = c;
+        c = at;
+        at += here;
+      }
+      for (const auto& k : keys) tmp[std::size_t(count[std::size_t((k.first >> shift) & 0xffffu)]++)] = k;
+      keys.swap(tmp);
+    }
+    out->resize(std::size_t(rows));
+    for (std::int64_t i = 0; i < rows; ++i) (*out)[std::size_t(i)] = keys[std::size_t(i)].second;
+  };
+  order(x, n, order_x);
+  order(y, m, order_y);
+}
+
+namespace {
+
+// Per-cell central moments of the active (positive-weight) points: count, mean, scatter matrix
+// sum (x - mean)(x - mean)^T, mean potential and sum (x - mean)(pot - mean pot). Children merge
+// exactly (Chan et al.'s pairwise update), so upper levels never revisit the points.
+struct Moments {
+  std::vector<double> cnt, mean, scatter, fmean, cross;
+  void resize(std::int64_t count, int d) {
+    cnt.assign(std::size_t(count), 0.0);
+    mean.assign(std::size_t(count * d), 0.0);
+    scatter.assign(std::size_t(count * d * d), 0.0);
+    fmean.assign(std::size_t(count), 0.0);
+    cross.assign(std::size_t(count * d), 0.0);
+  }
+};
+
+// The least-squares gradient of cell k from its moments (0 when degenerate); any gradient gives
+// a valid bound, because the residual above the model is measured or bounded, not assumed.
+void fit_gradient(const Moments& M, std::int64_t k, int d, double* grad) {
+  for (int a = 0; a < d; ++a) grad[a] = 0;
+  if (M.cnt[std::size_t(k)] < 2) return;
+  Eigen::Map<const Eigen::MatrixXd> S(M.scatter.data() + k * d * d, d, d);
+  Eigen::Map<const Eigen::VectorXd> r(M.cross.data() + k * d, d);
+  Eigen::MatrixXd A = S;
+  const double tr = A.trace();
+  if (!(tr > 0)) return;
+  A.diagonal().array() += 1e-9 * tr / d;
+  const Eigen::VectorXd g = A.ldlt().solve(r);
+  if (g.allFinite())
+    for (int a = 0; a < d; ++a) grad[a] = g[a];
+}
+
+// Level 0: boxes, moments, models and exact residuals from the points of cell k.
+void fit_atom(const double* x, const double* w, const double* pot, std::int64_t n, int d,
+              CellLevel* L, Moments* M, std::int64_t k) {
+  const std::int64_t b = k * L->size, e = std::min(n, b + L->size);
+  double* lo = L->lo.data() + k * d;
+  double* hi = L->hi.data() + k * d;
+  double* mean = M->mean.data() + k * d;
+  for (int a = 0; a < d; ++a) {
+    lo[a] = std::numeric_limits<double>::infinity();
+    hi[a] = -std::numeric_limits<double>::infinity();
+  }
+  double cnt = 0, fmean = 0;
+  for (std::int64_t i = b; i < e; ++i) {
+    for (int a = 0; a < d; ++a) {
+      lo[a] = std::min(lo[a], x[i * d + a]);
+      hi[a] = std::max(hi[a], x[i * d + a]);
+    }
+    if (!(w[i] > 0)) continue;
+    if (!std::isfinite(pot[i]))
+      throw InvalidArgument("multiscale: the potential of point " + std::to_string(i) +
+                            " (sorted order) is not finite");
+    cnt += 1;
+    fmean += pot[i];
+    for (int a = 0; a < d; ++a) mean[a] += x[i * d + a];
+  }
+  M->cnt[std::size_t(k)] = cnt;
+  L->active[std::size_t(k)] = cnt > 0;
+  if (cnt == 0) return;
+  fmean /= cnt;
+  for (int a = 0; a < d; ++a) mean[a] /= cnt;
+  M->fmean[std::size_t(k)] = fmean;
+  double* S = M->scatter.data() + k * d * d;
+  double* r = M->cross.data() + k * d;
+  std::vector<double> u(static_cast<std::size_t>(d));
+  for (std::int64_t i = b; i < e; ++i) {
+    if (!(w[i] > 0)) continue;
+    for (int a = 0; a < d; ++a) u[std::size_t(a)] = x[i * d + a] - mean[a];
+    for (int a = 0; a < d; ++a) {
+      r[a] += u[std::size_t(a)] * (pot[i] - fmean);
+      for (int c2 = 0; c2 < d; ++c2) S[a * d + c2] += u[std::size_t(a)] * u[std::size_t(c2)];
+    }
+  }
+  double* grad = L->grad.data() + k * d;
+  fit_gradient(*M, k, d, grad);
+  double res = -std::numeric_limits<double>::infinity();
+  for (std::int64_t i = b; i < e; ++i) {
+    if (!(w[i] > 0)) continue;
+    double model = fmean;
+    for (int a = 0; a < d; ++a) model += grad[a] * (x[i * d + a] - mean[a]);
+    res = std::max(res, pot[i] - model);
+  }
+  for (int a = 0; a < d; ++a) L->center[std::size_t(k * d + a)] = mean[a];
+  L->value[std::size_t(k)] = fmean;
+  L->resid[std::size_t(k)] = res;
+}
+
+// Level above `C`: cell k merges children 2k and 2k+1. Its residual is bounded through the
+// children's: for a point of child c, pot - model_k(x) <= (model_c - model_k)(x) + resid_c, a
+// linear function maximized over the child's box (plus a rounding allowance).
+void merge_cell(const CellLevel& C, const Moments& MC, int d, CellLevel* L, Moments* M,
+                std::int64_t k) {
+  double* lo = L->lo.data() + k * d;
+  double* hi = L->hi.data() + k * d;
+  for (int a = 0; a < d; ++a) {
+    lo[a] = std::numeric_limits<double>::infinity();
+    hi[a] = -std::numeric_limits<double>::infinity();
+  }
+  double cnt = 0;
+  double* mean = M->mean.data() + k * d;
+  double* S = M->scatter.data() + k * d * d;
+  double* r = M->cross.data() + k * d;
+  double fmean = 0;
+  for (std::int64_t c = 2 * k; c < std::min(C.count, 2 * k + 2); ++c) {
+    for (int a = 0; a < d; ++a) {
+      lo[a] = std::min(lo[a], C.lo[std::size_t(c * d + a)]);
+      hi[a] = std::max(hi[a], C.hi[std::size_t(c * d + a)]);
+    }
+    const double n2 = MC.cnt[std::size_t(c)];
+    if (n2 == 0) continue;
+    const double* m2 = MC.mean.data() + c * d;
+    if (cnt == 0) {
+      cnt = n2;
+      fmean = MC.fmean[std::size_t(c)];
+      for (int a = 0; a < d; ++a) mean[a] = m2[a];
+      for (int a = 0; a < d * d; ++a) S[a] = MC.scatter[std::size_t(c * d * d + a)];
+      for (int a = 0; a < d; ++a) r[a] = MC.cross[std::size_t(c * d + a)];
+      continue;
+    }
+    const double tot = cnt + n2, wgt = cnt * n2 / tot;
+    const double df = MC.fmean[std::size_t(c)] - fmean;
+    std::vector<double> dl(static_cast<std::size_t>(d));
+    for (int a = 0; a < d; ++a) dl[std::size_t(a)] = m2[a] - mean[a];
+    for (int a = 0; a < d; ++a) {
+      r[a] += MC.cross[std::size_t(c * d + a)] + wgt * dl[std::size_t(a)] * df;
+      for (int b2 = 0; b2 < d; ++b2)
+        S[a * d + b2] += MC.scatter[std::size_t(c * d * d + a * d + b2)] +
+                         wgt * dl[std::size_t(a)] * dl[std::size_t(b2)];
+    }
+    for (int a = 0; a < d; ++a) mean[a] += dl[std::size_t(a)] * n2 / tot;
+    fmean += df * n2 / tot;
+    cnt = tot;
+  }
+  M->cnt[std::size_t(k)] = cnt;
+  M->fmean[std::size_t(k)] = fmean;
+  L->active[std::size_t(k)] = cnt > 0;
+  if (cnt == 0) return;
+  double* grad = L->grad.data() + k * d;
+  fit_gradient(*M, k, d, grad);
+  for (int a = 0; a < d; ++a) L->center[std::size_t(k * d + a)] = mean[a];
+  L->value[std::size_t(k)] = fmean;
+  double res = -std::numeric_limits<double>::infinity();
+  for (std::int64_t c = 2 * k; c < std::min(C.count, 2 * k + 2); ++c) {
+    if (!C.active[std::size_t(c)]) continue;
+    const double* gc = C.grad.data() + c * d;
+    const double* cc = C.center.data() + c * d;
+    // (model_c - model_k)(x) = v_c - v_k - <g_c, c_c> + <g_k, c_k> + <g_c - g_k, x>.
+    double v = C.value[std::size_t(c)] - fmean + C.resid[std::size_t(c)];
+    double mag = std::fabs(C.value[std::size_t(c)]) + std::fabs(fmean) + std::fabs(C.resid[std::size_t(c)]);
+    for (int a = 0; a < d; ++a) {
+      const double da = gc[a] - grad[a];
+      const double xl = C.lo[std::size_t(c * d + a)], xh = C.hi[std::size_t(c * d + a)];
+      v += -gc[a] * cc[a] + grad[a] * mean[a] + std::max(da * xl, da * xh);
+      mag += std::fabs(gc[a] * cc[a]) + std::fabs(grad[a] * mean[a]) +
+             (std::fabs(gc[a]) + std::fabs(grad[a])) * std::max(std::fabs(xl), std::fabs(xh));
+    }
+    res = std::max(res, v + (4.0 * d + 16.0) * kRound * mag);
+  }
+  L->resid[std::size_t(k)] = res;
+}
+
+// The packed record pair_bound reads: lo, hi, grad, base = value + resid - <grad, center>,
+// mag (the magnitudes behind base and the linear terms) and ext (the largest |coordinate|).
+void pack(CellLevel* L, int d) {
+  const std::int64_t st = 3 * std::int64_t(d) + 3;
+  L->packed.assign(std::size_t(L->count * st), 0.0);
+  for (std::int64_t k = 0; k < L->count; ++k) {
+    double* P = L->packed.data() + k * st;
+    double base = L->value[std::size_t(k)] + L->resid[std::size_t(k)];
+    double mag = std::fabs(L->value[std::size_t(k)]) + std::fabs(L->resid[std::size_t(k)]);
+    double ext = 0;
+    for (int a = 0; a < d; ++a) {
+      const double lo = L->lo[std::size_t(k * d + a)], hi = L->hi[std::size_t(k * d + a)];
+      const double g = L->grad[std::size_t(k * d + a)], c = L->center[std::size_t(k * d + a)];
+      P[a] = lo;
+      P[d + a] = hi;
+      P[2 * d + a] = g;
+      base -= g * c;
+      const double e = std::max(std::fabs(lo), std::fabs(hi));
+      ext = std::max(ext, e);
+      mag += std::fabs(g) * (std::fabs(c) + 2 * e);
+    }
+    P[3 * d] = base;
+    P[3 * d + 1] = mag;
+    P[3 * d + 2] = ext;
+  }
+}
+
+}  // namespace
+
+Hierarchy build_hierarchy(const double* x, const double* w, const double* pot, std::int64_t n,
+                          int d, std::int64_t atom, std::int64_t top_cells, int threads) {
+  Hierarchy h;
+  Moments below;
+  std::int64_t size = atom;
+  for (;;) {
+    CellLevel L;
+    L.size = size;
+    L.count = (n + size - 1) / size;
+    L.lo.resize(std::size_t(L.count * d));
+    L.hi.resize(std::size_t(L.count * d));
+    L.center.assign(std::size_t(L.count * d), 0.0);
+    L.grad.assign(std::size_t(L.count * d), 0.0);
+    L.value.assign(std::size_t(L.count), 0.0);
+    L.resid.assign(std::size_t(L.count), 0.0);
+    L.active.assign(std::size_t(L.count), 0);
+    Moments M;
+    M.resize(L.count, d);
+    if (h.levels.empty()) {
+      detail::parallel_for(L.count, threads,
+                           [&](std::int64_t k) { fit_atom(x, w, pot, n, d, &L, &M, k); });
+    } else {
+      const CellLevel& C = h.levels.back();
+      detail::parallel_for(L.count, threads,
+                           [&](std::int64_t k) { merge_cell(C, below, d, &L, &M, k); });
+    }
+    pack(&L, d);
+    const std::int64_t count = L.count;
+    h.levels.push_back(std::move(L));
+    below = std::move(M);
+    if (count <= std::max<std::int64_t>(top_cells, 1)) break;
+    size *= 2;
+  }
+  return h;
+}
+
+namespace {
+
+// pair_bound's body, with the dimension a compile-time constant when D > 0 (unrolled loops).
+template <int D>
+inline double pair_bound_impl(const double* A, const double* B, int dyn_d, double c) {
+  const int d = D > 0 ? D : dyn_d;
+  const double inv2c = 0.5 / c;
+  double bound = A[3 * d] + B[3 * d];
+  for (int k = 0; k < d; ++k) {
+    const double xl = A[k], xh = A[d + k], p = A[2 * d + k];
+    const double yl = B[k], yh = B[d + k], q = B[2 * d + k];
+    // The maximum of a concave quadratic h(s, t) = p s + q t - c (s - t)^2 over the rectangle
+    // lies on one of its four edges (an interior critical point exists only when p = -q, and
+    // then h is constant along lines s - t = const, which meet the boundary); on each edge h is
+    // a 1-D concave quadratic, maximized at its clamped vertex.
+    const double t1 = std::min(yh, std::max(yl, xl + q * inv2c));
+    const double t2 = std::min(yh, std::max(yl, xh + q * inv2c));
+    const double s3 = std::min(xh, std::max(xl, yl + p * inv2c));
+    const double s4 = std::min(xh, std::max(xl, yh + p * inv2c));
+    const double h1 = p * xl + q * t1 - c * (xl - t1) * (xl - t1);
+    const double h2 = p * xh + q * t2 - c * (xh - t2) * (xh - t2);
+    const double h3 = p * s3 + q * yl - c * (s3 - yl) * (s3 - yl);
+    const double h4 = p * s4 + q * yh - c * (s4 - yh) * (s4 - yh);
+    bound += std::max(std::max(h1, h2), std::max(h3, h4));
+  }
+  // Rounding allowance: each term carries a relative error of a few units of 2^-53 per
+  // operation; (8 d + 32) u times a bound of every magnitude involved (the cells' model terms,
+  // |h| <= (|p| + |q|) e + 4 c e^2 per axis with e the largest |coordinate|) covers them.
+  const double e = std::max(A[3 * d + 2], B[3 * d + 2]);
+  const double mag = A[3 * d + 1] + B[3 * d + 1] + 8.0 * d * c * e * e;
+  return bound + (8.0 * d + 32.0) * kRound * mag;
+}
+
+}  // namespace
+
+double pair_bound(const CellLevel& X, std::int64_t I, const CellLevel& Y, std::int64_t J, int d,
+                  double c) {
+  const std::int64_t st = 3 * std::int64_t(d) + 3;
+  const double* A = X.packed.data() + I * st;
+  const double* B = Y.packed.data() + J * st;
+  switch (d) {
+    case 1: return pair_bound_impl<1>(A, B, d, c);
+    case 2: return pair_bound_impl<2>(A, B, d, c);
+    case 3: return pair_bound_impl<3>(A, B, d, c);
+    default: return pair_bound_impl<0>(A, B, d, c);
+  }
+}
+
+namespace {
+
+using Pair = std::pair<std::int32_t, std::int32_t>;
+
+// One side's block list from the kept atom pairs (first = row atom, second = key atom).
+BlockList make_list(const std::vector<Pair>& pairs, bool transpose, std::int64_t rows,
+                    std::int64_t keys, const BlockShape& shape, int threads,
+                    double* covered_pairs) {
+  const std::int64_t atom = shape.key_tile, per_tile = shape.row_tile / shape.key_tile;
+  const std::int64_t tiles = (rows + shape.row_tile - 1) / shape.row_tile;
+  std::vector<std::int64_t> start(std::size_t(tiles + 1), 0);
+  for (const Pair& p : pairs) ++start[std::size_t((transpose ? p.second : p.first) / per_tile + 1)];
+  for (std::int64_t t = 0; t < tiles; ++t) start[std::size_t(t + 1)] += start[std::size_t(t)];
+  std::vector<std::int32_t> keys_of(pairs.size());
+  {
+    std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
+    for (const Pair& p : pairs) {
+      const std::int32_t r = transpose ? p.second : p.first, k = transpose ? p.first : p.second;
+      keys_of[std::size_t(fill[std::size_t(r / per_tile)]++)] = k;
+    }
+  }
+  std::vector<std::vector<std::int32_t>> runs(static_cast<std::size_t>(tiles));
+  std::vector<double> covered(static_cast<std::size_t>(tiles), 0.0);
+  const std::int64_t key_atoms = (keys + atom - 1) / atom;
+  detail::parallel_for(tiles, threads, [&](std::int64_t t) {
+    auto b = keys_of.begin() + start[std::size_t(t)], e = keys_of.begin() + start[std::size_t(t + 1)];
+    std::sort(b, e);
+    e = std::unique(b, e);
+    std::vector<std::int32_t>& out = runs[std::size_t(t)];
+    std::int64_t nkeys = 0;
+    for (auto it = b; it != e;) {
+      auto jt = it + 1;
+      while (jt != e && *jt == *(jt - 1) + 1) ++jt;
+      out.push_back(*it);
+      out.push_back(*(jt - 1) + 1);
+      const std::int64_t kb = std::int64_t(*it) * atom;
+      const std::int64_t ke = std::min(keys, (std::int64_t(*(jt - 1)) + 1) * atom);
+      nkeys += ke - kb;
+      it = jt;
+    }
+    (void)key_atoms;
+    const std::int64_t r0 = t * shape.row_tile, r1 = std::min(rows, r0 + shape.row_tile);
+    covered[std::size_t(t)] = double(r1 - r0) * double(nkeys);
+  });
+  BlockList list;
+  list.row_tile = shape.row_tile;
+  list.key_tile = shape.key_tile;
+  list.run_ptr.assign(std::size_t(tiles + 1), 0);
+  for (std::int64_t t = 0; t < tiles; ++t)
+    list.run_ptr[std::size_t(t + 1)] =
+        list.run_ptr[std::size_t(t)] + std::int64_t(runs[std::size_t(t)].size() / 2);
+  list.runs.reserve(std::size_t(2 * list.run_ptr.back()));
+  double total = 0;
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    list.runs.insert(list.runs.end(), runs[std::size_t(t)].begin(), runs[std::size_t(t)].end());
+    total += covered[std::size_t(t)];
+  }
+  *covered_pairs = total;
+  return list;
+}
+
+}  // namespace
+
+Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
+              double c, double threshold, double margin, const BlockShape& shape, int threads) {
+  if (shape.key_tile <= 0 || shape.row_tile <= 0 || shape.row_tile % shape.key_tile != 0)
+    throw InvalidArgument("multiscale: the engine's row tile (" + std::to_string(shape.row_tile) +
+                          ") is not a multiple of its key tile (" +
+                          std::to_string(shape.key_tile) + ")");
+  Screen out;
+  const double keep_at = -threshold - margin;
+  int lx = int(hx.levels.size()) - 1, ly = int(hy.levels.size()) - 1;
+  // Top level: every pair of active cells.
+  std::vector<Pair> cand;
+  {
+    const CellLevel& X = hx.levels[std::size_t(lx)];
+    const CellLevel& Y = hy.levels[std::size_t(ly)];
+    for (std::int64_t I = 0; I < X.count; ++I)
+      for (std::int64_t J = 0; J < Y.count; ++J)
+        if (X.active[std::size_t(I)] && Y.active[std::size_t(J)])
+          cand.emplace_back(std::int32_t(I), std::int32_t(J));
+  }
+  // Level by level: test the candidates and, for the survivors, emit the children pairs of the
+  // next level down, in parallel chunks concatenated in order (deterministic).
+  constexpr std::int64_t kChunk = 4096;
+  for (;;) {
+    const CellLevel& X = hx.levels[std::size_t(lx)];
+    const CellLevel& Y = hy.levels[std::size_t(ly)];
+    const bool last = lx == 0 && ly == 0;
+    const bool dx = lx > 0, dy = ly > 0;
+    const CellLevel& Xc = hx.levels[std::size_t(dx ? lx - 1 : lx)];
+    const CellLevel& Yc = hy.levels[std::size_t(dy ? ly - 1 : ly)];
+    std::vector<std::vector<Pair>> out_chunks(
+        static_cast<std::size_t>(chunks(std::int64_t(cand.size()), kChunk)));
+    detail::parallel_for(std::int64_t(out_chunks.size()), threads, [&](std::int64_t ch) {
+      std::vector<Pair>& o = out_chunks[std::size_t(ch)];
+      const std::int64_t e = std::min<std::int64_t>(std::int64_t(cand.size()), (ch + 1) * kChunk);
+      for (std::int64_t k = ch * kChunk; k < e; ++k) {
+        const Pair p = cand[std::size_t(k)];
+        if (pair_bound(X, p.first, Y, p.second, d, c) < keep_at) continue;
+        if (last) {
+          o.push_back(p);
+          continue;
+        }
+        for (int a = 0; a < (dx ? 2 : 1); ++a) {
+          const std::int64_t I = dx ? 2 * std::int64_t(p.first) + a : p.first;
+          if (I >= Xc.count || !Xc.active[std::size_t(I)]) continue;
+          for (int b = 0; b < (dy ? 2 : 1); ++b) {
+            const std::int64_t J = dy ? 2 * std::int64_t(p.second) + b : p.second;
+            if (J >= Yc.count || !Yc.active[std::size_t(J)]) continue;
+            o.emplace_back(std::int32_t(I), std::int32_t(J));
+          }
+        }
+      }
+    });
+    out.tested_pairs += std::int64_t(cand.size());
+    std::size_t total = 0;
+    for (const auto& v : out_chunks) total += v.size();
+    std::vector<Pair> next;
+    next.reserve(total);
+    for (const auto& v : out_chunks) next.insert(next.end(), v.begin(), v.end());
+    cand.swap(next);
+    if (last) break;
+    if (dx) --lx;
+    if (dy) --ly;
+  }
+  // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
+  // nearest box centre (atoms without weight, which have no potential model).
+  const CellLevel& X = hx.levels[0];
+  const CellLevel& Y = hy.levels[0];
+  auto repair = [&](const CellLevel& A, const CellLevel& B, bool a_is_x) {
+    std::vector<char> has(std::size_t(A.count), 0);
+    for (const Pair& p : cand) has[std::size_t(a_is_x ? p.first : p.second)] = 1;
+    std::vector<std::int64_t> lonely;
+    for (std::int64_t I = 0; I < A.count; ++I)
+      if (!has[std::size_t(I)]) lonely.push_back(I);
+    std::vector<std::int64_t> partner(lonely.size(), -1);
+    // The partner: descend B's hierarchy from its top level, at each level taking the child with
+    // the best score against A's cell at the matching level (O(levels) per atom; any partner
+    // keeps the row non-empty, and a good one keeps its potential sensible).
+    const Hierarchy& HA = a_is_x ? hx : hy;
+    const Hierarchy& HB = a_is_x ? hy : hx;
+    detail::parallel_for(std::int64_t(lonely.size()), threads, [&](std::int64_t q) {
+      const std::int64_t I0 = lonely[std::size_t(q)];
+      auto score = [&](int la, std::int64_t Ia, int lb, std::int64_t Jb) {
+        const CellLevel& Ac = HA.levels[std::size_t(la)];
+        const CellLevel& Bc = HB.levels[std::size_t(lb)];
+        if (Ac.active[std::size_t(Ia)] && A.active[std::size_t(I0)])
+          return a_is_x ? pair_bound(Ac, Ia, Bc, Jb, d, c) : pair_bound(Bc, Jb, Ac, Ia, d, c);
+        double v = 0;
+        for (int k = 0; k < d; ++k) {
+          const double t = 0.5 * (Ac.lo[std::size_t(Ia * d + k)] + Ac.hi[std::size_t(Ia * d + k)]) -
+                           0.5 * (Bc.lo[std::size_t(Jb * d + k)] + Bc.hi[std::size_t(Jb * d + k)]);
+          v -= t * t;
+        }
+        return v;
+      };
+      const int lbt = int(HB.levels.size()) - 1;
+      auto a_level = [&](int lb) { return std::min(lb, int(HA.levels.size()) - 1); };
+      std::int64_t arg = -1;
+      double best = -std::numeric_limits<double>::infinity();
+      {
+        const int la = a_level(lbt);
+        const std::int64_t Ia = I0 >> la;
+        for (std::int64_t J = 0; J < HB.levels[std::size_t(lbt)].count; ++J) {
+          if (!HB.levels[std::size_t(lbt)].active[std::size_t(J)]) continue;
+          const double v = score(la, Ia, lbt, J);
+          if (arg < 0 || v > best) {
+            best = v;
+            arg = J;
+          }
+        }
+      }
+      for (int lb = lbt - 1; lb >= 0 && arg >= 0; --lb) {
+        const CellLevel& Bc = HB.levels[std::size_t(lb)];
+        const int la = a_level(lb);
+        std::int64_t next = -1;
+        best = -std::numeric_limits<double>::infinity();
+        for (std::int64_t J = 2 * arg; J < std::min(Bc.count, 2 * arg + 2); ++J) {
+          if (!Bc.active[std::size_t(J)]) continue;
+          const double v = score(la, I0 >> la, lb, J);
+          if (next < 0 || v > best) {
+            best = v;
+            next = J;
+          }
+        }
+        arg = next;
+      }
+      partner[std::size_t(q)] = arg;
+    });
+    for (std::size_t q = 0; q < lonely.size(); ++q) {
+      if (partner[q] < 0) continue;  // no weight on the other side at all: validation refuses that
+      ++out.orphans;
+      const std::int32_t I = std::int32_t(lonely[q]), J = std::int32_t(partner[q]);
+      cand.emplace_back(a_is_x ? Pair(I, J) : Pair(J, I));
+    }
+  };
+  repair(X, Y, true);
+  repair(Y, X, false);
+  out.atom_pairs = std::int64_t(cand.size());
+  double covered = 0, unused = 0;
+  out.f_side = make_list(cand, false, n, m, shape, threads, &covered);
+  out.g_side = make_list(cand, true, m, n, shape, threads, &unused);
+  out.kept_fraction = covered / (double(n) * double(m));
+  return out;
+}
+
+}  // namespace kantor::multiscale

@@ -1,0 +1,77 @@
+// The geometry of the multiscale solver (docs/multiscale.md): Morton ordering, a hierarchy of
+// contiguous cells with boxes and linear potential models, and the provable block screening that
+// turns potentials into block lists (kantor::BlockList) for the engines' truncated passes.
+// Host code, float64, no engine types: unit-tested on its own (tests/sinkhorn/test_multiscale.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kantor/oracle.hpp"
+
+namespace kantor::multiscale {
+
+/// The permutation that sorts the points of x (n x d) and y (m x d), row-major float64, by one
+/// joint Morton (Z-order) key on their joint bounding box: floor(63 / d) bits per axis (at least
+/// one; axes beyond the 63rd do not enter the key). order_x[k] = the input index of the k-th
+/// sorted point. Ties keep the input order (stable).
+void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
+                  std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
+                  int threads);
+
+/// One side's cells at one level: `count` cells of consecutive sorted points; cell k holds points
+/// [k * size, min((k + 1) * size, n)).
+struct CellLevel {
+  std::int64_t size = 0;    ///< points per cell (the atom size times 2^level)
+  std::int64_t count = 0;
+  std::vector<double> lo, hi;  ///< count x d: the box of the cell's points (all of them)
+  /// Linear model of the potential over the cell's points of positive weight:
+  /// model(x) = value + <grad, x - center> (the least-squares fit, center = their mean), and
+  /// resid >= max_i (pot_i - model(x_i)): measured on the points for level-0 cells, bounded
+  /// through the children's models over their boxes above (upper levels never revisit points).
+  std::vector<double> center, grad;  ///< count x d
+  std::vector<double> value, resid;  ///< count
+  std::vector<char> active;          ///< the cell holds a point of positive weight
+  /// What pair_bound reads, one record of 3 d + 3 doubles per cell: lo, hi, grad, then
+  /// value + resid - <grad, center>, a bound of the magnitudes behind it, the largest |coordinate|.
+  std::vector<double> packed;
+};
+
+/// A hierarchy over one side's sorted points: level 0 cells of `atom` points, each level above
+/// merging pairs of cells, up to the first level of at most `top_cells` cells.
+struct Hierarchy {
+  std::vector<CellLevel> levels;
+};
+
+/// Builds the hierarchy of sorted points `x` (n x d), weights `w` (n, >= 0) and potential `pot`
+/// (n, as double; entries of zero-weight points are ignored and may be non-finite). Throws
+/// InvalidArgument if a positive-weight point has a non-finite potential.
+Hierarchy build_hierarchy(const double* x, const double* w, const double* pot, std::int64_t n,
+                          int d, std::int64_t atom, std::int64_t top_cells, int threads);
+
+/// An upper bound of pot_x(x_i) + pot_y(y_j) - c |x_i - y_j|^2 over the points i of cell I and j
+/// of cell J (both active), exact in real arithmetic up to the rounding of double (the caller
+/// adds a margin): the two linear models plus their residuals, maximized in closed form over the
+/// two boxes, axis by axis (a concave quadratic over a rectangle attains its maximum on an edge).
+double pair_bound(const CellLevel& X, std::int64_t I, const CellLevel& Y, std::int64_t J,
+                  int d, double c);
+
+/// The result of a screen: the kept atom pairs as two block lists, and statistics.
+struct Screen {
+  BlockList f_side;        ///< rows x (row tiles of shape.row_tile), keys y (tiles of atoms)
+  BlockList g_side;        ///< rows y, keys x
+  std::int64_t atom_pairs = 0;     ///< kept pairs of level-0 cells
+  std::int64_t tested_pairs = 0;   ///< pair bounds evaluated, all levels
+  double kept_fraction = 0;        ///< point pairs the f-side list covers / (n m)
+  std::int64_t orphans = 0;        ///< atoms that kept no partner and got their best one
+};
+
+/// Keeps every atom pair (I, J) whose bound is >= -threshold - margin (threshold = theta_b eps,
+/// margin = the bound's rounding allowance), testing only children of pairs kept one level up
+/// (all pairs at the top level). Every atom, on either side, keeps at least one partner holding
+/// positive weight (its best by the bound, or by box distance for an atom without weight), so no
+/// row of a pass is empty. Atoms are shape.key_tile points; shape.row_tile must be a multiple.
+Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
+              double c, double threshold, double margin, const BlockShape& shape, int threads);
+
+}  // namespace kantor::multiscale

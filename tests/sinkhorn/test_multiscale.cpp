@@ -1,0 +1,470 @@
+// The multiscale solver (docs/multiscale.md): the screen's pieces against brute force (the pair
+// bound is an upper bound; every dropped pair is below the threshold; Morton order is a
+// permutation), the kept-set certificate against a dense float64 sum over the kept pairs, and
+// whole solves against the dense solver on adversarial inputs, with the rule that matters most:
+// the reported marginal error is never below the true one (MultiscaleOptions::verify evaluates
+// the true one densely). CUDA suites run the same solves on the GPU against the CPU engine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "kantor/context.hpp"
+#include "kantor/error.hpp"
+#include "kantor/oracle.hpp"
+#include "kantor/sinkhorn.hpp"
+#include "solvers/multiscale_screen.hpp"
+#include "support/dense_reference.hpp"
+#include "support/gpu.hpp"
+#include "support/random_problems.hpp"
+
+namespace kantor::testing {
+namespace {
+
+using multiscale::build_hierarchy;
+using multiscale::morton_order;
+using multiscale::pair_bound;
+
+std::vector<double> uniform_cloud(Rng& rng, std::int64_t n, std::int64_t d) {
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  std::vector<double> v(static_cast<std::size_t>(n * d));
+  for (double& e : v) e = U(rng);
+  return v;
+}
+
+// The target cloud: (0.8 u + 0.1)^2 elementwise.
+std::vector<double> squeezed_cloud(Rng& rng, std::int64_t n, std::int64_t d) {
+  std::vector<double> v = uniform_cloud(rng, n, d);
+  for (double& e : v) e = (0.8 * e + 0.1) * (0.8 * e + 0.1);
+  return v;
+}
+
+// Rows of `v` (n x d) in the order `o`.
+std::vector<double> permuted(const std::vector<double>& v, const std::vector<std::int64_t>& o,
+                             std::int64_t d) {
+  std::vector<double> out(v.size());
+  for (std::size_t k = 0; k < o.size(); ++k)
+    for (std::int64_t a = 0; a < d; ++a)
+      out[k * std::size_t(d) + std::size_t(a)] = v[std::size_t(o[k] * d + a)];
+  return out;
+}
+
+// A smooth potential plus noise: f(x) = s <x, dir> + t |x|^2 + noise.
+std::vector<double> smooth_potential(Rng& rng, const std::vector<double>& x, std::int64_t d,
+                                     double s, double t, double noise) {
+  std::normal_distribution<double> N(0.0, 1.0);
+  std::vector<double> f(x.size() / std::size_t(d));
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    double lin = 0, sq = 0;
+    for (std::int64_t a = 0; a < d; ++a) {
+      const double v = x[i * std::size_t(d) + std::size_t(a)];
+      lin += v * double(a + 1);
+      sq += v * v;
+    }
+    f[i] = s * lin + t * sq + noise * N(rng);
+  }
+  return f;
+}
+
+TEST(MultiscaleScreen, MortonOrderIsAStablePermutationThatGroupsNeighbours) {
+  Rng rng(3);
+  const std::int64_t n = 4096, m = 3000, d = 3;
+  const std::vector<double> x = uniform_cloud(rng, n, d), y = uniform_cloud(rng, m, d);
+  std::vector<std::int64_t> ox, oy;
+  morton_order(x.data(), n, y.data(), m, int(d), &ox, &oy, 2);
+  for (const auto* o : {&ox, &oy}) {
+    std::vector<std::int64_t> s = *o;
+    std::sort(s.begin(), s.end());
+    for (std::size_t i = 0; i < s.size(); ++i) ASSERT_EQ(s[i], std::int64_t(i));
+  }
+  // Cells of 64 consecutive sorted points are much smaller than cells of 64 input-order points.
+  auto mean_box = [&](const std::vector<double>& pts, std::int64_t rows) {
+    double total = 0;
+    std::int64_t cells = 0;
+    for (std::int64_t b = 0; b + 64 <= rows; b += 64, ++cells) {
+      double vol = 1;
+      for (std::int64_t a = 0; a < d; ++a) {
+        double lo = 1e300, hi = -1e300;
+        for (std::int64_t i = b; i < b + 64; ++i) {
+          lo = std::min(lo, pts[std::size_t(i * d + a)]);
+          hi = std::max(hi, pts[std::size_t(i * d + a)]);
+        }
+        vol *= hi - lo;
+      }
+      total += vol;
+    }
+    return total / double(cells);
+  };
+  EXPECT_LT(mean_box(permuted(x, ox, d), n), 0.1 * mean_box(x, n));
+  // Duplicated points: ties keep the input order.
+  std::vector<double> dup(std::size_t(8 * d), 0.5);
+  std::vector<std::int64_t> od, oe;
+  morton_order(dup.data(), 8, dup.data(), 8, int(d), &od, &oe, 1);
+  for (std::int64_t i = 0; i < 8; ++i) EXPECT_EQ(od[std::size_t(i)], i);
+}
+
+TEST(MultiscaleScreen, PairBoundIsAnUpperBoundOverEveryPairOfCells) {
+  for (const std::int64_t d : {1, 2, 3, 6}) {
+    Rng rng(10 + std::uint64_t(d));
+    const std::int64_t n = 1024, m = 768;
+    const std::vector<double> x0 = uniform_cloud(rng, n, d), y0 = squeezed_cloud(rng, m, d);
+    std::vector<std::int64_t> ox, oy;
+    morton_order(x0.data(), n, y0.data(), m, int(d), &ox, &oy, 2);
+    const std::vector<double> x = permuted(x0, ox, d), y = permuted(y0, oy, d);
+    const std::vector<double> f = smooth_potential(rng, x, d, 0.3, 0.7, 0.01);
+    const std::vector<double> g = smooth_potential(rng, y, d, -0.2, 0.9, 0.01);
+    std::vector<double> wa(std::size_t(n), 1.0), wb(std::size_t(m), 1.0);
+    wa[5] = 0;  // a zero weight: its potential does not enter the model
+    const double c = 0.5;
+    const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), n, int(d), 64, 4, 2);
+    const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), m, int(d), 64, 4, 2);
+    ASSERT_GE(hx.levels.size(), 2u);
+    double slack_sum = 0;
+    std::int64_t pairs = 0;
+    for (std::size_t lx = 0; lx < 2; ++lx) {
+      const auto& X = hx.levels[lx];
+      const auto& Y = hy.levels[lx];
+      for (std::int64_t I = 0; I < X.count; ++I)
+        for (std::int64_t J = 0; J < Y.count; ++J) {
+          const double bound = pair_bound(X, I, Y, J, int(d), c);
+          double best = -1e300;
+          for (std::int64_t i = I * X.size; i < std::min(n, (I + 1) * X.size); ++i) {
+            if (!(wa[std::size_t(i)] > 0)) continue;
+            for (std::int64_t j = J * Y.size; j < std::min(m, (J + 1) * Y.size); ++j) {
+              double sq = 0;
+              for (std::int64_t a = 0; a < d; ++a) {
+                const double t = x[std::size_t(i * d + a)] - y[std::size_t(j * d + a)];
+                sq += t * t;
+              }
+              best = std::max(best, f[std::size_t(i)] + g[std::size_t(j)] - c * sq);
+            }
+          }
+          ASSERT_GE(bound, best) << "d " << d << " level " << lx << " cells " << I << ", " << J;
+          slack_sum += bound - best;
+          ++pairs;
+        }
+    }
+    // Not vacuous: on average within a few cost units of a cell's diameter.
+    EXPECT_LT(slack_sum / double(pairs), 1.0 + 0.25 * double(d)) << "d " << d;
+  }
+}
+
+TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartner) {
+  Rng rng(21);
+  const std::int64_t n = 2048, m = 1536, d = 2;
+  const std::vector<double> x0 = uniform_cloud(rng, n, d), y0 = squeezed_cloud(rng, m, d);
+  std::vector<std::int64_t> ox, oy;
+  morton_order(x0.data(), n, y0.data(), m, int(d), &ox, &oy, 2);
+  const std::vector<double> x = permuted(x0, ox, d), y = permuted(y0, oy, d);
+  // Potentials of a plan concentrated near the diagonal: f + g - C is near 0 on it.
+  const std::vector<double> f = smooth_potential(rng, x, d, 0.0, 0.0, 0.002);
+  const std::vector<double> g = smooth_potential(rng, y, d, 0.0, 0.0, 0.002);
+  std::vector<double> wa(std::size_t(n), 1.0), wb(std::size_t(m), 1.0);
+  for (std::int64_t i = 0; i < 64; ++i) wb[std::size_t(i)] = 0;  // a key atom without weight
+  const double c = 1.0, threshold = 0.05;
+  const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), n, int(d), 64, 8, 2);
+  const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), m, int(d), 64, 8, 2);
+  const BlockShape shape{128, 64};
+  const multiscale::Screen sc = multiscale::screen(hx, hy, n, m, int(d), c, threshold, 0.0, shape, 2);
+  validate_block_list(sc.f_side, n, m, shape, "f side");
+  validate_block_list(sc.g_side, m, n, shape, "g side");
+  EXPECT_GT(sc.kept_fraction, 0.0);
+  EXPECT_LT(sc.kept_fraction, 0.9) << "the screen prunes";
+  const std::vector<char> kf = block_list_mask(sc.f_side.run_ptr, sc.f_side.runs, 128, 64, n, m, false);
+  const std::vector<char> kg = block_list_mask(sc.g_side.run_ptr, sc.g_side.runs, 128, 64, m, n, true);
+  for (std::int64_t i = 0; i < n; ++i) {
+    bool any_f = false;
+    for (std::int64_t j = 0; j < m; ++j) {
+      double sq = 0;
+      for (std::int64_t a = 0; a < d; ++a) {
+        const double t = x[std::size_t(i * d + a)] - y[std::size_t(j * d + a)];
+        sq += t * t;
+      }
+      const double v = f[std::size_t(i)] + g[std::size_t(j)] - c * sq;
+      const bool positive = wa[std::size_t(i)] > 0 && wb[std::size_t(j)] > 0;
+      if (positive && !kf[std::size_t(i * m + j)]) ASSERT_LT(v, -threshold) << i << ", " << j;
+      if (positive && !kg[std::size_t(i * m + j)]) ASSERT_LT(v, -threshold) << i << ", " << j;
+      any_f = any_f || (kf[std::size_t(i * m + j)] && wb[std::size_t(j)] > 0);
+    }
+    ASSERT_TRUE(any_f) << "row " << i << " keeps a key of positive weight";
+  }
+  for (std::int64_t j = 0; j < m; ++j) {
+    bool any = false;
+    for (std::int64_t i = 0; i < n && !any; ++i) any = kg[std::size_t(i * m + j)] != 0;
+    ASSERT_TRUE(any) << "column " << j << " (zero-weight atoms included) keeps a key";
+  }
+}
+
+TEST(MultiscaleOracle, KeptCertificateIsTheFloat64SumOverTheKeptPairs) {
+  Rng rng(5);
+  const std::int64_t n = 300, m = 260, d = 3;
+  PointData<double> pd = make_point_data<double>(d, uniform_cloud(rng, n, d),
+                                                 squeezed_cloud(rng, m, d),
+                                                 random_weights(rng, n), {}, 0.02);
+  pd.b = cast_vector<double>(same_mass(random_weights(rng, m), std::vector<double>(pd.a.begin(), pd.a.end())));
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  const Problem<double> p = pd.problem();
+  auto oracle = make_oracle(ctx, p, Precision::kFp64);
+  std::vector<double> f = smooth_potential(rng, pd.x, d, 0.1, 0.5, 0.01);
+  std::vector<double> g = smooth_potential(rng, pd.y, d, -0.1, 0.5, 0.01);
+  const Certificate all = oracle->certify(0.02, f.data(), g.data());
+  const Certificate none_listed = oracle->certify_kept(0.02, f.data(), g.data());
+  EXPECT_EQ(all.computed, none_listed.computed) << "no lists: every pair";
+  // Lists keeping every other key tile.
+  BlockList fl, gl;
+  for (BlockList* l : {&fl, &gl}) {
+    const std::int64_t rows = l == &fl ? n : m, keys = l == &fl ? m : n;
+    l->row_tile = 128;
+    l->key_tile = 64;
+    l->run_ptr.push_back(0);
+    for (std::int64_t r = 0; r < (rows + 127) / 128; ++r) {
+      for (std::int32_t t = std::int32_t(r % 2); t < std::int32_t((keys + 63) / 64); t += 2) {
+        l->runs.push_back(t);
+        l->runs.push_back(t + 1);
+      }
+      l->run_ptr.push_back(std::int64_t(l->runs.size() / 2));
+    }
+  }
+  oracle->set_block_lists(&fl, &gl);
+  const Certificate kept = oracle->certify_kept(0.02, f.data(), g.data());
+  DenseProblem dp = pd.dense();
+  const std::vector<char> kf = block_list_mask(fl.run_ptr, fl.runs, 128, 64, n, m, false);
+  const std::vector<char> kg = block_list_mask(gl.run_ptr, gl.runs, 128, 64, m, n, true);
+  double rows = 0, cols = 0;
+  std::vector<double> colsum(std::size_t(m), 0.0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    double r = 0;
+    for (std::int64_t j = 0; j < m; ++j) {
+      const double P = dp.a[std::size_t(i)] * dp.b[std::size_t(j)] *
+                       std::exp((f[std::size_t(i)] + g[std::size_t(j)] - dp.cost(i, j)) / 0.02);
+      if (kf[std::size_t(i * m + j)]) r += P;
+      if (kg[std::size_t(i * m + j)]) colsum[std::size_t(j)] += P;
+    }
+    rows += std::fabs(r - dp.a[std::size_t(i)]);
+  }
+  for (std::int64_t j = 0; j < m; ++j) cols += std::fabs(colsum[std::size_t(j)] - dp.b[std::size_t(j)]);
+  EXPECT_NEAR(kept.computed, rows + cols, 1e-9 * (rows + cols));
+  EXPECT_LE(rows + cols, kept.bound);
+  EXPECT_NE(kept.computed, all.computed);
+}
+
+// ---- whole solves --------------------------------------------------------------------------
+
+struct Case {
+  const char* name;
+  std::int64_t n, m, d;
+  double eps;
+  int kind;  // 0 uniform vs squeezed, 1 clusters, 2 a line in 3-D, 3 duplicates
+  int weights;  // 0 uniform, 1 zeros, 2 log-normal
+  double tol = 0;        // 0: the test's tolerance
+  bool compare = true;   // also solve dense and compare the values (slow at tiny eps)
+};
+
+template <class T>
+PointData<T> case_data(const Case& k, std::uint64_t seed) {
+  Rng rng(seed);
+  std::vector<double> x, y;
+  if (k.kind == 1) {
+    x = mixture_cloud(rng, k.n, k.d, 32, 0.01);
+    y = mixture_cloud(rng, k.m, k.d, 32, 0.01);
+  } else if (k.kind == 2) {
+    std::uniform_real_distribution<double> U(0.0, 1.0);
+    for (std::int64_t i = 0; i < k.n; ++i) {
+      const double t = U(rng);
+      for (std::int64_t a = 0; a < k.d; ++a) x.push_back(t * double(a + 1) / double(k.d));
+    }
+    for (std::int64_t j = 0; j < k.m; ++j) {
+      const double t = U(rng);
+      for (std::int64_t a = 0; a < k.d; ++a) y.push_back(t * t * double(a + 1) / double(k.d));
+    }
+  } else {
+    x = uniform_cloud(rng, k.n, k.d);
+    y = squeezed_cloud(rng, k.m, k.d);
+    if (k.kind == 3)
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = x[i % std::size_t(64 * k.d)];
+  }
+  std::vector<double> a, b;
+  if (k.weights == 1) {
+    a = with_zeros(random_weights(rng, k.n), 3, 5);
+    b = same_mass(with_zeros(random_weights(rng, k.m), 0, 7), a);
+    // A whole key tile without weight.
+    for (std::int64_t j = 0; j < std::min<std::int64_t>(64, k.m); ++j) b[std::size_t(j)] = 0;
+    b = same_mass(b, a);
+  } else if (k.weights == 2) {
+    std::lognormal_distribution<double> L(0.0, 1.5);
+    for (std::int64_t i = 0; i < k.n; ++i) a.push_back(L(rng));
+    for (std::int64_t j = 0; j < k.m; ++j) b.push_back(L(rng));
+    b = same_mass(b, a);
+  }
+  return make_point_data<T>(k.d, x, y, a, b, k.eps);
+}
+
+template <class T>
+void check_case(const Case& k, Backend backend, Precision precision, double tol) {
+  SCOPED_TRACE(k.name);
+  if (k.tol > 0) tol = k.tol;
+  const PointData<T> pd = case_data<T>(k, 99);
+  Context ctx(ContextOptions{backend, 2});
+  SinkhornOptions o;
+  o.precision = precision;
+  o.tolerance = tol;
+  o.max_iterations = 20000;
+  o.solver = SolverKind::kMultiscale;
+  o.multiscale.max_density = 1.0;  // keep the truncated passes even where they prune little
+  o.multiscale.verify = true;
+  Potentials<T> pot;
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o, &pot);
+  // The rule: the reported bound is never below the true error, converged or not.
+  ASSERT_TRUE(std::isfinite(s.verified_error)) << s.full_report();
+  EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
+  ASSERT_TRUE(s.converged()) << s.full_report();
+  EXPECT_EQ(s.solver, "multiscale");
+  EXPECT_LE(s.verified_error, tol);
+  // The dense solver's value: both plans are within tol of feasible, so their dual costs agree
+  // to about tol times the cost range.
+  if (k.compare) {
+    SinkhornOptions od = o;
+    od.solver = SolverKind::kDense;
+    const SinkhornSummary sd = solve_sinkhorn(ctx, pd.problem(), od);
+    ASSERT_TRUE(sd.converged()) << sd.full_report();
+    const double cmax = pd.dense().max_cost();
+    EXPECT_NEAR(s.dual_cost, sd.dual_cost, 4 * tol * (cmax + k.eps) + 1e-9) << s.full_report();
+  }
+  // Results come back in the caller's order: the returned potentials give the same certified
+  // plan when evaluated by a fresh oracle on the unsorted problem.
+  auto oracle = make_oracle(ctx, pd.problem(), precision);
+  const Certificate c = oracle->certify(k.eps, pot.f.data(), pot.g.data());
+  EXPECT_NEAR(c.computed, s.verified_error, 1e-9 + 1e-6 * s.verified_error);
+}
+
+const Case kCases[] = {
+    {"uniform vs squeezed, d 3", 1024, 1024, 3, 0.003, 0, 0},
+    {"n != m, d 2", 1300, 900, 2, 0.002, 0, 0},
+    {"d 1", 1000, 800, 1, 2e-3, 0, 0},
+    {"d 6", 1024, 1024, 6, 0.02, 0, 0},
+    {"32 tight clusters", 1024, 1024, 3, 0.002, 1, 0},
+    {"a line in 3-D", 1024, 1024, 3, 0.003, 2, 0},
+    {"duplicated points", 1024, 700, 3, 0.005, 3, 0},
+    {"zero weights", 1024, 1024, 3, 0.003, 0, 1},
+    {"log-normal weights", 1024, 1024, 3, 0.003, 0, 2},
+    {"blur 0.3 spacings", 256, 256, 2, 0.3 * 0.3 / 256, 0, 0, 1e-2, false},
+    {"blur 100 spacings", 1024, 1024, 2, 100.0 * 100.0 / 1024, 0, 0},
+};
+
+TEST(Multiscale, CertifiedAndEqualToDenseOnAdversarialInputsFp64) {
+  for (const Case& k : kCases) check_case<double>(k, Backend::kCpu, Precision::kFp64, 1e-3);
+}
+
+TEST(Multiscale, CertifiedAndEqualToDenseFp32) {
+  for (const Case& k : {kCases[0], kCases[4], kCases[7]})
+    check_case<float>(k, Backend::kCpu, Precision::kFp32, 5e-3);
+}
+
+TEST(Multiscale, HighDimensionFallsBackToDensePassesCorrectly) {
+  const Case k{"d 64", 1024, 1024, 64, 0.5, 0, 0};
+  const PointData<double> pd = case_data<double>(k, 7);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o;
+  o.tolerance = 1e-4;
+  o.solver = SolverKind::kMultiscale;
+  o.multiscale.verify = true;
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o);
+  ASSERT_TRUE(s.converged()) << s.full_report();
+  EXPECT_NE(s.solver_note.find("dense passes"), std::string::npos) << s.solver_note;
+  EXPECT_EQ(s.kept_fraction, 1.0);
+  EXPECT_GE(s.marginal_error, s.verified_error);
+  SinkhornOptions od = o;
+  od.solver = SolverKind::kDense;
+  const SinkhornSummary sd = solve_sinkhorn(ctx, pd.problem(), od);
+  EXPECT_NEAR(s.dual_cost, sd.dual_cost, 1e-3 * std::fabs(sd.dual_cost));
+}
+
+TEST(Multiscale, TooFewPointsSolveDenseAndSaySo) {
+  const Case k{"tiny", 100, 90, 2, 0.01, 0, 0};
+  const PointData<double> pd = case_data<double>(k, 8);
+  Context ctx(ContextOptions{Backend::kCpu, 1});
+  SinkhornOptions o;
+  o.solver = SolverKind::kMultiscale;
+  o.tolerance = 1e-6;
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o);
+  EXPECT_TRUE(s.converged());
+  EXPECT_NE(s.solver_note.find("solved dense"), std::string::npos) << s.solver_note;
+}
+
+TEST(Multiscale, AutoRuleAndRefusals) {
+  const Case k{"auto", 300, 300, 3, 0.01, 0, 0};
+  const PointData<double> pd = case_data<double>(k, 9);
+  Context ctx(ContextOptions{Backend::kCpu, 1});
+  SinkhornOptions o;  // solver = auto: small problems stay dense
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o);
+  EXPECT_EQ(s.solver, "dense");
+  EXPECT_NE(s.solver_note.find("n m < 2^30"), std::string::npos) << s.solver_note;
+  // A label-augmented cost is refused by name.
+  std::vector<std::int32_t> lx(300, 0), ly(300, 0);
+  std::vector<double> W{0.0};
+  Problem<double> p = pd.problem();
+  LabelAugmented<double> la;
+  la.features = p.features();
+  la.labels_x = host_vector<const std::int32_t>(lx.data(), 300);
+  la.labels_y = host_vector<const std::int32_t>(ly.data(), 300);
+  la.table = host_matrix<const double>(W.data(), 1, 1);
+  p.cost = la;
+  o.solver = SolverKind::kMultiscale;
+  try {
+    solve_sinkhorn(ctx, p, o);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("squared-Euclidean"), std::string::npos) << e.what();
+  }
+  // Options out of range name the field.
+  for (int bad = 0; bad < 4; ++bad) {
+    SinkhornOptions b;
+    if (bad == 0) b.multiscale.cell_points = 1;
+    if (bad == 1) b.multiscale.slack = 0;
+    if (bad == 2) b.multiscale.max_density = 1.5;
+    if (bad == 3) b.multiscale.relaxation = 2.5;
+    std::string why;
+    EXPECT_FALSE(b.is_valid(&why));
+    EXPECT_NE(why.find("multiscale."), std::string::npos) << why;
+  }
+  EXPECT_EQ(parse_solver_kind("multiscale"), SolverKind::kMultiscale);
+  EXPECT_THROW(parse_solver_kind("sparse"), InvalidArgument);
+}
+
+// ---- GPU ------------------------------------------------------------------------------------
+
+TEST(CudaMultiscale, CertifiedAndEqualToDenseOnTheGpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const Case& k : {kCases[0], kCases[1], kCases[4], kCases[5], kCases[7], kCases[8]})
+    check_case<float>(k, Backend::kCuda, Precision::kFp32, 5e-3);
+  check_case<double>(kCases[0], Backend::kCuda, Precision::kFp64, 1e-4);
+}
+
+TEST(CudaMultiscale, LargerCloudsAgreeWithTheCpuEngine) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  for (const std::int64_t n : {std::int64_t(1) << 14, std::int64_t(1) << 16}) {
+    const Case k{"2^14 / 2^16", n, n, 3, 0.0025, 0, 0};
+    const PointData<float> pd = case_data<float>(k, 12);
+    SinkhornOptions o;
+    o.tolerance = 5e-3;
+    o.solver = SolverKind::kMultiscale;
+    o.multiscale.verify = n <= (std::int64_t(1) << 14);
+    Context gpu(ContextOptions{Backend::kCuda, 0});
+    Potentials<float> pg;
+    const SinkhornSummary sg = solve_sinkhorn(gpu, pd.problem(), o, &pg);
+    ASSERT_TRUE(sg.converged()) << sg.full_report();
+    if (o.multiscale.verify) EXPECT_GE(sg.marginal_error, sg.verified_error);
+    // The CPU engine certifies the GPU's potentials over every pair.
+    Context cpu(ContextOptions{Backend::kCpu, 0});
+    const std::vector<float> f = to_host(gpu, pg.f.cview()), g = to_host(gpu, pg.g.cview());
+    auto oracle = make_oracle(cpu, pd.problem(), Precision::kFp32);
+    const Certificate c = oracle->certify(k.eps, f.data(), g.data());
+    EXPECT_LE(c.computed, sg.marginal_error) << sg.full_report();
+  }
+}
+
+}  // namespace
+}  // namespace kantor::testing
