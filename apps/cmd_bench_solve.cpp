@@ -12,11 +12,14 @@
 #include <cstdio>
 #include <iostream>
 #include <random>
+#include <sstream>
 #include <vector>
 
-#include "cli_common.hpp"
-#include "commands.hpp"
+#include "apps/cli_common.hpp"
+#include "apps/commands.hpp"
+#include "kantor/io.hpp"
 #include "kantor/kantor.hpp"
+#include "apps/solve_output.hpp"
 
 namespace kantor::cli {
 namespace {
@@ -32,6 +35,7 @@ struct Options {
   std::uint64_t seed = 0;
   std::int64_t cell = 0;
   bool verify = false, json = false;
+  std::string mask_path;
 };
 
 template <class T>
@@ -59,6 +63,7 @@ int run(const Options& o) {
   so.tolerance = o.tolerance;
   so.solver = parse_solver_kind(o.solver, "--solver");
   so.multiscale.verify = o.verify;
+  so.multiscale.keep_mask = !o.mask_path.empty();
   if (o.cell > 0) so.multiscale.cell_points = o.cell;
   {
     std::string why;
@@ -87,6 +92,13 @@ int run(const Options& o) {
       if (!o.json)
         std::fprintf(stderr, "run %d: %.4f s, %s\n", r, sec, s.brief_report().c_str());
     }
+  }
+  if (!o.mask_path.empty() && s.mask) {
+    std::ostringstream title;
+    title.precision(3);
+    title << "multiscale block mask, n = " << s.n << ", m = " << s.m << ", eps = " << s.epsilon
+          << " (x ~ U[0,1]^" << o.d << ", y = (0.8 u + 0.1)^2)";
+    io::write_text_atomic(o.mask_path, mask_svg(*s.mask, s.n, s.m, s.kept_fraction, title.str()));
   }
   std::vector<double> warm(seconds.begin() + (seconds.size() > 1 ? 1 : 0), seconds.end());
   std::sort(warm.begin(), warm.end());
@@ -156,6 +168,7 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("repeats", po::value(&o.repeats), "solves in one process; the first is the cold one (default 3)")
     ("seed", po::value(&o.seed), "data seed (default 0)")
     ("verify", po::bool_switch(&o.verify), "multiscale: dense float64 check of the result")
+    ("output-mask", po::value(&o.mask_path), "multiscale: draw the last solve's block mask (.svg)")
     ("json", po::bool_switch(&o.json), "print one JSON object");
   // clang-format on
   po::variables_map vm = parse_command_line(args, desc);

@@ -60,8 +60,10 @@ struct Settings {
   double epsilon = kDemoEpsilon;
   double cost_scale = 1.0;
   bool debias = false, json = false, quiet = false, demo = false;
-  std::string potentials_prefix, map_path, gradient_path;
+  std::string potentials_prefix, map_path, gradient_path, mask_path;
 };
+
+
 
 // ---- the solve ----------------------------------------------------------------------------
 
@@ -205,6 +207,20 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
     outputs.push_back(
         {"--output-potentials", paths.g, {in.m}, to_double(to_host(ctx, pot.g.cview())), is_float});
   }
+  if (!failed && !st.mask_path.empty()) {
+    if (s.mask) {
+      std::ostringstream title;
+      title.precision(3);
+      title << "multiscale block mask, n = " << s.n << ", m = " << s.m << ", eps = " << s.epsilon;
+      io::write_text_atomic(st.mask_path,
+                            mask_svg(*s.mask, s.n, s.m, s.kept_fraction, title.str()));
+      if (!st.json) std::cout << "wrote " << st.mask_path << "\n";
+    } else {
+      std::fprintf(stderr, "kantor solve: no block mask to draw (%s); %s not written\n",
+                   s.solver == "multiscale" ? "the fine passes ran dense" : "the dense solver ran",
+                   st.mask_path.c_str());
+    }
+  }
   if (!failed && !st.map_path.empty()) {
     std::vector<T> map(std::size_t(in.n * in.d));
     solver.barycentric_map(pot, host_matrix(map.data(), in.n, in.d));
@@ -337,7 +353,7 @@ constexpr const char* kUsage =
 int cmd_solve(const std::vector<std::string>& args) {
   std::string source, target, source_weights, target_weights, schedule = "alternating";
   std::string backend = "auto", precision_name, potentials_prefix, map_path, gradient_path;
-  std::string solver_name = "auto";
+  std::string solver_name = "auto", mask_path;
   bool verify = false;
   MultiscaleOptions ms_defaults;
   std::int64_t cell_points = ms_defaults.cell_points;
@@ -374,6 +390,8 @@ int cmd_solve(const std::vector<std::string>& args) {
     ("multiscale-max-density", po::value(&max_density)->value_name("F"),
      "multiscale: dense fine passes when the screen keeps more than this fraction of the pairs "
      "(default 1/3)")
+    ("output-mask", po::value(&mask_path)->value_name("FILE"),
+     "multiscale: draw the block mask of the truncated passes to FILE (.svg)")
     ("verify", po::bool_switch(&verify),
      "multiscale: also evaluate the returned plan's marginal error densely over all n m pairs "
      "(float64; JSON verified_error)")
@@ -417,7 +435,7 @@ int cmd_solve(const std::vector<std::string>& args) {
   // with the problem (kantor::validate, check_and_finish), --threads by the Context.
   for (const char* opt :
        {"source", "target", "source-weights", "target-weights", "output-map", "output-potentials",
-        "output-gradient"})
+        "output-gradient", "output-mask"})
     if (vm.count(opt) && vm[opt].as<std::string>().empty())
       throw InvalidArgument(std::string("--") + opt + ": empty file name");
   if (demo) {
@@ -448,6 +466,11 @@ int cmd_solve(const std::vector<std::string>& args) {
   st.options.anneal = !fixed_eps;
   st.options.solver = parse_solver_kind(solver_name, "--solver");
   st.options.multiscale.verify = verify;
+  st.options.multiscale.keep_mask = vm.count("output-mask") > 0;
+  st.mask_path = mask_path;
+  if (!mask_path.empty() && io::extension(mask_path) != ".svg")
+    throw InvalidArgument("--output-mask '" + mask_path +
+                          "': the picture is SVG: use a .svg name");
   st.options.multiscale.cell_points = cell_points;
   st.options.multiscale.max_density = max_density;
   st.options.scaling = scaling;

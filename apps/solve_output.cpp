@@ -1,11 +1,15 @@
 // kantor solve's outputs (apps/solve_output.hpp).
 #include "apps/solve_output.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kantor/error.hpp"
 #include "kantor/io.hpp"
+#include "kantor/oracle.hpp"
 
 namespace kantor::cli {
 
@@ -68,6 +72,52 @@ void check_outputs(const std::vector<std::pair<std::string, std::string>>& outpu
                               in.first + " '" + in.second +
                               "' (writing it would replace the input; choose another name)");
   }
+}
+
+// The block mask of a multiscale solve (rows: source points, columns: target points, both in
+/// Morton order) as an SVG raster of at most 240 x 240 pixels, each shaded by the fraction of its
+/// tiles that the truncated passes scan.
+std::string mask_svg(const BlockList& list, std::int64_t n, std::int64_t m, double kept,
+                     const std::string& title) {
+  const std::int64_t rt = (n + list.row_tile - 1) / list.row_tile;
+  const std::int64_t kt = (m + list.key_tile - 1) / list.key_tile;
+  const std::int64_t gr = std::min<std::int64_t>(rt, 240), gk = std::min<std::int64_t>(kt, 240);
+  std::vector<double> px(static_cast<std::size_t>(gr * gk), 0.0);
+  for (std::int64_t r = 0; r < rt; ++r)
+    for (std::int64_t q = list.run_ptr[std::size_t(r)]; q < list.run_ptr[std::size_t(r + 1)]; ++q)
+      for (std::int64_t t = list.runs[std::size_t(2 * q)];
+           t < std::min<std::int64_t>(kt, list.runs[std::size_t(2 * q + 1)]); ++t)
+        px[std::size_t((r * gr / rt) * gk + t * gk / kt)] += 1.0;
+  const double per_px = double(rt) / double(gr) * double(kt) / double(gk);
+  const double cell = 2.5, left = 40, top = 50, w = cell * double(gk), h = cell * double(gr);
+  std::ostringstream os;
+  os.precision(4);
+  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << std::max(left + w + 20, 780.0)
+     << "\" height=\""
+     << top + h + 50 << "\" font-family=\"sans-serif\">\n"
+     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+     << "<text x=\"10\" y=\"20\" font-size=\"13\">" << title << "</text>\n"
+     << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << w << "\" height=\"" << h
+     << "\" fill=\"none\" stroke=\"#888\"/>\n";
+  for (std::int64_t i = 0; i < gr; ++i)
+    for (std::int64_t j = 0; j < gk; ++j) {
+      const double v = std::min(1.0, px[std::size_t(i * gk + j)] / per_px);
+      if (v <= 0) continue;
+      const int shade = int(std::lround(200 * (1 - v)));
+      os << "<rect x=\"" << left + double(j) * cell << "\" y=\"" << top + double(i) * cell
+         << "\" width=\"" << cell << "\" height=\"" << cell << "\" fill=\"rgb(" << shade << ","
+         << shade << "," << shade << ")\"/>\n";
+    }
+  os << "<text x=\"" << left << "\" y=\"" << top - 8
+     << "\" font-size=\"11\">target points (Morton order) &#8594;</text>\n"
+     << "<text x=\"" << left - 8 << "\" y=\"" << top + h / 2
+     << "\" font-size=\"11\" transform=\"rotate(-90 " << left - 8 << " " << top + h / 2
+     << ")\" text-anchor=\"middle\">source points (Morton order)</text>\n"
+     << "<text x=\"" << left << "\" y=\"" << top + h + 22 << "\" font-size=\"11\">dark: tiles of "
+     << list.row_tile << " x " << list.key_tile << " pairs the truncated passes scan ("
+     << 100 * kept << "% of all pairs); white: pairs provably below the threshold</text>\n"
+     << "</svg>\n";
+  return os.str();
 }
 
 }  // namespace kantor::cli

@@ -7,7 +7,17 @@
 #include <utility>
 #include <vector>
 
+namespace kantor {
+struct BlockList;
+}
+
 namespace kantor::cli {
+
+/// The block mask of a multiscale solve (rows: source points, columns: target points, both in
+/// Morton order; kept = the fraction of pairs it holds) as an SVG raster of at most 240 x 240
+/// pixels, each shaded by the fraction of its tiles that the truncated passes scan.
+std::string mask_svg(const BlockList& list, std::int64_t n, std::int64_t m, double kept,
+                     const std::string& title);
 
 struct PotentialPaths {
   std::string f, g;

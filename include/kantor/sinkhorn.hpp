@@ -24,6 +24,8 @@
 
 namespace kantor {
 
+struct BlockList;  // kantor/oracle.hpp
+
 enum class Schedule {
   kAlternating,  ///< Gauss-Seidel: f from g, then g from the new f
   kSymmetric,    ///< Jacobi averaging: f, g <- (old + update(old)) / 2, from the old values
@@ -76,6 +78,8 @@ struct MultiscaleOptions {
   /// factor 2 / (1 + sqrt(1 - rate)), at most 1.9, reset to 1 when the residual grows twice in a
   /// row), 1 = plain, (1, 2) fixed. The coarse levels use SinkhornOptions::relaxation = 0.
   double relaxation = 0;
+  /// Keep the finest level's f-side block list in SinkhornSummary::mask (for pictures).
+  bool keep_mask = false;
   /// After the solve, one dense float64 certificate over all pairs (SinkhornSummary::
   /// verified_error); O(n m): for tests and audits.
   bool verify = false;
@@ -215,6 +219,9 @@ struct SinkhornSummary {
   /// MultiscaleOptions::verify: the dense float64 evaluation of the returned plan's L1 marginal
   /// error over all pairs (NaN when not asked).
   double verified_error = std::numeric_limits<double>::quiet_NaN();
+  /// MultiscaleOptions::keep_mask: the f-side block list of the points' truncated passes (rows:
+  /// the source points, keys: the target points, both in Morton order); null otherwise.
+  std::shared_ptr<const BlockList> mask;
 
   double dual_cost = std::numeric_limits<double>::quiet_NaN();         ///< <a,f> + <b,g>
   double primal_cost = std::numeric_limits<double>::quiet_NaN();       ///< <P, C>

@@ -41,6 +41,10 @@ struct CertificateRow {
   double pot = 0;    ///< sum_j v_j exp(z_ij) (p_i + p_j)
 };
 
+/// Pairs below this exponent, with t / eps below kCertificateSkipT, are bounded instead of summed.
+constexpr double kCertificateSkipZ = -64.0;
+constexpr double kCertificateSkipT = 0x1.0p44;
+
 /// One pair's contribution: adds v_j exp(z) to row->sum, v_j exp(z) t to row->t (and the
 /// statistics' terms) and raises row->max_t, with z = (p_q + p_k - C) / eps and C = c sq + pair computed from the squared distance
 /// `sq` (double, exact differences) and the pair's label term (c_w W[l_i, l_j] in double; 0 for
@@ -51,8 +55,12 @@ KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double pair
                                                 CertificateRow* row) {
   const double cost = c * sq + pair;
   const double z = ((p_q + p_k) - cost) * inv_eps;
-  const double p = v_k * exp(z);
   const double t = fabs(p_q) + fabs(p_k) + cost;
+  // Negligible pairs skip the exponential: with z < -64 and t / eps < 2^44 the true exponent is
+  // below -64 + (d + 11) / 512 (the rounding model below), so the pair holds less than
+  // v_k e^(-64 + (d + 11) / 512); certificate_bound adds that much per side for all of them.
+  if (z < kCertificateSkipZ && t * inv_eps < kCertificateSkipT) return;
+  const double p = v_k * exp(z);
   row->sum += p;
   row->t += p * t;
   row->max_t = t > row->max_t ? t : row->max_t;
@@ -84,6 +92,9 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, const CertificateRow& r
 /// computed error is off by at most 1.2975 (1 + g) K u / eps sum P t + g (mass + 1), where
 /// g = 2 (n + m + d + 16) u; beyond delta = 1/2 the bound uses expm1(delta_max) times the mass.
 /// Pairs whose term underflowed to 0 hold less than 2^-1074 e^(1/2) each: m n 2^-1070 covers them.
+/// Pairs skipped by certificate_pair (z < -64, t / eps < 2^44: |dz| <= (d + 11) / 512) hold less
+/// than v_j e^(-64 + (d + 11) / 512) each, at most that in all per side (the v_j sum to 1 and
+/// the rows' weights too): added once per side.
 inline Certificate certificate_bound(const CertificateSide& rows, const CertificateSide& cols,
                                      std::int64_t n, std::int64_t m, std::int64_t d, double eps) {
   constexpr double u = 0x1.0p-53;
@@ -96,7 +107,8 @@ inline Certificate certificate_bound(const CertificateSide& rows, const Certific
       exposure = 1.2975 * (1 + g) * K * u / eps * s.weighted_t;
     else
       exposure = std::expm1(delta_max) * (1 + g) * s.mass;
-    return exposure + g * (s.mass + 1) + g * s.error + double(n) * double(m) * 0x1.0p-1070;
+    return exposure + g * (s.mass + 1) + g * s.error + double(n) * double(m) * 0x1.0p-1070 +
+           std::exp(kCertificateSkipZ + (double(d) + 11) / 512);
   };
   Certificate c;
   c.computed = rows.error + cols.error;

@@ -1,0 +1,88 @@
+// kantor solve --solver multiscale and kantor bench solve: the JSON fields of a multiscale solve
+// (certified, with the dense float64 check below the reported bound), the block-mask picture,
+// and bad options (exit 2, the option named).
+#include <random>
+#include <string>
+
+#include "cli/cli_fixture.hpp"
+
+namespace {
+
+using namespace kantor::test::cli;
+
+class CliMultiscaleTest : public CliFixture {
+ protected:
+  CliMultiscaleTest() : CliFixture("kantor_test_cli_multiscale_") {}
+};
+
+Cloud uniform(std::mt19937_64& rng, std::int64_t n, std::int64_t d, bool squeeze) {
+  std::uniform_real_distribution<double> U(0.0, 1.0);
+  Cloud c{n, d, std::vector<double>(std::size_t(n * d))};
+  for (double& v : c.p) {
+    v = U(rng);
+    if (squeeze) v = (0.8 * v + 0.1) * (0.8 * v + 0.1);
+  }
+  return c;
+}
+
+TEST_F(CliMultiscaleTest, SolveReportsTheLevelsAndDrawsTheMask) {
+  std::mt19937_64 rng(4);
+  const std::string x = save("x.npy", uniform(rng, 1500, 2, false));
+  const std::string y = save("y.npy", uniform(rng, 1200, 2, true));
+  const std::string mask = out_dir_ + "/mask.svg";
+  const Json j = run_json("solve --backend cpu --quiet --source " + x + " --target " + y +
+                          " --epsilon 0.002 --tolerance 1e-3 --solver multiscale "
+                          "--multiscale-max-density 1 --verify --output-mask " + mask);
+  EXPECT_EQ(j["solver"].str, "multiscale");
+  EXPECT_TRUE(j["converged"].b) << j["message"].str;
+  EXPECT_GE(j["multiscale_levels"].num, 1);
+  EXPECT_GT(j["kept_fraction"].num, 0.0);
+  EXPECT_LE(j["kept_fraction"].num, 1.0);
+  EXPECT_GT(j["fine_updates"].num, 0);
+  EXPECT_GE(j["truncation_bound"].num, 0.0);
+  EXPECT_LE(j["verified_error"].num, j["marginal_error"].num);
+  EXPECT_LE(j["marginal_error"].num, 1e-3);
+  const std::string svg = read_text(mask);
+  EXPECT_NE(svg.find("<svg"), std::string::npos);
+  EXPECT_NE(svg.find("block mask"), std::string::npos);
+  EXPECT_NE(svg.find("<rect x="), std::string::npos) << "kept tiles drawn";
+}
+
+TEST_F(CliMultiscaleTest, AutoStaysDenseOnSmallProblemsAndSaysWhy) {
+  std::mt19937_64 rng(5);
+  const std::string x = save("x.npy", uniform(rng, 300, 3, false));
+  const std::string y = save("y.npy", uniform(rng, 200, 3, true));
+  const Json j = run_json("solve --backend cpu --quiet --source " + x + " --target " + y +
+                          " --epsilon 0.05 --tolerance 1e-6");
+  EXPECT_EQ(j["solver"].str, "dense");
+  EXPECT_NE(j["solver_note"].str.find("auto: dense"), std::string::npos) << j["solver_note"].str;
+}
+
+TEST_F(CliMultiscaleTest, BenchSolveWritesOneJsonObject) {
+  const Json j = run_json("bench solve --backend cpu --n 2048 --d 2 --epsilon 0.005 --tolerance "
+                          "1e-2 --repeats 2");
+  EXPECT_EQ(j["benchmark"].str, "solve");
+  EXPECT_EQ(j["solver"].str, "multiscale");
+  EXPECT_TRUE(j["converged"].b);
+  EXPECT_GT(j["warm_s_median"].num, 0.0);
+  EXPECT_GT(j["cold_s"].num, 0.0);
+}
+
+TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {
+  const BadCase cases[] = {
+      {"solve --demo --solver sparse", {"--solver", "sparse"}},
+      {"solve --demo --multiscale-cell 1", {"--multiscale-cell"}},
+      {"solve --demo --multiscale-max-density 0", {"--multiscale-max-density"}},
+      {"solve --demo --output-mask " + out_dir_ + "/m.png", {"--output-mask", "svg"}},
+      {"bench solve --n 0", {"--n"}},
+      {"bench solve --tolerance -1", {"--tolerance"}},
+      {"bench solve --solver nope", {"--solver"}},
+  };
+  for (const BadCase& c : cases) {
+    const Result r = run(c.args);
+    EXPECT_EQ(r.code, 2) << c.args << "\n" << r.err;
+    for (const std::string& e : c.expected) EXPECT_NE(r.err.find(e), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
+}  // namespace
