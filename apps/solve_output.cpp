@@ -99,14 +99,21 @@ std::string mask_svg(const BlockList& list, std::int64_t n, std::int64_t m, doub
      << "<text x=\"10\" y=\"20\" font-size=\"13\">" << title << "</text>\n"
      << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << w << "\" height=\"" << h
      << "\" fill=\"none\" stroke=\"#888\"/>\n";
+  // Shades quantized to 9 levels; runs of one shade along a row drawn as one rectangle.
+  auto shade_of = [&](std::int64_t i, std::int64_t j) {
+    const double v = std::min(1.0, px[std::size_t(i * gk + j)] / per_px);
+    return v <= 0 ? -1 : int(std::lround(8 * (1 - v))) * 25;
+  };
   for (std::int64_t i = 0; i < gr; ++i)
-    for (std::int64_t j = 0; j < gk; ++j) {
-      const double v = std::min(1.0, px[std::size_t(i * gk + j)] / per_px);
-      if (v <= 0) continue;
-      const int shade = int(std::lround(200 * (1 - v)));
-      os << "<rect x=\"" << left + double(j) * cell << "\" y=\"" << top + double(i) * cell
-         << "\" width=\"" << cell << "\" height=\"" << cell << "\" fill=\"rgb(" << shade << ","
-         << shade << "," << shade << ")\"/>\n";
+    for (std::int64_t j = 0; j < gk;) {
+      const int shade = shade_of(i, j);
+      std::int64_t e = j + 1;
+      while (e < gk && shade_of(i, e) == shade) ++e;
+      if (shade >= 0)
+        os << "<rect x=\"" << left + double(j) * cell << "\" y=\"" << top + double(i) * cell
+           << "\" width=\"" << cell * double(e - j) << "\" height=\"" << cell << "\" fill=\"rgb("
+           << shade << "," << shade << "," << shade << ")\"/>\n";
+      j = e;
     }
   os << "<text x=\"" << left << "\" y=\"" << top - 8
      << "\" font-size=\"11\">target points (Morton order) &#8594;</text>\n"
