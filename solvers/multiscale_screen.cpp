@@ -431,7 +431,7 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
                           std::to_string(shape.key_tile) + ")");
   Screen out;
   const double keep_at = -threshold - margin;
-  int lx = int(hx.levels.size()) - 1, ly = int(hy.levels.size()) - 1;
+  const int lx = int(hx.levels.size()) - 1, ly = int(hy.levels.size()) - 1;
   // Top level: every pair of active cells.
   std::vector<Pair> cand;
   {
@@ -442,49 +442,66 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
         if (X.active[std::size_t(I)] && Y.active[std::size_t(J)])
           cand.emplace_back(std::int32_t(I), std::int32_t(J));
   }
-  // Level by level: test the candidates and, for the survivors, emit the children pairs of the
-  // next level down, in parallel chunks concatenated in order (deterministic).
-  constexpr std::int64_t kChunk = 4096;
-  for (;;) {
-    const CellLevel& X = hx.levels[std::size_t(lx)];
-    const CellLevel& Y = hy.levels[std::size_t(ly)];
-    const bool last = lx == 0 && ly == 0;
-    const bool dx = lx > 0, dy = ly > 0;
-    const CellLevel& Xc = hx.levels[std::size_t(dx ? lx - 1 : lx)];
-    const CellLevel& Yc = hy.levels[std::size_t(dy ? ly - 1 : ly)];
-    std::vector<std::vector<Pair>> out_chunks(
-        static_cast<std::size_t>(chunks(std::int64_t(cand.size()), kChunk)));
-    detail::parallel_for(std::int64_t(out_chunks.size()), threads, [&](std::int64_t ch) {
-      std::vector<Pair>& o = out_chunks[std::size_t(ch)];
-      const std::int64_t e = std::min<std::int64_t>(std::int64_t(cand.size()), (ch + 1) * kChunk);
-      for (std::int64_t k = ch * kChunk; k < e; ++k) {
-        const Pair p = cand[std::size_t(k)];
-        if (pair_bound(X, p.first, Y, p.second, d, c) < keep_at) continue;
-        if (last) {
-          o.push_back(p);
+  // Depth first from each top-level pair: a kept pair's children are tested at once, so no level
+  // is materialized; only the kept atom pairs are stored. The top pairs are the parallel tasks
+  // (in chunks); their outputs are concatenated in task order (deterministic).
+  constexpr std::int64_t kChunk = 16;
+  const int top_x = lx, top_y = ly;
+  std::vector<std::vector<Pair>> out_chunks(
+      static_cast<std::size_t>(chunks(std::int64_t(cand.size()), kChunk)));
+  std::vector<std::int64_t> tested(out_chunks.size(), 0);
+  detail::parallel_for(std::int64_t(out_chunks.size()), threads, [&](std::int64_t ch) {
+    struct Node {
+      int lx, ly;
+      std::int32_t I, J;
+    };
+    std::vector<Node> stack;
+    std::vector<Pair>& o = out_chunks[std::size_t(ch)];
+    std::int64_t count = 0;
+    const std::int64_t e = std::min<std::int64_t>(std::int64_t(cand.size()), (ch + 1) * kChunk);
+    for (std::int64_t k = ch * kChunk; k < e; ++k) {
+      stack.push_back({top_x, top_y, cand[std::size_t(k)].first, cand[std::size_t(k)].second});
+      while (!stack.empty()) {
+        const Node nd = stack.back();
+        stack.pop_back();
+        const CellLevel& X = hx.levels[std::size_t(nd.lx)];
+        const CellLevel& Y = hy.levels[std::size_t(nd.ly)];
+        ++count;
+        if (pair_bound(X, nd.I, Y, nd.J, d, c) < keep_at) continue;
+        if (nd.lx == 0 && nd.ly == 0) {
+          o.emplace_back(nd.I, nd.J);
           continue;
         }
-        for (int a = 0; a < (dx ? 2 : 1); ++a) {
-          const std::int64_t I = dx ? 2 * std::int64_t(p.first) + a : p.first;
+        // Children (both sides descend while both can), pushed in reverse so that they pop in
+        // index order.
+        const bool dx = nd.lx > 0, dy = nd.ly > 0;
+        const int cx = dx ? nd.lx - 1 : nd.lx, cy = dy ? nd.ly - 1 : nd.ly;
+        const CellLevel& Xc = hx.levels[std::size_t(cx)];
+        const CellLevel& Yc = hy.levels[std::size_t(cy)];
+        for (int a2 = (dx ? 1 : 0); a2 >= 0; --a2) {
+          const std::int64_t I = dx ? 2 * std::int64_t(nd.I) + a2 : nd.I;
           if (I >= Xc.count || !Xc.active[std::size_t(I)]) continue;
-          for (int b = 0; b < (dy ? 2 : 1); ++b) {
-            const std::int64_t J = dy ? 2 * std::int64_t(p.second) + b : p.second;
+          for (int b2 = (dy ? 1 : 0); b2 >= 0; --b2) {
+            const std::int64_t J = dy ? 2 * std::int64_t(nd.J) + b2 : nd.J;
             if (J >= Yc.count || !Yc.active[std::size_t(J)]) continue;
-            o.emplace_back(std::int32_t(I), std::int32_t(J));
+            stack.push_back({cx, cy, std::int32_t(I), std::int32_t(J)});
           }
         }
       }
-    });
-    out.tested_pairs += std::int64_t(cand.size());
+    }
+    tested[std::size_t(ch)] = count;
+  });
+  for (std::int64_t t : tested) out.tested_pairs += t;
+  {
     std::size_t total = 0;
     for (const auto& v : out_chunks) total += v.size();
-    std::vector<Pair> next;
-    next.reserve(total);
-    for (const auto& v : out_chunks) next.insert(next.end(), v.begin(), v.end());
-    cand.swap(next);
-    if (last) break;
-    if (dx) --lx;
-    if (dy) --ly;
+    cand.clear();
+    cand.shrink_to_fit();
+    cand.reserve(total);
+    for (auto& v : out_chunks) {
+      cand.insert(cand.end(), v.begin(), v.end());
+      std::vector<Pair>().swap(v);
+    }
   }
   // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
   // nearest box centre (atoms without weight, which have no potential model).
