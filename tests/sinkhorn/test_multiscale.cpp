@@ -413,7 +413,7 @@ TEST(Multiscale, HighDimensionFallsBackToDensePassesCorrectly) {
 }
 
 TEST(Multiscale, TooFewPointsSolveDenseAndSaySo) {
-  const Case k{"tiny", 100, 90, 2, 0.01, 0, 0};
+  const Case k{"tiny", 12, 10, 2, 0.01, 0, 0};  // fewer than 2 cells of 8 points on a side
   const PointData<double> pd = case_data<double>(k, 8);
   Context ctx(ContextOptions{Backend::kCpu, 1});
   SinkhornOptions o;
