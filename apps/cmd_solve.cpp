@@ -59,6 +59,9 @@ struct Settings {
   SinkhornOptions options;
   double epsilon = kDemoEpsilon;
   double cost_scale = 1.0;
+  /// KL-relaxed marginals (--rho, --rho-source, --rho-target, --reach); infinity: strict.
+  double rho_a = std::numeric_limits<double>::infinity();
+  double rho_b = std::numeric_limits<double>::infinity();
   bool debias = false, json = false, quiet = false, demo = false;
   std::string potentials_prefix, map_path, gradient_path, mask_path;
 };
@@ -150,6 +153,8 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
   if (!b.empty()) p.b = host_vector(b.data(), in.m);
   p.epsilon = st.epsilon;
   p.features().scale = st.cost_scale;
+  p.rho_a = st.rho_a;
+  p.rho_b = st.rho_b;
   // The certificate is about the file's float64 coordinates, not their centred float32 copies.
   if (is_float) {
     p.reference_x = host_matrix(in.x.data(), in.n, in.d);
@@ -300,6 +305,21 @@ int run_solve(const Context& ctx, const Settings& st, const Input& in, Precision
         .add("seconds", seconds);
     std::vector<std::string> nulls;
     if (st.options.multiscale.verify) o.add("verified_error", s.verified_error);
+    if (s.unbalanced()) {
+      // Strict sides have no penalty: their rho is written as the string "inf".
+      for (const auto& [key, r] : {std::pair<const char*, double>{"rho_source", s.rho_a},
+                                   {"rho_target", s.rho_b}}) {
+        if (std::isfinite(r))
+          o.add(key, r);
+        else
+          o.add_raw(key, json_escape("inf"));
+      }
+      o.add("source_mass", s.mass_a)
+          .add("target_mass", s.mass_b)
+          .add("transported_mass", s.plan_mass)
+          .add("marginal_kl_source", s.marginal_kl_a)
+          .add("marginal_kl_target", s.marginal_kl_b);
+    }
     for (const std::string& k : o.null_keys())
       if ((k != "divergence" && k != "divergence_raw" && k != "divergence_bound") || st.debias)
         nulls.push_back(k);  // null: not asked for
@@ -359,6 +379,7 @@ int cmd_solve(const std::vector<std::string>& args) {
   std::int64_t cell_points = ms_defaults.cell_points;
   double max_density = ms_defaults.max_density;
   double epsilon = 0, cost_scale = 1.0, scaling = kDefaultScaling, tolerance = 0;
+  double rho = 0, rho_source = 0, rho_target = 0, reach = 0;
   std::int64_t max_iterations = 10000, check_every = 10;
   int threads = 0;
   bool fixed_eps = false, debias = false, json = false, quiet = false, demo = false;
@@ -372,11 +393,21 @@ int cmd_solve(const std::vector<std::string>& args) {
     ("source-weights", po::value(&source_weights)->value_name("A"),
      "source weights (n), >= 0 (default uniform)")
     ("target-weights", po::value(&target_weights)->value_name("B"),
-     "target weights (m), >= 0, same total as A (default uniform)")
+     "target weights (m), >= 0, same total as A unless unbalanced (default uniform)")
     ("epsilon", po::value(&epsilon)->value_name("E"),
      "entropic regularization in cost units, > 0 (required unless --demo; demo: 0.05)")
     ("cost-scale", po::value(&cost_scale)->value_name("C")->default_value(1.0),
      "c in the cost c |x - y|^2, > 0")
+    ("rho", po::value(&rho)->value_name("R"),
+     "unbalanced OT: relax both marginals to the penalty R KL(P1|a) + R KL(P^T1|b), R > 0 in cost "
+     "units (weights then used as given; docs/numerics.md section 9)")
+    ("rho-source", po::value(&rho_source)->value_name("R"),
+     "relax only the source marginal (semi-unbalanced), or set its own penalty")
+    ("rho-target", po::value(&rho_target)->value_name("R"),
+     "relax only the target marginal (semi-unbalanced), or set its own penalty")
+    ("reach", po::value(&reach)->value_name("R"),
+     "GeomLoss's reach (p = 2): both marginals relaxed with rho = 2 c R^2 (GeomLoss's reach^2 "
+     "in its cost |x - y|^2 / 2)")
     ("schedule", po::value(&schedule)->value_name("NAME")->default_value("alternating"),
      "alternating | symmetric")
     ("scaling", po::value(&scaling)->value_name("S"),
@@ -457,8 +488,25 @@ int cmd_solve(const std::vector<std::string>& args) {
     throw InvalidArgument(
         "--scaling and --fixed-epsilon are mutually exclusive (--scaling sets "
         "the annealing factor, --fixed-epsilon turns annealing off)");
+  if (vm.count("reach") && (vm.count("rho") || vm.count("rho-source") || vm.count("rho-target")))
+    throw InvalidArgument("--reach and --rho / --rho-source / --rho-target are mutually exclusive "
+                          "(--reach R is --rho 2 c R^2)");
+  if (vm.count("rho") && (vm.count("rho-source") || vm.count("rho-target")))
+    throw InvalidArgument("--rho sets both marginal penalties; give either --rho or --rho-source "
+                          "/ --rho-target");
+  for (const auto& [name, value] : {std::pair<const char*, double>{"rho", rho},
+                                    {"rho-source", rho_source},
+                                    {"rho-target", rho_target},
+                                    {"reach", reach}})
+    if (vm.count(name) && !(value > 0 && std::isfinite(value)))
+      throw InvalidArgument(std::string("--") + name + " must be finite and > 0, got " +
+                            format_number(value) + " (leave it out for a strict marginal)");
   Settings st;
   st.epsilon = vm.count("epsilon") ? epsilon : kDemoEpsilon;
+  if (vm.count("rho")) st.rho_a = st.rho_b = rho;
+  if (vm.count("rho-source")) st.rho_a = rho_source;
+  if (vm.count("rho-target")) st.rho_b = rho_target;
+  if (vm.count("reach")) st.rho_a = st.rho_b = 2 * cost_scale * reach * reach;
   st.options.schedule = parse_schedule(schedule, "--schedule");
   const Backend backend_choice = parse_backend(backend, "--backend");
   std::optional<Precision> precision;
@@ -505,7 +553,7 @@ int cmd_solve(const std::vector<std::string>& args) {
   }
 
   Input in = demo ? demo_input() : load_input(source, target, source_weights, target_weights);
-  check_and_finish(&in, st.epsilon, st.cost_scale);
+  check_and_finish(&in, st.epsilon, st.cost_scale, st.rho_a, st.rho_b);
 
   ContextOptions co;
   co.backend = backend_choice;

@@ -128,9 +128,10 @@ void rethrow_problem_error(const InvalidArgument& e, const Input& in) {
   throw InvalidArgument(context + ": " + e.what());
 }
 
-void check_and_finish(Input* in, double epsilon, double cost_scale) {
+void check_and_finish(Input* in, double epsilon, double cost_scale, double rho_a, double rho_b) {
   const bool has_a = !in->a_name.empty(), has_b = !in->b_name.empty();
-  if (has_a != has_b) {  // uniform weights on the other side, with the same total
+  const bool unbalanced = std::isfinite(rho_a) || std::isfinite(rho_b) || rho_a != rho_b;
+  if (has_a != has_b && !unbalanced) {  // uniform weights on the other side, with the same total
     const std::vector<double>& given = has_a ? in->a : in->b;
     double total = 0;
     for (const double w : given) total += w;
@@ -160,6 +161,8 @@ void check_and_finish(Input* in, double epsilon, double cost_scale) {
   p.a = weights(in->a, !in->a_name.empty());
   p.b = weights(in->b, !in->b_name.empty());
   p.epsilon = epsilon;
+  p.rho_a = rho_a;
+  p.rho_b = rho_b;
   try {
     validate(p);
   } catch (const InvalidArgument& e) {

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -35,9 +36,13 @@ Input demo_input();
 Input load_input(const std::string& source, const std::string& target,
                  const std::string& source_weights, const std::string& target_weights);
 /// A missing weight file becomes uniform weights with the total mass of the other one (1 when
-/// both are missing); then the float64 problem (clouds, weights, masses, cost scale, epsilon)
-/// goes through kantor::validate, whose errors get the file or option of the field in front.
-void check_and_finish(Input* in, double epsilon, double cost_scale);
+/// both are missing; for an unbalanced problem, rho_a or rho_b finite, a missing file is uniform
+/// 1/n, the library's convention); then the float64 problem (clouds, weights, masses, cost
+/// scale, epsilon, marginal penalties) goes through kantor::validate, whose errors get the file
+/// or option of the field in front.
+void check_and_finish(Input* in, double epsilon, double cost_scale,
+                      double rho_a = std::numeric_limits<double>::infinity(),
+                      double rho_b = std::numeric_limits<double>::infinity());
 
 /// Re-throws an InvalidArgument of the library about the problem (kantor::validate, the solver's
 /// setup) with the file or option its field came from in front: "--source 'x.npy': problem.x:

@@ -7,6 +7,7 @@
 // implements only its passes (lib/cpu/row_pass, lib/cuda/lse_*).
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -29,6 +30,8 @@ class OracleBase : public Oracle<T> {
     return classes_ > 0 ? "label-augmented" : "sqeuclidean";
   }
   BlockShape block_shape() const override { return shape_; }
+  double marginal_penalty(int side) const override { return side == 0 ? rho_a_ : rho_b_; }
+  double weight_mass(int side) const override { return side == 0 ? mass_a_ : mass_b_; }
 
   void set_block_lists(const BlockList* f_side, const BlockList* g_side) override {
     if (f_side) validate_block_list(*f_side, n_, m_, shape_, "f side: rows x, keys y");
@@ -47,13 +50,23 @@ class OracleBase : public Oracle<T> {
         precision_(precision),
         shape_(shape),
         max_cost_(prep.max_cost),
-        max_score_term_(prep.cost_scale * prep.max_sq_norm + prep.max_pair) {}
+        max_score_term_(prep.cost_scale * prep.max_sq_norm + prep.max_pair),
+        rho_a_(prep.rho_a),
+        rho_b_(prep.rho_b),
+        mass_a_(prep.rho_a < kInf || prep.rho_b < kInf ? prep.mass_a : 1.0),
+        mass_b_(prep.rho_a < kInf || prep.rho_b < kInf ? prep.mass_b : 1.0) {}
 
   /// The block list of side 0 (f: rows x) or 1 (g: rows y); null for a dense schedule.
   const BlockList* block_list(int side) const {
     return lists_[side] ? &*lists_[side] : nullptr;
   }
   bool label_cost() const { return classes_ > 0; }
+  /// 1 / rho of side 0 (a) or 1 (b): 0 for a strict marginal (lib/core/online_lse.hpp).
+  double rho_inv(int side) const {
+    const double r = side == 0 ? rho_a_ : rho_b_;
+    return r < kInf ? 1.0 / r : 0.0;
+  }
+  bool unbalanced() const { return rho_a_ < kInf || rho_b_ < kInf; }
   /// Throws InvalidArgument for a cost other than SqEuclidean, naming the operation.
   void require_sqeuclidean(const char* what) const {
     if (classes_ > 0)
@@ -69,7 +82,9 @@ class OracleBase : public Oracle<T> {
  private:
   Precision precision_;
   BlockShape shape_;
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
   double max_cost_ = 0, max_score_term_ = 0;
+  double rho_a_, rho_b_, mass_a_, mass_b_;
   std::optional<BlockList> lists_[2];
 };
 

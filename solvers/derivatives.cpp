@@ -485,6 +485,16 @@ void require_sqeuclidean(const Problem<T>& p, const char* what) {
                           "problem's cost is label-augmented)");
 }
 
+/// Throws InvalidArgument for an unbalanced problem: the Hessian-vector products linearize the
+/// balanced marginal constraints (docs/numerics.md section 8), not the KL-relaxed ones.
+template <class T>
+void require_balanced(const Problem<T>& p, const char* what) {
+  if (p.unbalanced())
+    throw InvalidArgument(std::string(what) +
+                          ": Hessian-vector products are implemented for balanced problems only "
+                          "(problem.rho_a / rho_b are set); gradients support unbalanced ones");
+}
+
 /// Checks sizes and finiteness of potentials for `o` (downloads them: O(n + m)).
 template <class T>
 void check_potentials(const Context& ctx, const Oracle<T>& o, const Potentials<T>& p,
@@ -587,7 +597,26 @@ HostGradient host_gradient(const Context& ctx, Oracle<T>& o, const Potentials<T>
   }
   // Weights: OT(a/|a|, b/|b|) has gradient (f - <a/|a|, f>) / |a| in the raw a (f is the
   // gradient in the normalized weights up to a constant, which the mass constraint removes).
-  if (want_a || want_b) {
+  // Unbalanced (docs/numerics.md section 9): the raw weights are the problem's, and the envelope
+  // gradient of the dual in a_i at converged potentials is phi_a(f_i) - eps (exp(-f_i / rho_a) -
+  // m_b) (sum_j b_j exp((f_i + g_j - C_ij) / eps) = exp(-f_i / rho_a) at the fixed point; 1 for a
+  // strict side).
+  const bool unbalanced = std::isfinite(o.marginal_penalty(0)) || std::isfinite(o.marginal_penalty(1));
+  if (unbalanced && (want_a || want_b)) {
+    const std::vector<double> f = download(ctx, pot.f, n), g = download(ctx, pot.g, m);
+    auto grad = [&](const std::vector<double>& p, int side) {
+      const double rp = o.marginal_penalty(side);
+      const double ri = std::isfinite(rp) ? 1.0 / rp : 0.0;
+      const double other_mass = o.weight_mass(1 - side);
+      std::vector<double> r(p.size());
+      for (std::size_t i = 0; i < p.size(); ++i)
+        r[i] = (ri == 0 ? p[i] : -std::expm1(-p[i] * ri) / ri) -
+               eps * (std::exp(-p[i] * ri) - other_mass);
+      return r;
+    };
+    if (want_a) out.a = grad(f, 0);
+    if (want_b) out.b = grad(g, 1);
+  } else if (want_a || want_b) {
     const std::vector<T> a = to_host(ctx, VectorView<const T>{o.a(), n, o.memory_space()});
     const std::vector<T> b = to_host(ctx, VectorView<const T>{o.b(), m, o.memory_space()});
     const std::vector<double> f = download(ctx, pot.f, n), g = download(ctx, pot.g, m);
@@ -604,6 +633,12 @@ HostGradient host_gradient(const Context& ctx, Oracle<T>& o, const Potentials<T>
   Buffer<double> sc(ctx, 1);
   o.dual_value(pot.f.data(), pot.g.data(), sc.data());
   out.value = to_host(ctx, sc.cview())[0];
+  if (unbalanced) {
+    // The unbalanced dual's mass term: - eps (sum P - m_a m_b).
+    Buffer<double> st(ctx, 3);
+    o.plan_statistics(T(eps), pot.f.data(), pot.g.data(), st.data());
+    out.value -= eps * (to_host(ctx, st.cview())[0] - o.weight_mass(0) * o.weight_mass(1));
+  }
   out.certificate = certify ? o.certify(eps, pot.f.data(), pot.g.data()).bound
                             : std::numeric_limits<double>::quiet_NaN();
   return out;
@@ -698,10 +733,19 @@ GradientSummary SinkhornSolver<T>::divergence_gradient(const DivergencePotential
   };
   if (wx) write_matrix(combine(xy.x, xx.x, xx.y), out.x);
   if (wy) write_matrix(combine(xy.y, yy.x, yy.y), out.y);
-  if (wa) write_vector(combine(xy.a, xx.a, xx.b), out.a);
-  if (wb) write_vector(combine(xy.b, yy.a, yy.b), out.b);
+  // Unbalanced: the mass term eps/2 (m_a - m_b)^2 of S (docs/numerics.md section 9) adds
+  // eps (m_a - m_b) to every a_i's derivative and subtracts it from every b_j's.
+  const bool unbalanced = problem_.unbalanced();
+  const double dm = unbalanced ? o.weight_mass(0) - o.weight_mass(1) : 0.0;
+  const double eps_xy = eps_of(pot.xy);
+  auto shifted = [&](std::vector<double> v, double by) {
+    for (double& e : v) e += by;
+    return v;
+  };
+  if (wa) write_vector(shifted(combine(xy.a, xx.a, xx.b), eps_xy * dm), out.a);
+  if (wb) write_vector(shifted(combine(xy.b, yy.a, yy.b), -eps_xy * dm), out.b);
   GradientSummary s;
-  s.value = xy.value - 0.5 * xx.value - 0.5 * yy.value;
+  s.value = xy.value - 0.5 * xx.value - 0.5 * yy.value + 0.5 * eps_xy * dm * dm;
   s.epsilon = xy.epsilon;
   s.marginal_error = std::max({xy.certificate, xx.certificate, yy.certificate});
   s.seconds = seconds_since(t0);
@@ -713,6 +757,7 @@ HvpSummary SinkhornSolver<T>::hvp(const Potentials<T>& pot, MatrixView<const T> 
                                   MatrixView<T> out, const HvpOptions& options) {
   const auto t0 = Clock::now();
   require_sqeuclidean(problem_, "hvp");
+  require_balanced(problem_, "hvp");
   std::string why;
   if (!options.is_valid(&why)) throw InvalidArgument("hvp: " + why);
   Oracle<T>& o = *oracle_;
@@ -737,6 +782,7 @@ HvpSummary SinkhornSolver<T>::divergence_hvp(const DivergencePotentials<T>& pot,
                                              const HvpOptions& options) {
   const auto t0 = Clock::now();
   require_sqeuclidean(problem_, "divergence_hvp");
+  require_balanced(problem_, "divergence_hvp");
   std::string why;
   if (!options.is_valid(&why)) throw InvalidArgument("divergence_hvp: " + why);
   Oracle<T>& o = *oracle_;
@@ -781,6 +827,7 @@ InverseHvpSummary SinkhornSolver<T>::inverse_hvp(const Potentials<T>& pot, Matri
                                                  const InverseHvpOptions& options) {
   const auto t0 = Clock::now();
   require_sqeuclidean(problem_, "inverse_hvp");
+  require_balanced(problem_, "inverse_hvp");
   std::string why;
   if (!options.is_valid(&why)) throw InvalidArgument("inverse_hvp: " + why);
   Oracle<T>& o = *oracle_;

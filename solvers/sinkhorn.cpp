@@ -286,6 +286,31 @@ class CoarseCorrection {
 
 // The iteration loop on an existing oracle. `pot` receives the potentials (warm start when it
 // holds vectors of sizes n and m).
+// KL(P 1 | a) and KL(P^T 1 | b) (generalized: sum r log(r / w) - r + w) of the plan of (f, g):
+// one transport application per side, the sums in double on the host.
+struct MarginalKl {
+  double a = 0, b = 0;
+};
+template <class T>
+MarginalKl marginal_kl(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g) {
+  const std::int64_t n = oracle.n(), m = oracle.m();
+  Buffer<T> ones(ctx, std::max(n, m)), r(ctx, n), c(ctx, m);
+  oracle.ops().fill(MatrixView<T>{ones.data(), std::max(n, m), 1, 1, ctx.memory_space()}, T(1));
+  oracle.apply(eps, f, g, ones.data(), r.data());
+  oracle.apply_t(eps, f, g, ones.data(), c.data());
+  auto kl = [&](const T* marg, const T* w, std::int64_t k) {
+    const std::vector<T> rh = to_host(ctx, VectorView<const T>{marg, k, ctx.memory_space()});
+    const std::vector<T> wh = to_host(ctx, VectorView<const T>{w, k, ctx.memory_space()});
+    double sum = 0;
+    for (std::int64_t i = 0; i < k; ++i) {
+      const double ri = double(rh[std::size_t(i)]), wi = double(wh[std::size_t(i)]);
+      sum += wi > 0 ? (ri > 0 ? ri * std::log(ri / wi) - ri + wi : wi) : ri;
+    }
+    return sum;
+  };
+  return MarginalKl{kl(r.data(), oracle.a(), n), kl(c.data(), oracle.b(), m)};
+}
+
 template <class T>
 SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsilon, const SinkhornOptions& options, Potentials<T>* pot,
                              Clock::time_point t_start) {
@@ -299,6 +324,14 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   s.precision = oracle.precision();
   s.engine = oracle.description();
   s.epsilon = epsilon;
+  s.rho_a = oracle.marginal_penalty(0);
+  s.rho_b = oracle.marginal_penalty(1);
+  s.mass_a = oracle.weight_mass(0);
+  s.mass_b = oracle.weight_mass(1);
+  if (s.unbalanced() && !options.coarse_blocks_x.empty())
+    throw InvalidArgument(
+        "SinkhornOptions.coarse_blocks_x / _y: the coarse correction is a balanced-OT step (it "
+        "maximizes the balanced dual over block shifts); leave it off for unbalanced problems");
   s.tolerance = options.tolerance > 0 ? options.tolerance : default_tolerance(s.precision);
 
   const bool warm = pot->f.size() == s.n && pot->g.size() == s.m;
@@ -672,6 +705,20 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   // eps KL(P | a b) = sum P (f + g - C) - eps (sum P - 1), so the regularized cost is
   // <P,C> + eps KL = sum P (f + g) - eps (sum P - 1).
   s.regularized_cost = st[2] - last_eps * (st[0] - 1.0);
+  if (s.unbalanced()) {
+    // docs/numerics.md section 9: with masses m_a, m_b the generalized KL(P | a b) adds
+    // eps (m_a m_b - sum P); the dual adds the same mass term to its potential part (dual_value:
+    // <a, rho (1 - exp(-f / rho))> per relaxed side); the primal adds rho KL(P 1 | a) and
+    // rho KL(P^T 1 | b) of the returned plan for each relaxed side.
+    const double mab = s.mass_a * s.mass_b;
+    s.dual_cost = head[1] - last_eps * (st[0] - mab);
+    s.regularized_cost = st[2] - last_eps * (st[0] - mab);
+    const MarginalKl kl = marginal_kl(ctx, oracle, e, f, g);
+    s.marginal_kl_a = kl.a;
+    s.marginal_kl_b = kl.b;
+    if (std::isfinite(s.rho_a)) s.regularized_cost += s.rho_a * kl.a;
+    if (std::isfinite(s.rho_b)) s.regularized_cost += s.rho_b * kl.b;
+  }
   s.dual_gap = s.regularized_cost - s.dual_cost;
   pot->epsilon = last_eps;
   if (last_eps != epsilon) {
@@ -728,6 +775,7 @@ template <class T>
 bool is_self_problem(const Problem<T>& problem) {
   const SqEuclidean<T>& p = problem.features();
   if (!symmetric_cost(problem)) return false;
+  if (!(problem.rho_a == problem.rho_b)) return false;
   if (const LabelAugmented<T>* l = problem.labels()) {
     const VectorView<const std::int32_t>&lx = l->labels_x, &ly = l->labels_y;
     if (lx.size != ly.size) return false;
@@ -760,6 +808,15 @@ bool use_multiscale(const Problem<T>& problem, const SinkhornOptions& options,
   const bool warm = pot && pot->f.size() == problem.features().x.rows &&
                     pot->g.size() == problem.features().y.rows;
   if (options.solver == SolverKind::kDense) return false;
+  if (problem.unbalanced()) {
+    if (options.solver == SolverKind::kMultiscale)
+      throw InvalidArgument(
+          "SinkhornOptions.solver = multiscale: the multiscale solver's truncation bound and "
+          "certificate are for balanced problems; unbalanced problems (rho_a / rho_b set) run "
+          "dense");
+    *why = "auto: dense (unbalanced problems run dense)";
+    return false;
+  }
   if (options.solver == SolverKind::kMultiscale) return true;
   if (is_self_problem(problem)) {
     *why = "auto: dense (a self-problem: the symmetric schedule)";
@@ -878,6 +935,12 @@ DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& opti
   const Context& ctx = *ctx_;
   const Problem<T>& problem = problem_;
   Oracle<T>* oracle_xy = oracle_.get();
+  if (!(problem.rho_a == problem.rho_b))
+    throw InvalidArgument(
+        "divergence: the debiased divergence of an unbalanced problem needs one marginal "
+        "penalty for both sides (problem.rho_a = " + format_number(problem.rho_a) +
+        ", rho_b = " + format_number(problem.rho_b) +
+        "): its self-terms OT(a, a) and OT(b, b) are symmetric problems");
   // One eps schedule for the three problems: the one of (x, y).
   SinkhornOptions shared = options;
   if (shared.initial_epsilon == 0) shared.initial_epsilon = oracle_xy->max_cost();
@@ -917,6 +980,12 @@ DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& opti
                           Clock::now());
   }
   out.divergence_raw = out.xy.dual_cost - 0.5 * out.xx.dual_cost - 0.5 * out.yy.dual_cost;
+  // Unbalanced (Sejourne et al. 2019, docs/numerics.md section 9): + eps/2 (m_a - m_b)^2, the
+  // mass term that makes S(a, a) = 0 and S >= 0 (0 for a balanced problem: m_a = m_b = 1).
+  if (out.xy.unbalanced()) {
+    const double dm = out.xy.mass_a - out.xy.mass_b;
+    out.divergence_raw += 0.5 * problem.epsilon * dm * dm;
+  }
   // Error bound of the raw value: each dual cost is off from its OT_eps by at most about its
   // certified marginal error times the cost range (the dual's gradient in the potentials is the
   // marginal violation, and the potentials oscillate by at most c*D^2), plus the rounding of the
@@ -1058,9 +1127,22 @@ std::string SinkhornSummary::full_report() const {
      << "; certified on the caller's coordinates, rounding slack " << marginal_error_slack
      << " included; " << certificates << " certificate passes)\n"
      << "  engine residual    " << residual << "   (its own passes: not a certificate)\n"
-     << "  dual cost          " << dual_cost << "   <a,f> + <b,g>\n"
+     << (unbalanced()
+             ? "  unbalanced         rho_a " + format_number(rho_a) + ", rho_b " +
+                   format_number(rho_b) + "; masses a " + format_number(mass_a) + ", b " +
+                   format_number(mass_b) + ", transported " + format_number(plan_mass) +
+                   "; KL(P1|a) " + format_number(marginal_kl_a) + ", KL(P^T1|b) " +
+                   format_number(marginal_kl_b) +
+                   " (marginal error above: residual of P1 = a exp(-f/rho_a), P^T1 = b "
+                   "exp(-g/rho_b))\n"
+             : std::string())
+     << "  dual cost          " << dual_cost
+     << (unbalanced() ? "   <a,rho(1-e^-f/rho)> + <b,rho(1-e^-g/rho)> - eps (sum P - m_a m_b)\n"
+                      : "   <a,f> + <b,g>\n")
      << "  primal cost        " << primal_cost << "   <P,C>\n"
-     << "  regularized cost   " << regularized_cost << "   <P,C> + eps KL(P|ab)\n"
+     << "  regularized cost   " << regularized_cost
+     << (unbalanced() ? "   <P,C> + eps KL(P|ab) + rho_a KL(P1|a) + rho_b KL(P^T1|b)\n"
+                      : "   <P,C> + eps KL(P|ab)\n")
      << "  dual gap           " << dual_gap << "\n"
      << "  plan mass          " << plan_mass << "\n"
      << "  time (s)           setup " << seconds_setup << ", iterations " << seconds_iterations

@@ -137,17 +137,28 @@ class Oracle {
   virtual MatrixView<const T> points(int side) const = 0;
   /// The vector kernels of this engine (same memory space as the passes).
   virtual VectorOps<T>& ops() = 0;
-  /// Normalized weights (total mass 1), in the oracle's memory space.
+  /// Normalized weights (total mass 1; as given for an unbalanced problem), in the oracle's
+  /// memory space.
   virtual const T* a() const = 0;
   virtual const T* b() const = 0;
+  /// The marginal penalty of side 0 (a: rho_a) or 1 (b: rho_b); infinity for a strict marginal
+  /// (Problem::rho_a, rho_b; docs/numerics.md section 9).
+  virtual double marginal_penalty(int side) const = 0;
+  /// The total mass of a (side 0) or b (side 1) as the passes use them: 1 for a balanced problem.
+  virtual double weight_mass(int side) const = 0;
 
-  /// f_i <- -eps LSE_j[log b_j + (g_j - C_ij)/eps], in place. If row_err is not null it receives
-  /// |P(f_old, g) 1 - a|_1 = sum_i a_i |exp((f_old_i - f_new_i)/eps) - 1|.
+  /// f_i <- tau_a T(g)_i, T(g)_i = -eps LSE_j[log b_j + (g_j - C_ij)/eps], in place, with
+  /// tau_a = rho_a / (rho_a + eps) (1 for a strict side). If row_err is not null it receives the
+  /// L1 residual of the old f's rows, |P(f_old, g) 1 - a exp(-f_old / rho_a)|_1 = sum_i a_i
+  /// exp(-f_old_i / rho_a) |exp((f_old_i - f_new_i) / (tau_a eps)) - 1| (for a strict side the
+  /// marginal error |P 1 - a|_1).
   virtual void update_f(T eps, const T* g, T* f, double* row_err) = 0;
-  /// g_j <- -eps LSE_i[log a_i + (f_i - C_ij)/eps], in place; col_err as for update_f.
+  /// g_j <- tau_b T(f)_j, T(f)_j = -eps LSE_i[log a_i + (f_i - C_ij)/eps]; col_err as for
+  /// update_f.
   virtual void update_g(T eps, const T* f, T* g, double* col_err) = 0;
-  /// Both from the old values: f <- (1-w) f + w T_f(g), g <- (1-w) g + w T_g(f). If err is not
-  /// null it receives the L1 marginal error (rows + columns) of the plan of the old (f, g).
+  /// Both from the old values: f <- (1-w) f + w tau_a T_f(g), g <- (1-w) g + w tau_b T_g(f). If
+  /// err is not null it receives the L1 residual (rows + columns, as for update_f) of the plan of
+  /// the old (f, g).
   virtual void symmetric_step(T eps, T w, T* f, T* g, double* err) = 0;
 
   /// out = P v (n), P_ij = a_i b_j exp((f_i + g_j - C_ij)/eps).
@@ -166,11 +177,12 @@ class Oracle {
   /// naming the cost otherwise.
   virtual void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) = 0;
 
-  /// out[0] = <a, f> + <b, g>.
+  /// out[0] = <a, phi_a(f)> + <b, phi_b(g)>, phi(f) = f for a strict side and
+  /// rho (1 - exp(-f / rho)) for a KL-relaxed one (balanced: <a, f> + <b, g>).
   virtual void dual_value(const T* f, const T* g, double* out) = 0;
   /// out[0] = sum_ij P_ij, out[1] = <P, C>, out[2] = sum_ij P_ij (f_i + g_j).
   virtual void plan_statistics(T eps, const T* f, const T* g, double* out) = 0;
-  /// out[0] = |P 1 - a|_1 + |P^T 1 - b|_1, evaluated by the engine's own passes (the residual of
+  /// out[0] = |P 1 - a|_1 + |P^T 1 - b|_1 (the residual of update_f for a KL-relaxed side), evaluated by the engine's own passes (the residual of
   /// its rounded problem: cheap, but not a certificate).
   virtual void marginal_error(T eps, const T* f, const T* g, double* out) = 0;
   /// The certificate of (f, g) at `eps`: two float64 exact-difference passes over the caller's

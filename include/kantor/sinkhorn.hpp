@@ -225,9 +225,28 @@ struct SinkhornSummary {
   /// the source points, keys: the target points, both in Morton order); null otherwise.
   std::shared_ptr<const BlockList> mask;
 
-  double dual_cost = std::numeric_limits<double>::quiet_NaN();         ///< <a,f> + <b,g>
+  /// Unbalanced OT (Problem::rho_a, rho_b; docs/numerics.md section 9): the marginal penalties
+  /// (infinity = strict), the weights' totals as used (1 for a balanced problem: normalized), and
+  /// KL(P 1 | a), KL(P^T 1 | b) of the returned plan (0 when balanced). For an unbalanced
+  /// problem marginal_error certifies the residual of the first-order conditions
+  /// |P 1 - a exp(-f / rho_a)|_1 + |P^T 1 - b exp(-g / rho_b)|_1 (a strict side's term is its
+  /// marginal error), the dual and regularized costs below are the unbalanced ones, and
+  /// plan_mass is the transported mass.
+  double rho_a = std::numeric_limits<double>::infinity();
+  double rho_b = std::numeric_limits<double>::infinity();
+  double mass_a = 1, mass_b = 1;
+  double marginal_kl_a = 0, marginal_kl_b = 0;
+  bool unbalanced() const {
+    return rho_a < std::numeric_limits<double>::infinity() ||
+           rho_b < std::numeric_limits<double>::infinity();
+  }
+
+  /// <a,f> + <b,g>; unbalanced: <a, rho_a (1 - e^(-f/rho_a))> + <b, rho_b (1 - e^(-g/rho_b))>
+  /// - eps (sum P - m_a m_b), a strict side's term being <a, f>.
+  double dual_cost = std::numeric_limits<double>::quiet_NaN();
   double primal_cost = std::numeric_limits<double>::quiet_NaN();       ///< <P, C>
-  double regularized_cost = std::numeric_limits<double>::quiet_NaN();  ///< <P,C> + eps KL(P|ab)
+  /// <P,C> + eps KL(P|ab) (+ rho_a KL(P1|a) + rho_b KL(P^T1|b) for relaxed sides).
+  double regularized_cost = std::numeric_limits<double>::quiet_NaN();
   /// regularized - dual: >= 0 for an exactly feasible plan, -> 0 at convergence; can be slightly
   /// negative (order of the marginal error) for the approximately feasible plan returned.
   double dual_gap = std::numeric_limits<double>::quiet_NaN();

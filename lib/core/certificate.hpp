@@ -11,6 +11,7 @@
 // certificate_pair(), shared by the CPU engine and the CUDA kernel.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -30,6 +31,10 @@ struct CertificateSide {
   /// sum_ij P_ij (p_i + p_j), P the plan as evaluated here.
   double cost = 0;
   double potentials = 0;
+  double weight = 0;           ///< sum_i w_i (rows of positive weight)
+  /// sum_i target_i (|p_i| / rho + 2): the rounding exposure of the KL-relaxed targets
+  /// w_i exp(-p_i / rho) (0 for a strict side).
+  double target_exposure = 0;
 };
 
 /// One row's running sums over its keys (certificate_pair adds to it, certificate_row folds it).
@@ -68,11 +73,20 @@ KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double pair
   row->pot += p * (p_q + p_k);
 }
 
-/// Folds one row: r = w sum_j v_j exp(z_ij), into the side's totals.
-KANTOR_HOST_DEVICE inline void certificate_row(double w, const CertificateRow& row,
-                                               CertificateSide* side) {
+/// Folds one row: r = w sum_j v_j exp(z_ij), into the side's totals. Its error is |r - w| for a
+/// strict side (rho_inv = 0) and |r - w exp(-p / rho)| for a KL-relaxed one, p the row's
+/// potential (the unbalanced first-order condition, docs/numerics.md section 9).
+KANTOR_HOST_DEVICE inline void certificate_row(double w, double p, double rho_inv,
+                                               const CertificateRow& row, CertificateSide* side) {
   const double r = w * row.sum;
-  side->error += fabs(r - w);
+  if (rho_inv == 0) {
+    side->error += fabs(r - w);
+  } else {
+    const double target = w * exp(-p * rho_inv);
+    side->error += fabs(r - target);
+    side->target_exposure += target * (fabs(p) * rho_inv + 2);
+  }
+  side->weight += w;
   side->mass += r;
   side->weighted_t += w * row.t;
   side->max_t = row.max_t > side->max_t ? row.max_t : side->max_t;
@@ -94,7 +108,9 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, const CertificateRow& r
 /// Pairs whose term underflowed to 0 hold less than 2^-1074 e^(1/2) each: m n 2^-1070 covers them.
 /// Pairs skipped by certificate_pair (z < -64, t / eps < 2^44: |dz| <= (d + 11) / 512) hold less
 /// than v_j e^(-64 + (d + 11) / 512) each, at most that in all per side (the v_j sum to 1 and
-/// the rows' weights too): added once per side.
+/// the rows' weights too; for unbalanced weights, times the product of the two totals).
+/// KL-relaxed targets w exp(-p / rho): p / rho rounds by u |p| / rho, exp and the product by 2u,
+/// so their error is at most (1 + g) u target (|p| / rho + 2) summed (target_exposure).
 inline Certificate certificate_bound(const CertificateSide& rows, const CertificateSide& cols,
                                      std::int64_t n, std::int64_t m, std::int64_t d, double eps) {
   constexpr double u = 0x1.0p-53;
@@ -107,8 +123,11 @@ inline Certificate certificate_bound(const CertificateSide& rows, const Certific
       exposure = 1.2975 * (1 + g) * K * u / eps * s.weighted_t;
     else
       exposure = std::expm1(delta_max) * (1 + g) * s.mass;
-    return exposure + g * (s.mass + 1) + g * s.error + double(n) * double(m) * 0x1.0p-1070 +
-           std::exp(kCertificateSkipZ + (double(d) + 11) / 512);
+    return exposure + g * (s.mass + std::max(1.0, s.weight)) + g * s.error +
+           double(n) * double(m) * 0x1.0p-1070 +
+           std::exp(kCertificateSkipZ + (double(d) + 11) / 512) *
+               std::max(1.0, rows.weight * cols.weight) +
+           1.01 * u * s.target_exposure;
   };
   Certificate c;
   c.computed = rows.error + cols.error;

@@ -87,6 +87,36 @@ KANTOR_HOST_DEVICE inline double marginal_term(double w, double old, double fres
   return w > 0 ? w * fabs(expm1((old - fresh) / eps)) : 0.0;
 }
 
+/// The damping of a KL-relaxed side's update (unbalanced OT, docs/numerics.md section 9):
+/// f <- tau T(g) with tau = rho / (rho + eps) = 1 / (1 + eps / rho); rho_inv = 1 / rho, 0 for a
+/// strict side (tau = 1 exactly).
+KANTOR_HOST_DEVICE inline double damping(double rho_inv, double eps) {
+  return rho_inv == 0 ? 1.0 : 1.0 / (1.0 + eps * rho_inv);
+}
+
+/// The target mass of a row: w for a strict side, w exp(-pot / rho) for a KL-relaxed one (the
+/// first-order condition P 1 = a exp(-f / rho) of the unbalanced problem).
+KANTOR_HOST_DEVICE inline double target_mass(double w, double pot, double rho_inv) {
+  return rho_inv == 0 ? w : w * exp(-pot * rho_inv);
+}
+
+/// One row's residual term |r_i - w_i exp(-old_i / rho)| for the plan of the old potential, with
+/// fresh = tau T the damped update from it: r_i / target_i = exp((old - fresh) / (tau eps)).
+/// rho_inv = 0 is the balanced marginal_term above, bit for bit.
+KANTOR_HOST_DEVICE inline double residual_term(double w, double old, double fresh, double eps,
+                                               double rho_inv) {
+  if (rho_inv == 0) return marginal_term(w, old, fresh, eps);
+  if (!(w > 0)) return 0.0;
+  const double tau = damping(rho_inv, eps);
+  return target_mass(w, old, rho_inv) * fabs(expm1((old - fresh) / (tau * eps)));
+}
+
+/// The potential part of a KL-relaxed side's dual value: rho (1 - exp(-pot / rho)) (pot itself
+/// for a strict side), per unit weight.
+KANTOR_HOST_DEVICE inline double dual_term(double pot, double rho_inv) {
+  return rho_inv == 0 ? pot : -expm1(-pot * rho_inv) / rho_inv;
+}
+
 /// The relaxed update (1 - w) old + w fresh (w = 1: fresh exactly).
 KANTOR_HOST_DEVICE inline double relaxed(double old, double fresh, double w) {
   return w == 1.0 ? fresh : (1.0 - w) * old + w * fresh;

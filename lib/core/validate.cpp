@@ -122,11 +122,18 @@ void validate(const Problem<T>& p) {
                           " coordinates per point and y has " + std::to_string(fe.y.cols));
   const double ma = check_weights(p.a, fe.x.rows, "a");
   const double mb = check_weights(p.b, fe.y.rows, "b");
-  if (std::isfinite(ma) && std::isfinite(mb) && std::abs(ma - mb) > 1e-6 * std::max(ma, mb)) {
+  for (const auto& [rho, name] : {std::pair<double, const char*>{p.rho_a, "rho_a"},
+                                  std::pair<double, const char*>{p.rho_b, "rho_b"}})
+    if (!(rho > 0))
+      throw InvalidArgument(std::string("problem.") + name +
+                            " (the marginal penalty) must be > 0 (infinity: a strict marginal), got " +
+                            format_number(rho));
+  if (!p.unbalanced() && std::isfinite(ma) && std::isfinite(mb) &&
+      std::abs(ma - mb) > 1e-6 * std::max(ma, mb)) {
     std::ostringstream os;
     os.precision(17);
     os << "problem: weights have different total mass (a: " << ma << ", b: " << mb
-       << "; balanced OT needs equal mass to 1e-6 relative)";
+       << "; balanced OT needs equal mass to 1e-6 relative; set rho_a / rho_b for unbalanced OT)";
     throw InvalidArgument(os.str());
   }
   if (!(fe.scale > 0) || !std::isfinite(fe.scale))

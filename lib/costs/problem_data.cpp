@@ -10,17 +10,18 @@
 namespace kantor {
 namespace {
 
+/// The weights in double: uniform 1/count for an empty view; normalized to mass 1 unless `as_given`
+/// (unbalanced problems use the caller's masses).
 template <class T>
-std::vector<T> normalized_weights(const VectorView<const T>& w, std::int64_t count) {
-  std::vector<T> out(static_cast<std::size_t>(count));
-  if (w.data == nullptr) {
-    std::fill(out.begin(), out.end(), T(1.0 / double(count)));
-    return out;
-  }
+std::vector<double> exact_weights(const VectorView<const T>& w, std::int64_t count,
+                                  bool as_given) {
+  std::vector<double> e(static_cast<std::size_t>(count), 1.0 / double(count));
+  if (w.data == nullptr) return e;
   double total = 0;
   for (std::int64_t i = 0; i < count; ++i) total += double(w[i]);
-  for (std::int64_t i = 0; i < count; ++i) out[std::size_t(i)] = T(double(w[i]) / total);
-  return out;
+  if (as_given) total = 1.0;
+  for (std::int64_t i = 0; i < count; ++i) e[std::size_t(i)] = double(w[i]) / total;
+  return e;
 }
 
 /// Host copy of a device matrix view (its rows x stride block, stride kept).
@@ -117,8 +118,14 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   };
   copy_centred(p.x, &out.x);
   copy_centred(p.y, &out.y);
-  out.a = normalized_weights(problem.a, out.n);
-  out.b = normalized_weights(problem.b, out.m);
+  out.rho_a = problem.rho_a;
+  out.rho_b = problem.rho_b;
+  out.a_ref = exact_weights(problem.a, out.n, problem.unbalanced());
+  out.b_ref = exact_weights(problem.b, out.m, problem.unbalanced());
+  out.a.assign(out.a_ref.begin(), out.a_ref.end());
+  out.b.assign(out.b_ref.begin(), out.b_ref.end());
+  for (double w : out.a_ref) out.mass_a += w;
+  for (double w : out.b_ref) out.mass_b += w;
   // Guard: a zero weight masks its point (log 0 = -inf, which every engine's pass treats as a
   // masked key and never as a NaN source).
   auto logs = [](const std::vector<T>& w) {
@@ -148,16 +155,6 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   };
   out.x_ref = exact(p.x, problem.reference_x);
   out.y_ref = exact(p.y, problem.reference_y);
-  auto exact_weights = [](const VectorView<const T>& w, std::int64_t count) {
-    std::vector<double> e(std::size_t(count), 1.0 / double(count));
-    if (w.data == nullptr) return e;
-    double total = 0;
-    for (std::int64_t i = 0; i < count; ++i) total += double(w[i]);
-    for (std::int64_t i = 0; i < count; ++i) e[std::size_t(i)] = double(w[i]) / total;
-    return e;
-  };
-  out.a_ref = exact_weights(problem.a, out.n);
-  out.b_ref = exact_weights(problem.b, out.m);
   if (lab) {
     out.classes = lab->table.rows;
     out.labels_x.assign(lab->labels_x.data, lab->labels_x.data + out.n);

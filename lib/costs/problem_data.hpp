@@ -17,7 +17,9 @@ struct PreparedProblem {
   std::int64_t n = 0, m = 0, d = 0;
   std::vector<T> x, y;        // centred, row-major n x d and m x d
   std::vector<double> center; // d: what was subtracted
-  std::vector<T> a, b;        // normalized weights
+  std::vector<T> a, b;        // normalized weights (as given for an unbalanced problem)
+  double rho_a = 0, rho_b = 0;  // marginal penalties (infinity: strict)
+  double mass_a = 0, mass_b = 0;  // totals of a and b (double; 1 for a balanced problem)
   std::vector<T> la, lb;      // their logs; -inf for a zero weight (a masked point)
   double diameter = 0;        // diagonal of the joint bounding box
   double cost_scale = 1;      // c of the squared-Euclidean part
@@ -31,7 +33,7 @@ struct PreparedProblem {
   double max_sq_norm = 0;     // max over both centred clouds of |x_i|^2 (double)
   // The certificate's data (lib/core/certificate.hpp): the caller's coordinates as given (or
   // problem.reference_x / reference_y when set), uncentred, in double, row-major; and the weights
-  // normalized in double.
+  // normalized in double (as given for an unbalanced problem).
   std::vector<double> x_ref, y_ref;
   std::vector<double> a_ref, b_ref;
 };

@@ -85,9 +85,10 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
   }
   }
   CertificateSide s;
-  if (row_ok) certificate_row(p.query_w[i], row, &s);
+  if (row_ok) certificate_row(p.query_w[i], pi, p.rho_inv, row, &s);
   // Block reduction: warp shuffles, then one atomic per warp.
-  double e = s.error, ms = s.mass, wt = s.weighted_t, co = s.cost, po = s.potentials;
+  double e = s.error, ms = s.mass, wt = s.weighted_t, co = s.cost, po = s.potentials,
+         wsum = s.weight, tx = s.target_exposure;
   unsigned long long mt = __double_as_longlong(s.max_t);
   for (int off = 16; off > 0; off >>= 1) {
     e += __shfl_down_sync(0xffffffffu, e, off);
@@ -95,6 +96,8 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
     wt += __shfl_down_sync(0xffffffffu, wt, off);
     co += __shfl_down_sync(0xffffffffu, co, off);
     po += __shfl_down_sync(0xffffffffu, po, off);
+    wsum += __shfl_down_sync(0xffffffffu, wsum, off);
+    tx += __shfl_down_sync(0xffffffffu, tx, off);
     const unsigned long long o = __shfl_down_sync(0xffffffffu, mt, off);
     mt = o > mt ? o : mt;
   }
@@ -105,6 +108,8 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
     atomicMax(reinterpret_cast<unsigned long long*>(p.out + 3), mt);
     atomicAdd(p.out + 4, co);
     atomicAdd(p.out + 5, po);
+    atomicAdd(p.out + 6, wsum);
+    atomicAdd(p.out + 7, tx);
   }
 }
 

@@ -18,6 +18,9 @@ struct CertifySide {
   std::int64_t nq = 0, nk = 0;
   int d = 0;
   double cost_scale = 1, eps = 1;
+  /// 1 / rho of the rows' side: 0 for a strict marginal, else the rows' targets are
+  /// w exp(-p / rho) (unbalanced OT).
+  double rho_inv = 0;
   /// LabelAugmented: C_ij += pair[query_labels[i] * classes + key_labels[j]] (c_w W, double;
   /// the column side gets W^T). Null = squared-Euclidean.
   const std::int32_t* query_labels = nullptr;
@@ -29,8 +32,9 @@ struct CertifySide {
   const std::int64_t* run_ptr = nullptr;
   const std::int32_t* runs = nullptr;
   int key_tile = 0;
-  /// 6 doubles in device memory, accumulated (not overwritten): error, mass, weighted t, max t
-  /// (as the bits of a non-negative double; start from 0), sum P C, sum P (f + g).
+  /// 8 doubles in device memory, accumulated (not overwritten): error, mass, weighted t, max t
+  /// (as the bits of a non-negative double; start from 0), sum P C, sum P (f + g), sum of the
+  /// rows' weights, the targets' rounding exposure (kantor::CertificateSide).
   double* out = nullptr;
 };
 

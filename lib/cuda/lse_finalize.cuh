@@ -37,9 +37,10 @@ __global__ void __launch_bounds__(kFinalizeThreads) lse_finalize_kernel(LsePass<
       sum += double(sd.part_sum[s * sd.rows + i]) *
              online_rescale(double(sd.part_max[s * sd.rows + i]), mx, alpha, ExactExp2{});
     const double qn = sd.query_norm ? double(sd.query_norm[i]) : 0.0;
-    const double fresh = potential_from_lse(qn, eps, online_lse(mx, sum, alpha));
+    const double fresh =
+        damping(sd.rho_inv, eps) * potential_from_lse(qn, eps, online_lse(mx, sum, alpha));
     const double old = double(sd.pot[i]);
-    if (p.err) e = marginal_term(double(sd.query_w[i]), old, fresh, eps);
+    if (p.err) e = residual_term(double(sd.query_w[i]), old, fresh, eps, sd.rho_inv);
     sd.pot[i] = T(relaxed(old, fresh, double(p.relax)));
   }
   if (p.err) {
@@ -60,15 +61,18 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
-/// out[0] = <a, f> + <b, g>; one block of 1024 threads, fixed order.
+/// out[0] = <a, phi_a(f)> + <b, phi_b(g)> (dual_term; <a, f> + <b, g> when balanced); one block
+/// of 1024 threads, fixed order.
 template <class T>
 __global__ void __launch_bounds__(1024)
     dual_value_kernel(const T* a, const T* f, std::int64_t n, const T* b, const T* g,
-                      std::int64_t m, double* out) {
+                      std::int64_t m, double rho_inv_a, double rho_inv_b, double* out) {
   __shared__ double red[32];
   double v = 0;
-  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x) v += double(a[i]) * double(f[i]);
-  for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x) v += double(b[j]) * double(g[j]);
+  for (std::int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    v += double(a[i]) * dual_term(double(f[i]), rho_inv_a);
+  for (std::int64_t j = threadIdx.x; j < m; j += blockDim.x)
+    v += double(b[j]) * dual_term(double(g[j]), rho_inv_b);
   const double r = block_sum(v, red);
   if (threadIdx.x == 0) out[0] = r;
 }

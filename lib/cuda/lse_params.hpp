@@ -33,6 +33,9 @@ struct LseSide {
   const T* key_logw = nullptr;    ///< log weights of the keys, -inf for a zero weight (masked)
   const T* query_norm = nullptr;  ///< q_i (tf32, bf16); null on the exact path
   const T* query_w = nullptr;     ///< weights of the rows (marginal error)
+  /// 1 / rho of the rows' marginal: 0 = strict; else the update is damped by
+  /// tau = 1 / (1 + eps rho_inv) and the error is the unbalanced residual (online_lse.hpp).
+  double rho_inv = 0;
   T* pot = nullptr;               ///< potential of the rows: old value read, new value written
   T* part_max = nullptr;          ///< splits x rows partial maxima (workspace)
   T* part_sum = nullptr;          ///< splits x rows partial sums (workspace)
@@ -151,10 +154,12 @@ void run_lse_pass(LseKernel kernel, const LsePass<double>& p, void* stream);
 /// One value pass (CUDA cores, exact differences, double arithmetic). Asynchronous on `stream`.
 void run_value_pass(const LseValuePass<float>& p, void* stream);
 void run_value_pass(const LseValuePass<double>& p, void* stream);
-/// out[0] = <a, f> + <b, g> in double (one block, deterministic). Asynchronous.
+/// out[0] = <a, phi_a(f)> + <b, phi_b(g)> in double (one block, deterministic), phi the
+/// dual_term of lib/core/online_lse.hpp (the identity for rho_inv = 0). Asynchronous.
 void run_dual_value(const float* a, const float* f, std::int64_t n, const float* b, const float* g,
-                    std::int64_t m, double* out, void* stream);
+                    std::int64_t m, double rho_inv_a, double rho_inv_b, double* out, void* stream);
 void run_dual_value(const double* a, const double* f, std::int64_t n, const double* b,
-                    const double* g, std::int64_t m, double* out, void* stream);
+                    const double* g, std::int64_t m, double rho_inv_a, double rho_inv_b,
+                    double* out, void* stream);
 
 }  // namespace kantor::cuda

@@ -115,15 +115,17 @@ void run_lse_pass(LseKernel kernel, const LsePass<double>& p, void* stream) {
 }
 
 void run_dual_value(const float* a, const float* f, std::int64_t n, const float* b, const float* g,
-                    std::int64_t m, double* out, void* stream) {
-  dual_value_kernel<float>
-      <<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(a, f, n, b, g, m, out);
+                    std::int64_t m, double rho_inv_a, double rho_inv_b, double* out,
+                    void* stream) {
+  dual_value_kernel<float><<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(
+      a, f, n, b, g, m, rho_inv_a, rho_inv_b, out);
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 void run_dual_value(const double* a, const double* f, std::int64_t n, const double* b,
-                    const double* g, std::int64_t m, double* out, void* stream) {
-  dual_value_kernel<double>
-      <<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(a, f, n, b, g, m, out);
+                    const double* g, std::int64_t m, double rho_inv_a, double rho_inv_b,
+                    double* out, void* stream) {
+  dual_value_kernel<double><<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(
+      a, f, n, b, g, m, rho_inv_a, rho_inv_b, out);
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 

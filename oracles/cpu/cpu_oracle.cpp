@@ -92,11 +92,11 @@ class CpuOracle final : public OracleBase<T> {
 
   void update_f(T eps, const T* g, T* f, double* row_err) override {
     lse_side(eps, /*f_side=*/true, g, tn_.data());
-    finish_update(eps, a_, tn_, f, row_err);
+    finish_update(eps, 0, a_, tn_, f, row_err);
   }
   void update_g(T eps, const T* f, T* g, double* col_err) override {
     lse_side(eps, /*f_side=*/false, f, tm_.data());
-    finish_update(eps, b_, tm_, g, col_err);
+    finish_update(eps, 1, b_, tm_, g, col_err);
   }
   void symmetric_step(T eps, T w, T* f, T* g, double* err) override {
     // Self-problem (y = x, b = a bitwise) with f = g: both passes would be the same computation
@@ -105,7 +105,7 @@ class CpuOracle final : public OracleBase<T> {
     if (self_ && std::equal(f, f + n(), g)) {
       lse_side(eps, true, g, tn_.data());
       if (err) {
-        const double e = side_error(eps, a_, f, tn_);
+        const double e = side_error(eps, 0, a_, f, tn_);
         *err = e + e;
       }
       for (std::int64_t i = 0; i < n(); ++i) f[i] = (T(1) - w) * f[i] + w * tn_[i];
@@ -114,7 +114,7 @@ class CpuOracle final : public OracleBase<T> {
     }
     lse_side(eps, true, g, tn_.data());   // T_f(g_old)
     lse_side(eps, false, f, tm_.data());  // T_g(f_old)
-    if (err) *err = side_error(eps, a_, f, tn_) + side_error(eps, b_, g, tm_);
+    if (err) *err = side_error(eps, 0, a_, f, tn_) + side_error(eps, 1, b_, g, tm_);
     for (std::int64_t i = 0; i < n(); ++i) f[i] = (T(1) - w) * f[i] + w * tn_[i];
     for (std::int64_t j = 0; j < m(); ++j) g[j] = (T(1) - w) * g[j] + w * tm_[j];
   }
@@ -177,9 +177,10 @@ class CpuOracle final : public OracleBase<T> {
   }
 
   void dual_value(const T* f, const T* g, double* out) override {
+    const double ra = this->rho_inv(0), rb = this->rho_inv(1);
     double s = 0;
-    for (std::int64_t i = 0; i < n(); ++i) s += double(a_[i]) * double(f[i]);
-    for (std::int64_t j = 0; j < m(); ++j) s += double(b_[j]) * double(g[j]);
+    for (std::int64_t i = 0; i < n(); ++i) s += double(a_[i]) * dual_term(double(f[i]), ra);
+    for (std::int64_t j = 0; j < m(); ++j) s += double(b_[j]) * dual_term(double(g[j]), rb);
     out[0] = s;
   }
 
@@ -221,7 +222,7 @@ class CpuOracle final : public OracleBase<T> {
   void marginal_error(T eps, const T* f, const T* g, double* out) override {
     lse_side(eps, true, g, tn_.data());
     lse_side(eps, false, f, tm_.data());
-    out[0] = side_error(eps, a_, f, tn_) + side_error(eps, b_, g, tm_);
+    out[0] = side_error(eps, 0, a_, f, tn_) + side_error(eps, 1, b_, g, tm_);
   }
 
   Certificate certify(double eps, const T* f, const T* g) override {
@@ -251,7 +252,7 @@ class CpuOracle final : public OracleBase<T> {
                                const BlockList* list = nullptr) {
     constexpr std::int64_t kBlock = 64;
     const std::int64_t d = dim(), blocks = (nq + kBlock - 1) / kBlock, L = this->classes_;
-    const double inv_eps = 1.0 / eps;
+    const double inv_eps = 1.0 / eps, rho_inv = this->rho_inv(side);
     std::vector<CertificateSide> part(static_cast<std::size_t>(blocks));
     pool_.run(blocks, [&](std::int64_t blk) {
       CertificateSide s;
@@ -283,7 +284,7 @@ class CpuOracle final : public OracleBase<T> {
             certificate_pair(sq, c_, pair, inv_eps, pi, double(pk[j]), wk[std::size_t(j)], &row);
           }
         }
-        certificate_row(wq[std::size_t(i)], row, &s);
+        certificate_row(wq[std::size_t(i)], pi, rho_inv, row, &s);
       }
       part[std::size_t(blk)] = s;
     });
@@ -295,6 +296,8 @@ class CpuOracle final : public OracleBase<T> {
       total.max_t = std::max(total.max_t, s.max_t);
       total.cost += s.cost;
       total.potentials += s.potentials;
+      total.weight += s.weight;
+      total.target_exposure += s.target_exposure;
       if (std::isnan(s.max_t)) total.max_t = s.max_t;
     }
     return total;
@@ -307,7 +310,7 @@ class CpuOracle final : public OracleBase<T> {
     return (Eigen::Map<const Vec<T>>(f, n()) - xn_) / eps + la_;
   }
 
-  // out = T_f(other) (f_side) or T_g(other).
+  // out = tau T_f(other) (f_side) or tau T_g(other) (tau = 1 for a strict side).
   void lse_side(T eps, bool f_side, const T* other, T* out) {
     const RowMatrix<T>& q = f_side ? x_ : y_;
     const RowMatrix<T>& k = f_side ? y_ : x_;
@@ -318,16 +321,19 @@ class CpuOracle final : public OracleBase<T> {
     cpu::row_pass(pool_, cpu::ref(q), cpu::ref(k), bias.data(), T(2 * c_) / eps, cpu::ref(empty_),
                   &res_, pol);
     // row_pass reports natural-log maxima: the online state with alpha = log2(e).
+    const double tau = damping(this->rho_inv(f_side ? 0 : 1), double(eps));
     for (std::int64_t i = 0; i < q.rows(); ++i)
-      out[i] = T(potential_from_lse(double(qn[i]), double(eps),
-                                    online_lse(res_.max[i], res_.sum[i], kLog2e)));
+      out[i] = T(tau * potential_from_lse(double(qn[i]), double(eps),
+                                          online_lse(res_.max[i], res_.sum[i], kLog2e)));
   }
 
-  // |marginal - w|_1 = sum_i w_i |exp((old_i - new_i)/eps) - 1|, in double.
-  static double side_error(T eps, const Vec<T>& w, const T* old_pot, const Vec<T>& new_pot) {
+  // The residual of side s's rows: |marginal - w|_1 = sum_i w_i |exp((old_i - new_i)/eps) - 1|
+  // for a strict side, its KL-relaxed form (residual_term) otherwise; in double.
+  double side_error(T eps, int s, const Vec<T>& w, const T* old_pot, const Vec<T>& new_pot) const {
+    const double ri = this->rho_inv(s);
     double e = 0;
     for (std::int64_t i = 0; i < w.size(); ++i)
-      e += marginal_term(double(w[i]), double(old_pot[i]), double(new_pot[i]), double(eps));
+      e += residual_term(double(w[i]), double(old_pot[i]), double(new_pot[i]), double(eps), ri);
     return e;
   }
 
@@ -354,8 +360,8 @@ class CpuOracle final : public OracleBase<T> {
   }
   void block_lists_changed() override {}
 
-  void finish_update(T eps, const Vec<T>& w, const Vec<T>& fresh, T* pot, double* err) {
-    if (err) *err = side_error(eps, w, pot, fresh);
+  void finish_update(T eps, int s, const Vec<T>& w, const Vec<T>& fresh, T* pot, double* err) {
+    if (err) *err = side_error(eps, s, w, pot, fresh);
     std::copy(fresh.data(), fresh.data() + fresh.size(), pot);
   }
 

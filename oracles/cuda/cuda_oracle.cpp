@@ -144,7 +144,7 @@ class CudaOracle final : public OracleBase<T> {
     y_ref_ = upload(prep.y_ref);
     a_ref_ = upload(prep.a_ref);
     b_ref_ = upload(prep.b_ref);
-    cert_out_ = Buffer<double>(ctx_, 12);
+    cert_out_ = Buffer<double>(ctx_, 16);
     if (prep.classes > 0) {
       // Labels, and the pair table c_w W per side (the g side reads W^T) in double (the
       // certificate), in the exact kernels' u units (/ c) and in the shifted form's (/ 2c).
@@ -336,7 +336,8 @@ class CudaOracle final : public OracleBase<T> {
   }
 
   void dual_value(const T* f, const T* g, double* out) override {
-    cuda::run_dual_value(a_.data(), f, n_, b_.data(), g, m_, out, stream_);
+    cuda::run_dual_value(a_.data(), f, n_, b_.data(), g, m_, this->rho_inv(0), this->rho_inv(1),
+                         out, stream_);
   }
   void plan_statistics(T eps, const T* f, const T* g, double* out) override {
     LseValuePass<T> p = value_pass(eps, true, f, g, ValueMode::kStats);
@@ -365,7 +366,7 @@ class CudaOracle final : public OracleBase<T> {
  private:
   // The certificate over every pair, or (kept) over the pairs of the current block lists.
   Certificate certify_pairs(double eps, const T* f, const T* g, bool kept) {
-    cuda::memset_async(cert_out_.data(), 0, 12 * sizeof(double), stream_);
+    cuda::memset_async(cert_out_.data(), 0, 16 * sizeof(double), stream_);
     cuda::CertifySide<T> rows;
     rows.queries = x_ref_.data();
     rows.keys = y_ref_.data();
@@ -379,6 +380,7 @@ class CudaOracle final : public OracleBase<T> {
     rows.cost_scale = c_;
     rows.eps = eps;
     rows.out = cert_out_.data();
+    rows.rho_inv = this->rho_inv(0);
     if (this->label_cost()) {
       rows.query_labels = labels_x_.data();
       rows.key_labels = labels_y_.data();
@@ -392,7 +394,8 @@ class CudaOracle final : public OracleBase<T> {
     std::swap(cols.nq, cols.nk);
     std::swap(cols.query_labels, cols.key_labels);
     if (this->label_cost()) cols.pair = pair_ref_[1].data();
-    cols.out = cert_out_.data() + 6;
+    cols.out = cert_out_.data() + 8;
+    cols.rho_inv = this->rho_inv(1);
     if (kept) {
       for (int s = 0; s < 2; ++s) {
         const BlockList* l = this->block_list(s);
@@ -414,9 +417,11 @@ class CudaOracle final : public OracleBase<T> {
       std::memcpy(&sd.max_t, &h[std::size_t(o + 3)], sizeof(double));
       sd.cost = h[std::size_t(o + 4)];
       sd.potentials = h[std::size_t(o + 5)];
+      sd.weight = h[std::size_t(o + 6)];
+      sd.target_exposure = h[std::size_t(o + 7)];
       return sd;
     };
-    return certificate_bound(side(0), side(6), n_, m_, d_, eps);
+    return certificate_bound(side(0), side(8), n_, m_, d_, eps);
   }
 
   cuda::PassTraits traits(bool block_list) const {
@@ -642,6 +647,7 @@ class CudaOracle final : public OracleBase<T> {
     s.key_logw = f_side ? lb_.data() : la_.data();
     s.query_norm = tf32 ? (f_side ? xn_.data() : yn_.data()) : nullptr;
     s.query_w = f_side ? a_.data() : b_.data();
+    s.rho_inv = this->rho_inv(f_side ? 0 : 1);
     s.pot = pot;
     s.part_max = f_side ? pm_f_.data() : pm_g_.data();
     s.part_sum = f_side ? ps_f_.data() : ps_g_.data();
