@@ -68,6 +68,7 @@ struct BenchOptions {
   std::string cg_preconditioner = "diagonal";  // --hvp: diagonal | marginal | none
   double converge_tolerance = 1e-6;        // --hvp: marginal error of the potentials
   std::int64_t converge_max_iterations = 20000;
+  double rho = 0;  // > 0: unbalanced, both marginals relaxed with this penalty
 };
 
 struct Timing {
@@ -103,6 +104,7 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   p.a = host_vector<const T>(a.data(), n);
   p.b = host_vector<const T>(b.data(), m);
   p.epsilon = o.epsilon;
+  if (o.rho > 0) p.rho_a = p.rho_b = o.rho;
   std::vector<std::int32_t> lx, ly;
   std::vector<double> table;
   if (o.classes > 0) {
@@ -282,6 +284,8 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
       "--hvp: diagonal (exact diag of the Schur complement, default) | marginal | none")(
       "cg-check-every", po::value(&o.cg_check_every),
       "--hvp: CG iterations between residual checks (default 5)")(
+      "rho", po::value(&o.rho),
+      "unbalanced OT: both marginals relaxed with penalty R (default 0: balanced)")(
       "json", po::bool_switch(&o.json), "print one JSON object");
   po::variables_map vm = parse_command_line(args, desc);
   if (vm.count("help")) {
@@ -304,6 +308,9 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   if (o.repeats < 1)
     throw InvalidArgument("--repeats must be >= 1, got " + std::to_string(o.repeats));
   if (o.warmup < 0) throw InvalidArgument("--warmup must be >= 0");
+  if (!(o.rho >= 0) || !std::isfinite(o.rho))
+    throw InvalidArgument("--rho must be a finite number > 0 (or 0: balanced), got " +
+                          format_number(o.rho));
   if (o.classes < 0 || o.classes > (1 << 20))
     throw InvalidArgument("--classes must be in [0, 2^20], got " + std::to_string(o.classes));
   if (!(o.block_fraction > 0 && o.block_fraction <= 1))
@@ -365,6 +372,7 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
         .add("m", o.m)
         .add("d", o.d)
         .add("epsilon", o.epsilon)
+        .add("rho", o.rho)
         .add("iterations", o.iterations)
         .add("schedule", to_string(schedule))
         .add("precision", to_string(precision))
