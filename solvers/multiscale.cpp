@@ -14,6 +14,7 @@
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
 #include "multiscale_screen.hpp"
+#include "unbalanced.hpp"
 
 namespace kantor::multiscale {
 namespace {
@@ -48,7 +49,8 @@ std::vector<U> host_rows(const Context& ctx, const MatrixView<const U>& v) {
 
 // Weights (uniform when empty) normalized to total 1, in double.
 template <class T>
-std::vector<double> host_weights(const Context& ctx, const VectorView<const T>& w, std::int64_t n) {
+std::vector<double> host_weights(const Context& ctx, const VectorView<const T>& w, std::int64_t n,
+                                 bool as_given) {
   std::vector<double> out(std::size_t(n), 1.0);
   if (w.size > 0) {
     const std::vector<T> h = to_host(ctx, w);
@@ -56,6 +58,8 @@ std::vector<double> host_weights(const Context& ctx, const VectorView<const T>& 
   }
   double total = 0;
   for (double v : out) total += v;
+  // Unbalanced problems use given weights as they are (uniform ones are 1/n, as in the engines).
+  if (as_given && w.size > 0) total = 1.0;
   for (double& v : out) v /= total;
   return out;
 }
@@ -214,7 +218,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   }
   std::vector<std::int64_t> ox, oy;
   morton_order(xr.data(), n, yr.data(), m, d, &ox, &oy, threads);
-  const std::vector<double> wa = host_weights(ctx, problem.a, n), wb = host_weights(ctx, problem.b, m);
+  const std::vector<double> wa = host_weights(ctx, problem.a, n, problem.unbalanced());
+  const std::vector<double> wb = host_weights(ctx, problem.b, m, problem.unbalanced());
   auto permute_rows = [&](const auto& src, const std::vector<std::int64_t>& o) {
     std::remove_const_t<std::remove_reference_t<decltype(src)>> out(src.size());
     for (std::size_t k = 0; k < o.size(); ++k)
@@ -240,6 +245,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   sorted.a = host_vector(apt.data(), n);
   sorted.b = host_vector(bpt.data(), m);
   sorted.epsilon = eps;
+  sorted.rho_a = problem.rho_a;
+  sorted.rho_b = problem.rho_b;
   if (has_ref) {
     sorted.reference_x = host_matrix(xrp.data(), n, d);
     sorted.reference_y = host_matrix(yrp.data(), m, d);
@@ -270,6 +277,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     coarse.a = host_vector(ac.data(), K);
     coarse.b = host_vector(bc.data(), Km);
     coarse.epsilon = eps;
+    coarse.rho_a = problem.rho_a;
+    coarse.rho_b = problem.rho_b;
     SinkhornOptions co = options;
     const bool coarse_multiscale = double(K) * double(Km) > double(mo.dense_pairs);
     co.solver = coarse_multiscale ? SolverKind::kMultiscale : SolverKind::kDense;
@@ -327,6 +336,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   s.precision = oracle->precision();
   s.engine = oracle->description();
   s.epsilon = eps;
+  set_unbalanced_facts(*oracle, &s);
   s.tolerance = options.tolerance > 0 ? options.tolerance : default_tolerance(s.precision);
   s.initial_epsilon = warm ? eps : coarse_summary.initial_epsilon;
   s.resolvable_epsilon = coarse_summary.resolvable_epsilon;
@@ -334,7 +344,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   s.annealing_iterations = coarse_summary.annealing_iterations;
   s.relaxation = 1.0;
   s.certificates = coarse_summary.certificates;
-  const double theta_b = std::log(4.0 / s.tolerance) + mo.slack;
+  // The truncation: a dropped pair holds at most a_i b_j e^-(theta_b - drift / eps), so each side
+  // loses at most m_a m_b e^-(...) of plan mass (1 for a balanced problem; docs/multiscale.md).
+  const double mass_ab = s.mass_a * s.mass_b;
+  const double theta_b = std::log(4.0 * std::max(1.0, mass_ab) / s.tolerance) + mo.slack;
   const BlockShape shape = oracle->block_shape();
 
   std::vector<double> fb = download(ctx, f), gb = download(ctx, g);  // the mask's potentials
@@ -474,7 +487,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         ++level_certs;
         ++s.certificates;
         cert_iteration = fine_iterations;
-        tail = 2 * std::exp(-(theta_b - drift / eps));
+        tail = 2 * mass_ab * std::exp(-(theta_b - drift / eps));
         rec.certified_error = cert.bound + tail;
         if (rec.certified_error <= s.tolerance) {
           s.termination = TerminationType::kConverged;
@@ -537,7 +550,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       ++level_certs;
       ++s.certificates;
     }
-    tail = 2 * std::exp(-(theta_b - drift / eps));
+    tail = 2 * mass_ab * std::exp(-(theta_b - drift / eps));
     s.truncation_bound = tail;
     s.marginal_error = cert.bound + tail;
     s.marginal_error_slack = cert.slack;
@@ -550,6 +563,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     s.primal_cost = cert.plan_cost;
     s.regularized_cost = cert.plan_potentials - eps * (cert.plan_mass - 1.0);
     s.dual_gap = s.regularized_cost - s.dual_cost;
+    if (s.unbalanced())
+      set_unbalanced_values(ctx, *oracle, eps, f.data(), g.data(), s.dual_cost, cert.plan_mass,
+                            cert.plan_potentials, &s);
     if (s.termination == TerminationType::kConverged && !(s.marginal_error <= s.tolerance)) {
       s.termination = TerminationType::kMaxIterations;
       s.message += "; but the final certificate exceeds the tolerance";

@@ -14,6 +14,7 @@
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
 #include "multiscale.hpp"
+#include "unbalanced.hpp"
 
 namespace kantor {
 
@@ -286,31 +287,6 @@ class CoarseCorrection {
 
 // The iteration loop on an existing oracle. `pot` receives the potentials (warm start when it
 // holds vectors of sizes n and m).
-// KL(P 1 | a) and KL(P^T 1 | b) (generalized: sum r log(r / w) - r + w) of the plan of (f, g):
-// one transport application per side, the sums in double on the host.
-struct MarginalKl {
-  double a = 0, b = 0;
-};
-template <class T>
-MarginalKl marginal_kl(const Context& ctx, Oracle<T>& oracle, T eps, const T* f, const T* g) {
-  const std::int64_t n = oracle.n(), m = oracle.m();
-  Buffer<T> ones(ctx, std::max(n, m)), r(ctx, n), c(ctx, m);
-  oracle.ops().fill(MatrixView<T>{ones.data(), std::max(n, m), 1, 1, ctx.memory_space()}, T(1));
-  oracle.apply(eps, f, g, ones.data(), r.data());
-  oracle.apply_t(eps, f, g, ones.data(), c.data());
-  auto kl = [&](const T* marg, const T* w, std::int64_t k) {
-    const std::vector<T> rh = to_host(ctx, VectorView<const T>{marg, k, ctx.memory_space()});
-    const std::vector<T> wh = to_host(ctx, VectorView<const T>{w, k, ctx.memory_space()});
-    double sum = 0;
-    for (std::int64_t i = 0; i < k; ++i) {
-      const double ri = double(rh[std::size_t(i)]), wi = double(wh[std::size_t(i)]);
-      sum += wi > 0 ? (ri > 0 ? ri * std::log(ri / wi) - ri + wi : wi) : ri;
-    }
-    return sum;
-  };
-  return MarginalKl{kl(r.data(), oracle.a(), n), kl(c.data(), oracle.b(), m)};
-}
-
 template <class T>
 SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsilon, const SinkhornOptions& options, Potentials<T>* pot,
                              Clock::time_point t_start) {
@@ -324,10 +300,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   s.precision = oracle.precision();
   s.engine = oracle.description();
   s.epsilon = epsilon;
-  s.rho_a = oracle.marginal_penalty(0);
-  s.rho_b = oracle.marginal_penalty(1);
-  s.mass_a = oracle.weight_mass(0);
-  s.mass_b = oracle.weight_mass(1);
+  set_unbalanced_facts(oracle, &s);
   if (s.unbalanced() && !options.coarse_blocks_x.empty())
     throw InvalidArgument(
         "SinkhornOptions.coarse_blocks_x / _y: the coarse correction is a balanced-OT step (it "
@@ -705,21 +678,12 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   // eps KL(P | a b) = sum P (f + g - C) - eps (sum P - 1), so the regularized cost is
   // <P,C> + eps KL = sum P (f + g) - eps (sum P - 1).
   s.regularized_cost = st[2] - last_eps * (st[0] - 1.0);
-  if (s.unbalanced()) {
-    // docs/numerics.md section 9: with masses m_a, m_b the generalized KL(P | a b) adds
-    // eps (m_a m_b - sum P); the dual adds the same mass term to its potential part (dual_value:
-    // <a, rho (1 - exp(-f / rho))> per relaxed side); the primal adds rho KL(P 1 | a) and
-    // rho KL(P^T 1 | b) of the returned plan for each relaxed side.
-    const double mab = s.mass_a * s.mass_b;
-    s.dual_cost = head[1] - last_eps * (st[0] - mab);
-    s.regularized_cost = st[2] - last_eps * (st[0] - mab);
-    const MarginalKl kl = marginal_kl(ctx, oracle, e, f, g);
-    s.marginal_kl_a = kl.a;
-    s.marginal_kl_b = kl.b;
-    if (std::isfinite(s.rho_a)) s.regularized_cost += s.rho_a * kl.a;
-    if (std::isfinite(s.rho_b)) s.regularized_cost += s.rho_b * kl.b;
-  }
   s.dual_gap = s.regularized_cost - s.dual_cost;
+  // docs/numerics.md section 9: with masses m_a, m_b the generalized KL(P | a b) adds
+  // eps (m_a m_b - sum P); the dual adds the same mass term to its potential part (dual_value:
+  // <a, rho (1 - exp(-f / rho))> per relaxed side); the primal adds rho KL(P 1 | a) and
+  // rho KL(P^T 1 | b) of the returned plan for each relaxed side.
+  if (s.unbalanced()) set_unbalanced_values(ctx, oracle, last_eps, f, g, head[1], st[0], st[2], &s);
   pot->epsilon = last_eps;
   if (last_eps != epsilon) {
     std::ostringstream os;
@@ -808,15 +772,6 @@ bool use_multiscale(const Problem<T>& problem, const SinkhornOptions& options,
   const bool warm = pot && pot->f.size() == problem.features().x.rows &&
                     pot->g.size() == problem.features().y.rows;
   if (options.solver == SolverKind::kDense) return false;
-  if (problem.unbalanced()) {
-    if (options.solver == SolverKind::kMultiscale)
-      throw InvalidArgument(
-          "SinkhornOptions.solver = multiscale: the multiscale solver's truncation bound and "
-          "certificate are for balanced problems; unbalanced problems (rho_a / rho_b set) run "
-          "dense");
-    *why = "auto: dense (unbalanced problems run dense)";
-    return false;
-  }
   if (options.solver == SolverKind::kMultiscale) return true;
   if (is_self_problem(problem)) {
     *why = "auto: dense (a self-problem: the symmetric schedule)";

@@ -93,7 +93,6 @@ TEST_F(CliUnbalancedTest, BadOptionsExitTwoNamingTheOption) {
       {"solve --epsilon 0.1 --reach nan" + files_, {"--reach"}},
       {"solve --epsilon 0.1 --rho 1 --rho-target 2" + files_, {"--rho", "--rho-target"}},
       {"solve --epsilon 0.1 --reach 1 --rho 1" + files_, {"--reach", "mutually exclusive"}},
-      {"solve --epsilon 0.1 --rho 1 --solver multiscale" + files_, {"multiscale", "unbalanced"}},
       {"solve --epsilon 0.1 --rho-source 1 --debias" + files_, {"one marginal penalty"}},
   };
   for (const BadCase& c : cases) {

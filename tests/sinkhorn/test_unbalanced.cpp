@@ -4,13 +4,15 @@
 // certified residual, for rho in {1e-2, 1, 1e2} times the cost scale, unequal masses,
 // semi-unbalanced both ways, zero weights; rho -> infinity recovers the balanced solution; the
 // debiased divergence (S(a, a) = 0, S >= 0, symmetry, the reference value); gradients against
-// central finite differences of the fp64 values; refusals; the CUDA engine against the CPU one.
+// central finite differences of the fp64 values; the multiscale solver against the dense one;
+// refusals; the CUDA engine against the CPU one.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kantor/derivatives.hpp"
@@ -409,6 +411,73 @@ TEST(UnbalancedGradients, UseTheTransportedRowMass) {
   EXPECT_NEAR(gx[0], fd, 1e-6 * (1 + std::abs(fd)));
 }
 
+// ---- multiscale ---------------------------------------------------------------------------
+
+// The multiscale solver on unbalanced and semi-unbalanced problems: certified (its bound above
+// the dense float64 evaluation over every pair), and the same values as the dense solver.
+template <class T>
+void check_multiscale(const Context& ctx, double rho_a, double rho_b, double tol) {
+  // 1-D clouds on [0, 3]: Morton order is the sorted order and the row tiles are short
+  // intervals, so the screen prunes most pairs at this eps with few points.
+  Rng rng(17);
+  const std::int64_t n = 1500, m = 1200, d = 1;
+  std::uniform_real_distribution<double> U(0.0, 3.0);
+  UData u;
+  u.n = n;
+  u.m = m;
+  u.d = d;
+  u.x.resize(std::size_t(n));
+  u.y.resize(std::size_t(m));
+  for (double& v : u.x) v = U(rng);
+  for (double& v : u.y) v = 0.1 + 0.9 * U(rng);
+  u.a = scaled(random_weights(rng, n), 1.0);
+  u.b = scaled(random_weights(rng, m), 1.5);
+  u.eps = 0.002;
+  u.rho_a = rho_a;
+  u.rho_b = rho_b;
+  const std::vector<T> x(u.x.begin(), u.x.end()), y(u.y.begin(), u.y.end());
+  const std::vector<T> a(u.a.begin(), u.a.end()), b(u.b.begin(), u.b.end());
+  Problem<T> p;
+  p.features().x = host_matrix<const T>(x.data(), n, d);
+  p.features().y = host_matrix<const T>(y.data(), m, d);
+  p.a = host_vector<const T>(a.data(), n);
+  p.b = host_vector<const T>(b.data(), m);
+  p.epsilon = u.eps;
+  p.rho_a = rho_a;
+  p.rho_b = rho_b;
+  if (std::is_same<T, float>::value) {
+    p.reference_x = host_matrix<const double>(u.x.data(), n, d);
+    p.reference_y = host_matrix<const double>(u.y.data(), m, d);
+  }
+  SinkhornOptions o = tight(tol);
+  o.solver = SolverKind::kMultiscale;
+  o.multiscale.verify = true;
+  o.multiscale.max_density = 1.0;
+  const SinkhornSummary ms = solve_sinkhorn(ctx, p, o);
+  ASSERT_TRUE(ms.converged()) << ms.full_report();
+  EXPECT_EQ(ms.solver, "multiscale");
+  EXPECT_TRUE(ms.unbalanced());
+  EXPECT_LT(ms.kept_fraction, 0.4) << "the screen should prune at this eps";
+  EXPECT_GE(ms.marginal_error, ms.verified_error) << ms.full_report();
+  o.solver = SolverKind::kDense;
+  const SinkhornSummary dn = solve_sinkhorn(ctx, p, o);
+  ASSERT_TRUE(dn.converged()) << dn.full_report();
+  // Both plans are within tol of the optimality conditions: their values agree to about
+  // tol times the potentials' range.
+  const double vtol = 20 * tol * (1 + std::abs(dn.dual_cost));
+  EXPECT_NEAR(ms.dual_cost, dn.dual_cost, vtol);
+  EXPECT_NEAR(ms.regularized_cost, dn.regularized_cost, vtol);
+  EXPECT_NEAR(ms.plan_mass, dn.plan_mass, 10 * tol * dn.plan_mass);
+  EXPECT_NEAR(ms.mass_b, 1.5, 1e-6);
+}
+
+TEST(UnbalancedMultiscale, CertifiedAndEqualToDense) {
+  Context ctx(ContextOptions{Backend::kCpu, 0});
+  check_multiscale<double>(ctx, 0.05, 0.05, 1e-6);
+  check_multiscale<double>(ctx, kInf, 0.02, 1e-6);
+  check_multiscale<float>(ctx, 0.05, 0.05, 1e-3);
+}
+
 // ---- refusals -----------------------------------------------------------------------------
 
 TEST(UnbalancedRefusals, NameTheField) {
@@ -441,11 +510,8 @@ TEST(UnbalancedRefusals, NameTheField) {
   }
   // The divergence needs one penalty for both sides.
   expect_invalid([&] { sinkhorn_divergence(ctx, u.problem(), tight()); }, "one marginal penalty");
-  // The multiscale solver and the coarse correction are balanced-only; auto stays dense.
+  // The coarse correction is balanced-only.
   {
-    SinkhornOptions o = tight();
-    o.solver = SolverKind::kMultiscale;
-    expect_invalid([&] { solve_sinkhorn(ctx, u.problem(), o); }, "multiscale");
     SinkhornOptions c = tight();
     c.coarse_blocks_x.assign(std::size_t(u.n), 0);
     c.coarse_blocks_y.assign(std::size_t(u.m), 0);
@@ -506,6 +572,9 @@ TEST(CudaUnbalanced, AgreesWithTheCpuEngine) {
     ASSERT_TRUE(s32.converged()) << s32.full_report();
     EXPECT_NEAR(s32.dual_cost, c.dual_cost, 1e-3 * (1 + std::abs(c.dual_cost)));
   }
+  // The multiscale solver on the GPU.
+  check_multiscale<float>(gpu, 0.05, 0.05, 1e-3);
+  check_multiscale<double>(gpu, kInf, 0.02, 1e-6);
   // The divergence and the gradient on the GPU.
   UCase k{"div", 40, 30, 3, 0.1, 1.0, 0.5, 0.5, 1.0, 1.4};
   const UData u = make_data(k);
