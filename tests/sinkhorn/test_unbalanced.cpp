@@ -65,6 +65,32 @@ struct UData {
   UnbalancedDense dense() const { return make_unbalanced(x, y, d, a, b, c, rho_a, rho_b); }
 };
 
+/// The problem of `u` in precision T (the arrays converted), with the float64 coordinates as the
+/// certificate's reference when `reference`. Holds the arrays the views point into: not movable.
+template <class T>
+struct Typed {
+  std::vector<T> x, y, a, b;
+  Problem<T> problem;
+  Typed(const UData& u, bool reference)
+      : x(u.x.begin(), u.x.end()), y(u.y.begin(), u.y.end()), a(u.a.begin(), u.a.end()),
+        b(u.b.begin(), u.b.end()) {
+    problem.features().x = host_matrix<const T>(x.data(), u.n, u.d);
+    problem.features().y = host_matrix<const T>(y.data(), u.m, u.d);
+    problem.a = host_vector<const T>(a.data(), u.n);
+    problem.b = host_vector<const T>(b.data(), u.m);
+    problem.features().scale = u.c;
+    problem.epsilon = u.eps;
+    problem.rho_a = u.rho_a;
+    problem.rho_b = u.rho_b;
+    if (reference) {
+      problem.reference_x = host_matrix<const double>(u.x.data(), u.n, u.d);
+      problem.reference_y = host_matrix<const double>(u.y.data(), u.m, u.d);
+    }
+  }
+  Typed(const Typed&) = delete;
+  Typed& operator=(const Typed&) = delete;
+};
+
 std::vector<double> scaled(std::vector<double> w, double mass) {
   double t = 0;
   for (double e : w) t += e;
@@ -188,21 +214,8 @@ TEST_P(Unbalanced, Float32AgreesWithFloat64) {
   Context ctx(ContextOptions{Backend::kCpu, 0});
   const SinkhornSummary s64 = solve_sinkhorn(ctx, u.problem(), tight());
   ASSERT_TRUE(s64.converged()) << s64.full_report();
-  const std::vector<float> x(u.x.begin(), u.x.end()), y(u.y.begin(), u.y.end());
-  const std::vector<float> a(u.a.begin(), u.a.end()), b(u.b.begin(), u.b.end());
-  Problem<float> p;
-  p.features().x = host_matrix<const float>(x.data(), u.n, u.d);
-  p.features().y = host_matrix<const float>(y.data(), u.m, u.d);
-  p.a = host_vector<const float>(a.data(), u.n);
-  p.b = host_vector<const float>(b.data(), u.m);
-  p.features().scale = u.c;
-  p.epsilon = u.eps;
-  p.rho_a = u.rho_a;
-  p.rho_b = u.rho_b;
-  p.reference_x = host_matrix<const double>(u.x.data(), u.n, u.d);
-  p.reference_y = host_matrix<const double>(u.y.data(), u.m, u.d);
-  SinkhornOptions o = tight(1e-4);
-  const SinkhornSummary s32 = solve_sinkhorn(ctx, p, o);
+  const Typed<float> t(u, true);
+  const SinkhornSummary s32 = solve_sinkhorn(ctx, t.problem, tight(1e-4));
   ASSERT_TRUE(s32.converged()) << s32.full_report();
   EXPECT_LE(s32.marginal_error, 1e-4);
   EXPECT_NEAR(s32.dual_cost, s64.dual_cost, 1e-3 * (1 + std::abs(s64.dual_cost)));
@@ -328,9 +341,11 @@ TEST(UnbalancedGradients, MatchFiniteDifferences) {
         return s.dual_cost;
       };
       SinkhornSolver<double> solver(ctx, u.problem());
-      std::vector<double> gx(std::size_t(u.n * u.d)), ga(std::size_t(u.n)), gb(std::size_t(u.m));
+      std::vector<double> gx(std::size_t(u.n * u.d)), gy(std::size_t(u.m * u.d));
+      std::vector<double> ga(std::size_t(u.n)), gb(std::size_t(u.m));
       GradientOutput<double> go;
       go.x = host_matrix(gx.data(), u.n, u.d);
+      go.y = host_matrix(gy.data(), u.m, u.d);
       go.a = host_vector(ga.data(), u.n);
       go.b = host_vector(gb.data(), u.m);
       if (debias) {
@@ -361,6 +376,14 @@ TEST(UnbalancedGradients, MatchFiniteDifferences) {
         scale = std::max(scale, std::abs(fda));
       }
       for (const std::int64_t j : {std::int64_t(1), u.m - 2}) {
+        {
+          UData p = u, m = u;
+          p.y[std::size_t(j * u.d)] += h;
+          m.y[std::size_t(j * u.d)] -= h;
+          const double fdy = (value(p) - value(m)) / (2 * h);
+          worst = std::max(worst, std::abs(fdy - gy[std::size_t(j * u.d)]));
+          scale = std::max(scale, std::abs(fdy));
+        }
         UData p = u, m = u;
         p.b[std::size_t(j)] += h;
         m.b[std::size_t(j)] -= h;
@@ -435,20 +458,8 @@ void check_multiscale(const Context& ctx, double rho_a, double rho_b, double tol
   u.eps = 0.002;
   u.rho_a = rho_a;
   u.rho_b = rho_b;
-  const std::vector<T> x(u.x.begin(), u.x.end()), y(u.y.begin(), u.y.end());
-  const std::vector<T> a(u.a.begin(), u.a.end()), b(u.b.begin(), u.b.end());
-  Problem<T> p;
-  p.features().x = host_matrix<const T>(x.data(), n, d);
-  p.features().y = host_matrix<const T>(y.data(), m, d);
-  p.a = host_vector<const T>(a.data(), n);
-  p.b = host_vector<const T>(b.data(), m);
-  p.epsilon = u.eps;
-  p.rho_a = rho_a;
-  p.rho_b = rho_b;
-  if (std::is_same<T, float>::value) {
-    p.reference_x = host_matrix<const double>(u.x.data(), n, d);
-    p.reference_y = host_matrix<const double>(u.y.data(), m, d);
-  }
+  const Typed<T> t(u, std::is_same<T, float>::value);
+  const Problem<T>& p = t.problem;
   SinkhornOptions o = tight(tol);
   o.solver = SolverKind::kMultiscale;
   o.multiscale.verify = true;
@@ -557,18 +568,8 @@ TEST(CudaUnbalanced, AgreesWithTheCpuEngine) {
     const std::vector<double> f = to_host(gpu, pg.f.cview()), gg = to_host(gpu, pg.g.cview());
     EXPECT_LE(oracle->certify(u.eps, f.data(), gg.data()).bound, 2 * g.marginal_error + 1e-13);
     // fp32 on the GPU, to its tolerance.
-    const std::vector<float> x(u.x.begin(), u.x.end()), y(u.y.begin(), u.y.end());
-    const std::vector<float> a(u.a.begin(), u.a.end()), b(u.b.begin(), u.b.end());
-    Problem<float> p;
-    p.features().x = host_matrix<const float>(x.data(), u.n, u.d);
-    p.features().y = host_matrix<const float>(y.data(), u.m, u.d);
-    p.a = host_vector<const float>(a.data(), u.n);
-    p.b = host_vector<const float>(b.data(), u.m);
-    p.features().scale = u.c;
-    p.epsilon = u.eps;
-    p.rho_a = u.rho_a;
-    p.rho_b = u.rho_b;
-    const SinkhornSummary s32 = solve_sinkhorn(gpu, p, tight(1e-4));
+    const Typed<float> t(u, false);
+    const SinkhornSummary s32 = solve_sinkhorn(gpu, t.problem, tight(1e-4));
     ASSERT_TRUE(s32.converged()) << s32.full_report();
     EXPECT_NEAR(s32.dual_cost, c.dual_cost, 1e-3 * (1 + std::abs(c.dual_cost)));
   }
