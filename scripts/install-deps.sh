@@ -5,10 +5,13 @@
 # zlib1g-dev: kantor::io reads gzip-compressed files (MNIST's .gz) through zlib.
 # clang + libclang-rt-dev (the compiler-rt archives: libclang_rt.fuzzer / asan / ubsan, which
 # clang-14 only recommends) are for scripts/fuzz.sh; g++ brings libasan / libubsan for
-# scripts/sanitize.sh.
+# scripts/sanitize.sh. python3-dev, python3-numpy, python3-pytest, python3-pip: the Python package
+# (python/, built against the Debian interpreter; scripts/python-deps.sh adds nanobind from PyPI)
+# and its pytest suite.
 set -euo pipefail
 packages=(cmake ninja-build g++ make libeigen3-dev libboost-program-options-dev libgtest-dev
-          liblemon-dev zlib1g-dev clang libclang-rt-dev)
+          liblemon-dev zlib1g-dev clang libclang-rt-dev python3-dev python3-numpy python3-pytest
+          python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
