@@ -145,10 +145,14 @@ def _like(out, ref):
 
 
 def _stream_of(a) -> int:
-    """The caller's current CUDA stream for a torch CUDA tensor (0 otherwise: the context's)."""
+    """The caller's current CUDA stream for a torch CUDA tensor (0 otherwise: the context's own).
+    torch's default stream has the handle 0, which for kantor would mean "make your own stream":
+    it is passed as cudaStreamLegacy (1), the legacy default stream itself, so that kantor's work
+    is ordered with torch's on it."""
     if _is_torch(a) and a.device.type == "cuda":
         import torch
-        return int(torch.cuda.current_stream(a.device).cuda_stream)
+        handle = int(torch.cuda.current_stream(a.device).cuda_stream)
+        return handle if handle != 0 else 1
     return 0
 
 

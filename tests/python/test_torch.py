@@ -136,3 +136,16 @@ def test_cuda_tensors_on_a_side_stream():
     assert (P.sum(2) - 1).abs().max().item() <= 1e-4
     r64 = kantor.solve(x.double().cpu().numpy(), y.double().cpu().numpy(), eps=0.05)
     assert r.summary.dual_cost == pytest.approx(r64.summary.dual_cost, rel=1e-4)
+
+
+@pytest.mark.skipif("cuda" not in devices, reason="no CUDA device for kantor")
+def test_cuda_default_stream_is_ordered_with_torch():
+    # torch's default stream (handle 0) reaches kantor as cudaStreamLegacy: a projection of
+    # freshly generated logits, used at once by torch on the same stream, with no synchronize.
+    for _ in range(3):
+        L = torch.randn(1 << 20, 4, 4, device="cuda") * 3
+        P = kt.birkhoff(L)
+        err = (P.sum(2) - 1).abs().max()
+        assert err.item() <= 1e-4
+        L.fill_(float("nan"))  # would poison a projection still running on another stream
+        assert torch.isfinite(P).all().item()
