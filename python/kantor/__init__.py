@@ -20,7 +20,8 @@ from . import _kantor
 
 __all__ = [
     "Summary", "Result", "DivergenceResult", "solve", "divergence", "gradient",
-    "barycentric_map", "apply", "apply_transpose", "birkhoff", "birkhoff_backward",
+    "barycentric_map", "hvp", "otdd", "OtddResult", "apply", "apply_transpose", "birkhoff",
+    "birkhoff_backward",
     "cuda_available", "__version__",
 ]
 
@@ -208,14 +209,14 @@ def _args(eps, epsilon, cost_scale, rho, rho_a, rho_b, reach, precision, backend
     return a
 
 
-def _run(x, y, a, b, args, debias=False, gradient=(), want_map=False):
+def _run(x, y, a, b, args, debias=False, gradient=(), want_map=False, direction=None):
     x, y = _check_array(x, "x"), _check_array(y, "y")
     a, b = _check_array(a, "a"), _check_array(b, "b")
     args.debias = bool(debias)
     args.gradient = list(gradient)
     args.want_map = bool(want_map)
     args.stream = _stream_of(x)
-    return _kantor.solve(x, y, a, b, args)
+    return _kantor.solve(x, y, a, b, args, _check_array(direction, "direction"))
 
 
 _COMMON = dict(cost_scale=1.0, rho=None, rho_a=None, rho_b=None, reach=None, precision=None,
@@ -269,6 +270,72 @@ def gradient(x, y, a=None, b=None, eps: Optional[float] = None, *, epsilon: Opti
     s = Summary._from(r["summary"])
     value = r["divergence"] if debias else s.dual_cost
     return value, {k: _like(r.get("grad_" + k), x) for k in wrt}, s
+
+
+def hvp(x, y, direction, a=None, b=None, eps: Optional[float] = None, *,
+        epsilon: Optional[float] = None, debias: bool = False, **options):
+    """Solves, then returns (H direction, info, summary): the Hessian of x -> OT_eps(x, y) (or of
+    S_eps with debias=True) applied to an n x d direction, matrix-free (a Schur-complement CG,
+    docs/numerics.md section 8). `info`: converged, cg_iterations, relative_residual, seconds.
+    Host arrays; balanced problems."""
+    o = _options(options)
+    r = _run(x, y, a, b, _args(eps, epsilon, **o), debias=debias, direction=direction)
+    return _like(r.get("hvp"), x), r.get("hvp_summary"), Summary._from(r["summary"])
+
+
+@dataclasses.dataclass(frozen=True)
+class OtddResult:
+    """The OTDD dataset distance (docs/otdd.md): distance, the label-distance table over the
+    union of the classes (source's first), and the run's facts."""
+    distance: float
+    converged: bool
+    mode: str
+    label_distance: str
+    label_table: Any
+    classes_source: list
+    classes_target: list
+    marginal_error_xy: float
+    ot_xy: float
+    ot_xx: float
+    ot_yy: float
+    iterations: int
+    seconds: float
+    message: str
+    _brief: str = dataclasses.field(repr=False, default="")
+    _full: str = dataclasses.field(repr=False, default="")
+
+    def brief_report(self) -> str:
+        return self._brief
+
+    def full_report(self) -> str:
+        return self._full
+
+
+def otdd(source, source_labels, target, target_labels, *, mode: str = "compatible",
+         label_distance: str = "gaussian", eps: float = 0.1, tolerance: float = 0.0,
+         precision: Optional[str] = None, backend: Optional[str] = None,
+         max_iterations: int = 0) -> OtddResult:
+    """Optimal transport dataset distance between two labelled datasets (features n x d, integer
+    labels): mode 'compatible' (the public implementation's conventions) or 'converged'
+    (certified to `tolerance`); label_distance 'gaussian' or 'exact'. Features are read as
+    float64 and labels as int32 (converted when they are not)."""
+    import numpy as np
+    conv = []
+    for arr, name, dt in ((source, "source", np.float64), (source_labels, "source_labels", np.int32),
+                          (target, "target", np.float64), (target_labels, "target_labels", np.int32)):
+        arr = _check_array(arr, name)
+        if _is_torch(arr):
+            arr = arr.detach().cpu().numpy()
+        a = np.asarray(arr)
+        if dt is np.int32 and a.dtype.kind not in "iu":
+            raise TypeError(f"{name}: integer labels expected, got dtype {a.dtype}")
+        conv.append(np.ascontiguousarray(a, dtype=dt))
+    r = _kantor.otdd(conv[0], conv[1], conv[2], conv[3], mode, label_distance, float(eps),
+                     float(tolerance), precision or "", backend or "auto", int(max_iterations))
+    return OtddResult(r["distance"], r["converged"], r["mode"], r["label_distance"],
+                      r["label_table"], list(r["classes_source"]), list(r["classes_target"]),
+                      r["marginal_error_xy"], r["ot_xy"], r["ot_xx"], r["ot_yy"], r["iterations"],
+                      r["seconds"], r["message"], r["brief_report"], r["full_report"])
 
 
 def barycentric_map(x, y, a=None, b=None, eps: Optional[float] = None, *,

@@ -31,6 +31,7 @@
 #include "kantor/error.hpp"
 #include "kantor/info.hpp"
 #include "kantor/oracle.hpp"
+#include "kantor/otdd.hpp"
 #include "kantor/problem.hpp"
 #include "kantor/sinkhorn.hpp"
 
@@ -222,7 +223,7 @@ struct SolveArgs {
 
 template <class T>
 nb::dict run_solve(const Array& x, const Array& y, const Array* a, const Array* b,
-                   const SolveArgs& args, bool device) {
+                   const SolveArgs& args, bool device, const Array* hvp_direction) {
   const MemorySpace space = device ? MemorySpace::kDevice : MemorySpace::kHost;
   Problem<T> p;
   p.features().x = matrix<T>(x, "x", space);
@@ -269,7 +270,15 @@ nb::dict run_solve(const Array& x, const Array& y, const Array* a, const Array* 
   const Context& ctx = context_for(backend_for(args.backend, device, "x"), device_id, args.stream,
                                    args.threads);
   const std::int64_t n = p.features().x.rows, m = p.features().y.rows, d = p.features().x.cols;
-  std::vector<T> gx, gy, ga, gb, map;
+  std::vector<T> gx, gy, ga, gb, map, hv;
+  MatrixView<const T> hdir;
+  if (hvp_direction) {
+    if (on_cuda(*hvp_direction)) throw nb::type_error("direction: host (CPU) memory only");
+    hdir = matrix<T>(*hvp_direction, "direction", MemorySpace::kHost);
+    if (hdir.rows != p.features().x.rows || hdir.cols != p.features().x.cols)
+      throw nb::value_error("direction: must have x's shape");
+  }
+  HvpSummary hs;
   SinkhornSummary s;
   DivergenceSummary div;
   std::vector<T> fh, gh;
@@ -300,6 +309,11 @@ nb::dict run_solve(const Array& x, const Array& y, const Array* a, const Array* 
         else
           solver.gradient(dpot.xy, go, /*certify=*/false);
       }
+      if (hvp_direction) {
+        hv.resize(std::size_t(n * d));
+        hs = args.debias ? solver.divergence_hvp(dpot, hdir, host_matrix(hv.data(), n, d))
+                         : solver.hvp(dpot.xy, hdir, host_matrix(hv.data(), n, d));
+      }
       if (args.want_map) {
         map.resize(std::size_t(n * d));
         solver.barycentric_map(dpot.xy, host_matrix(map.data(), n, d));
@@ -328,6 +342,17 @@ nb::dict run_solve(const Array& x, const Array& y, const Array* a, const Array* 
   if (!ga.empty()) out["grad_a"] = numpy_array(std::move(ga), {std::size_t(n)});
   if (!gb.empty()) out["grad_b"] = numpy_array(std::move(gb), {std::size_t(m)});
   if (!map.empty()) out["map"] = numpy_array(std::move(map), {std::size_t(n), std::size_t(d)});
+  if (!hv.empty()) {
+    out["hvp"] = numpy_array(std::move(hv), {std::size_t(n), std::size_t(d)});
+    nb::dict h;
+    h["converged"] = hs.converged;
+    h["message"] = hs.message;
+    h["cg_iterations"] = hs.cg_iterations;
+    h["relative_residual"] = hs.relative_residual;
+    h["marginal_error"] = hs.marginal_error;
+    h["seconds"] = hs.seconds;
+    out["hvp_summary"] = h;
+  }
   return out;
 }
 
@@ -353,12 +378,85 @@ Kind common_kind(const Array& x, const std::vector<std::pair<const Array*, const
 }
 
 nb::dict solve(const Array& x, const Array& y, std::optional<Array> a, std::optional<Array> b,
-               const SolveArgs& args) {
-  const Kind k = common_kind(x, {{&y, "y"}, {a ? &*a : nullptr, "a"}, {b ? &*b : nullptr, "b"}});
+               const SolveArgs& args, std::optional<Array> direction) {
+  const Kind k = common_kind(x, {{&y, "y"}, {a ? &*a : nullptr, "a"}, {b ? &*b : nullptr, "b"},
+                                 {direction ? &*direction : nullptr, "direction"}});
   const bool device = on_cuda(x);
+  const Array* dir = direction ? &*direction : nullptr;
   if (k == Kind::kFloat64)
-    return run_solve<double>(x, y, a ? &*a : nullptr, b ? &*b : nullptr, args, device);
-  return run_solve<float>(x, y, a ? &*a : nullptr, b ? &*b : nullptr, args, device);
+    return run_solve<double>(x, y, a ? &*a : nullptr, b ? &*b : nullptr, args, device, dir);
+  return run_solve<float>(x, y, a ? &*a : nullptr, b ? &*b : nullptr, args, device, dir);
+}
+
+// ---- OTDD ---------------------------------------------------------------------------------
+
+nb::dict otdd_distance(const Array& xs, const Array& ls, const Array& xt, const Array& lt,
+                       const std::string& mode, const std::string& label_distance, double epsilon,
+                       double tolerance, const std::string& precision, const std::string& backend,
+                       std::int64_t max_iterations) {
+  for (const auto& [arr, name] : {std::pair<const Array*, const char*>{&xs, "source"}, {&xt, "target"}}) {
+    if (kind_of(*arr) != Kind::kFloat64 || on_cuda(*arr))
+      throw nb::type_error((std::string(name) + ": float64 host features (the dataset's copy; "
+                                                "kantor.otdd converts)").c_str());
+  }
+  for (const auto& [arr, name] : {std::pair<const Array*, const char*>{&ls, "source_labels"},
+                                  {&lt, "target_labels"}}) {
+    if (arr->dtype() != nb::dtype<std::int32_t>() || on_cuda(*arr))
+      throw nb::type_error((std::string(name) + ": int32 host labels").c_str());
+  }
+  otdd::Dataset A{matrix<double>(xs, "source", MemorySpace::kHost),
+                  vector<std::int32_t>(ls, "source_labels", MemorySpace::kHost, std::int64_t(xs.shape(0)))};
+  otdd::Dataset B{matrix<double>(xt, "target", MemorySpace::kHost),
+                  vector<std::int32_t>(lt, "target_labels", MemorySpace::kHost, std::int64_t(xt.shape(0)))};
+  otdd::OtddOptions o;
+  o.mode = otdd::parse_mode(mode, "mode");
+  o.labels.method = otdd::parse_label_distance(label_distance, "label_distance");
+  o.epsilon = epsilon;
+  if (tolerance > 0) o.tolerance = tolerance;
+  if (max_iterations > 0) o.max_iterations = max_iterations;
+  if (!precision.empty()) o.precision = parse_precision(precision, "precision");
+  bool interrupted = false;
+  o.callbacks.push_back([&interrupted](const IterationRecord&) {
+    nb::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) {
+      interrupted = true;
+      return CallbackResult::kAbort;
+    }
+    return CallbackResult::kContinue;
+  });
+  const Context& ctx = context_for(parse_backend(backend, "backend"), 0, 0, 0);
+  otdd::OtddSummary r;
+  {
+    nb::gil_scoped_release release;
+    g_cancel = false;
+    r = otdd::dataset_distance(ctx, A, B, o);
+  }
+  if (interrupted) {
+    if (PyErr_Occurred()) throw nb::python_error();
+    throw nb::builtin_exception(nb::exception_type::runtime_error, "interrupted");
+  }
+  nb::dict out;
+  out["distance"] = r.distance;
+  out["converged"] = r.converged;
+  out["message"] = r.message;
+  out["mode"] = otdd::to_string(r.mode);
+  out["label_distance"] = otdd::to_string(r.label_distance);
+  out["precision"] = to_string(r.precision);
+  out["iterations"] = r.iterations;
+  out["marginal_error_xy"] = r.marginal_error_xy;
+  out["marginal_error_xx"] = r.marginal_error_xx;
+  out["marginal_error_yy"] = r.marginal_error_yy;
+  out["ot_xy"] = r.ot_xy;
+  out["ot_xx"] = r.ot_xx;
+  out["ot_yy"] = r.ot_yy;
+  out["seconds"] = r.seconds_total;
+  out["brief_report"] = r.brief_report();
+  out["full_report"] = r.full_report();
+  const std::size_t L = std::size_t(r.table.size());
+  out["classes_source"] = r.table.classes_a;
+  out["classes_target"] = r.table.classes_b;
+  out["label_table"] = numpy_array(std::vector<double>(r.table.values), {L, L});
+  return out;
 }
 
 // ---- transport application ----------------------------------------------------------------
@@ -563,7 +661,11 @@ NB_MODULE(_kantor, m) {
       .def_rw("stream", &SolveArgs::stream)
       .def_rw("threads", &SolveArgs::threads);
 
+  m.def("otdd", &otdd_distance, "source"_a, "source_labels"_a, "target"_a, "target_labels"_a,
+        "mode"_a, "label_distance"_a, "epsilon"_a, "tolerance"_a, "precision"_a, "backend"_a,
+        "max_iterations"_a, "The OTDD dataset distance (docs/otdd.md); returns a dict.");
   m.def("solve", &solve, "x"_a, "y"_a, "a"_a.none(), "b"_a.none(), "args"_a,
+        "direction"_a.none() = nb::none(),
         "Solve (or, with args.debias, the divergence) and the asked extras; returns a dict.");
   m.def("apply", &apply, "x"_a, "y"_a, "a"_a.none(), "b"_a.none(), "f"_a, "g"_a, "v"_a,
         "epsilon"_a, "cost_scale"_a, "transpose"_a, "backend"_a, "stream"_a,
