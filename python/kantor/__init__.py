@@ -20,7 +20,7 @@ from . import _kantor
 
 __all__ = [
     "Summary", "Result", "DivergenceResult", "solve", "divergence", "gradient",
-    "barycentric_map", "hvp", "otdd", "OtddResult", "apply", "apply_transpose", "birkhoff",
+    "barycentric_map", "hvp", "newton", "otdd", "OtddResult", "apply", "apply_transpose", "birkhoff",
     "birkhoff_backward",
     "cuda_available", "__version__",
 ]
@@ -281,6 +281,31 @@ def hvp(x, y, direction, a=None, b=None, eps: Optional[float] = None, *,
     o = _options(options)
     r = _run(x, y, a, b, _args(eps, epsilon, **o), debias=debias, direction=direction)
     return _like(r.get("hvp"), x), r.get("hvp_summary"), Summary._from(r["summary"])
+
+
+def newton(x, y, a=None, b=None, eps: Optional[float] = None, *, epsilon: Optional[float] = None,
+           method: str = "newton-cg", max_iterations: int = 100, gradient_tolerance: float = 1e-6,
+           function_tolerance: float = 1e-10, debias: bool = True, **options):
+    """Moves the source cloud toward the target by minimizing S_eps(x, y) (OT_eps with
+    debias=False) over the source positions: Newton-CG (trust region, streaming HVPs), 'lbfgs'
+    or 'gradient-descent' (docs/newton.md). Returns (positions, report dict: converged, termination,
+    objectives, gradient norms, outer / CG iterations, HVP count, seconds, brief_report and
+    full_report). float64 host arrays (converted when they are not); the solves are fp64."""
+    import numpy as np
+    o = _options(options)
+    args = _args(eps, epsilon, **o)
+    conv = []
+    for arr, name in ((x, "x"), (y, "y"), (a, "a"), (b, "b")):
+        arr = _check_array(arr, name)
+        if arr is None:
+            conv.append(None)
+            continue
+        if _is_torch(arr):
+            arr = arr.detach().cpu().numpy()
+        conv.append(np.ascontiguousarray(np.asarray(arr), dtype=np.float64))
+    r = _kantor.newton(conv[0], conv[1], conv[2], conv[3], args, method, int(max_iterations),
+                       float(gradient_tolerance), float(function_tolerance), bool(debias))
+    return _like(r.pop("x"), x), r
 
 
 @dataclasses.dataclass(frozen=True)

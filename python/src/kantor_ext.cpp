@@ -32,6 +32,8 @@
 #include "kantor/info.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/otdd.hpp"
+#include "kantor/newton.hpp"
+#include "kantor/ot_objectives.hpp"
 #include "kantor/problem.hpp"
 #include "kantor/sinkhorn.hpp"
 
@@ -388,6 +390,87 @@ nb::dict solve(const Array& x, const Array& y, std::optional<Array> a, std::opti
   return run_solve<float>(x, y, a ? &*a : nullptr, b ? &*b : nullptr, args, device, dir);
 }
 
+// ---- Newton-CG ----------------------------------------------------------------------------
+
+/// Minimizes S_eps(x, y) (OT_eps without debias) over the source positions from x, with
+/// Newton-CG, L-BFGS or gradient descent (docs/newton.md). float64 host arrays.
+nb::dict newton(const Array& x, const Array& y, std::optional<Array> a, std::optional<Array> b,
+                const SolveArgs& args, const std::string& method, std::int64_t max_iterations,
+                double gradient_tolerance, double function_tolerance, bool debias) {
+  for (const auto& [arr, name] : {std::pair<const Array*, const char*>{&x, "x"}, {&y, "y"},
+                                  {a ? &*a : nullptr, "a"}, {b ? &*b : nullptr, "b"}})
+    if (arr && (kind_of(*arr) != Kind::kFloat64 || on_cuda(*arr)))
+      throw nb::type_error((std::string(name) + ": float64 host arrays (kantor.newton converts)").c_str());
+  const MemorySpace sp = MemorySpace::kHost;
+  const MatrixView<const double> xv = matrix<double>(x, "x", sp), yv = matrix<double>(y, "y", sp);
+  std::vector<double> pos(std::size_t(xv.rows * xv.cols));
+  for (std::int64_t i = 0; i < xv.rows; ++i)
+    for (std::int64_t k = 0; k < xv.cols; ++k) pos[std::size_t(i * xv.cols + k)] = xv(i, k);
+  Problem<double> p;
+  p.cost = SqEuclidean<double>{host_matrix<const double>(pos.data(), xv.rows, xv.cols), yv,
+                               args.cost_scale};
+  if (a) p.a = vector<double>(*a, "a", sp, xv.rows);
+  if (b) p.b = vector<double>(*b, "b", sp, yv.rows);
+  p.epsilon = args.epsilon;
+  NewtonOptions o;
+  o.method = parse_minimizer_method(method, "method");
+  o.max_iterations = max_iterations;
+  o.gradient_tolerance = gradient_tolerance;
+  o.function_tolerance = function_tolerance;
+  o.record_iterations = false;
+  std::string why;
+  if (!o.is_valid(&why)) throw nb::value_error(("newton: " + why).c_str());
+  bool interrupted = false;
+  o.callbacks.push_back([&interrupted](const NewtonIterationRecord&) {
+    nb::gil_scoped_acquire gil;
+    if (PyErr_CheckSignals() != 0) {
+      interrupted = true;
+      return CallbackResult::kAbort;
+    }
+    return CallbackResult::kContinue;
+  });
+  SinkhornOptions so;
+  so.precision = Precision::kFp64;
+  so.tolerance = args.tolerance;
+  so.max_iterations = args.max_iterations;
+  so.record_iterations = false;
+  const Context& ctx = context_for(parse_backend(args.backend, "backend"), 0, 0, args.threads);
+  NewtonSummary ns;
+  std::int64_t sinkhorn_iterations = 0;
+  {
+    nb::gil_scoped_release release;
+    g_cancel = false;
+    DivergenceObjective<double> objective(ctx, p, so, HvpOptions{}, debias);
+    ns = minimize(objective, o, pos.data());
+    sinkhorn_iterations = objective.sinkhorn_iterations();
+  }
+  if (interrupted) {
+    if (PyErr_Occurred()) throw nb::python_error();
+    throw nb::builtin_exception(nb::exception_type::runtime_error, "interrupted");
+  }
+  nb::dict out;
+  out["x"] = numpy_array(std::move(pos), {std::size_t(xv.rows), std::size_t(xv.cols)});
+  out["converged"] = ns.converged();
+  out["termination"] = to_string(ns.termination);
+  out["message"] = ns.message;
+  out["method"] = to_string(ns.method);
+  out["initial_objective"] = ns.initial_objective;
+  out["final_objective"] = ns.final_objective;
+  out["initial_gradient_norm"] = ns.initial_gradient_norm;
+  out["gradient_norm"] = ns.gradient_norm;
+  out["outer_iterations"] = ns.outer_iterations;
+  out["accepted_steps"] = ns.accepted_steps;
+  out["cg_iterations"] = ns.cg_iterations;
+  out["hvp_count"] = ns.hvp_count;
+  out["gradient_count"] = ns.gradient_count;
+  out["sinkhorn_iterations"] = sinkhorn_iterations;
+  out["most_negative_curvature"] = ns.most_negative_curvature;
+  out["seconds"] = ns.seconds;
+  out["brief_report"] = ns.brief_report();
+  out["full_report"] = ns.full_report();
+  return out;
+}
+
 // ---- OTDD ---------------------------------------------------------------------------------
 
 nb::dict otdd_distance(const Array& xs, const Array& ls, const Array& xt, const Array& lt,
@@ -661,6 +744,9 @@ NB_MODULE(_kantor, m) {
       .def_rw("stream", &SolveArgs::stream)
       .def_rw("threads", &SolveArgs::threads);
 
+  m.def("newton", &newton, "x"_a, "y"_a, "a"_a.none(), "b"_a.none(), "args"_a, "method"_a,
+        "max_iterations"_a, "gradient_tolerance"_a, "function_tolerance"_a, "debias"_a,
+        "Minimize S_eps (or OT_eps) over the source positions; returns a dict.");
   m.def("otdd", &otdd_distance, "source"_a, "source_labels"_a, "target"_a, "target_labels"_a,
         "mode"_a, "label_distance"_a, "epsilon"_a, "tolerance"_a, "precision"_a, "backend"_a,
         "max_iterations"_a, "The OTDD dataset distance (docs/otdd.md); returns a dict.");

@@ -257,3 +257,20 @@ def test_otdd_properties_and_the_cli():
                               "--target-labels", paths[3]], capture_output=True, text=True)
         assert out.returncode == 0, out.stderr
         assert json.loads(out.stdout)["distance"] == pytest.approx(c.distance, rel=1e-6)
+
+
+def test_newton_moves_the_source_onto_the_target():
+    rng = np.random.default_rng(0)
+    x = rng.random((60, 2))
+    y = rng.random((50, 2)) * 0.5 + 0.25
+    xn, r = kantor.newton(x, y, eps=0.01, method="newton-cg", max_iterations=60)
+    assert r["converged"] and r["hvp_count"] > 0 and xn.shape == x.shape
+    assert r["final_objective"] < 1e-3 * r["initial_objective"]
+    # The returned positions are a stationary point of S_eps: the gradient, recomputed through
+    # kantor.gradient, is at the reported norm.
+    value, g, s = kantor.gradient(xn, y, eps=0.01, debias=True, tolerance=1e-12)
+    assert value == pytest.approx(r["final_objective"], rel=1e-6, abs=1e-12)
+    assert np.abs(g["x"]).max() <= 10 * r["gradient_norm"] + 1e-12
+    assert np.abs(x - xn).max() > 0.01  # it moved
+    with pytest.raises(ValueError, match="method"):
+        kantor.newton(x, y, eps=0.01, method="bfgs")
