@@ -33,8 +33,18 @@ def cuda_available() -> bool:
     return bool(_kantor.cuda_available())
 
 
+class _Reports:
+    """brief_report() / full_report() of a frozen result that carries the C++ texts."""
+
+    def brief_report(self) -> str:
+        return self._brief
+
+    def full_report(self) -> str:
+        return self._full
+
+
 @dataclasses.dataclass(frozen=True)
-class Summary:
+class Summary(_Reports):
     """SinkhornSummary's fields under the same names (include/kantor/sinkhorn.hpp)."""
     converged: bool
     termination: str
@@ -81,12 +91,6 @@ class Summary:
     seconds: float
     _brief: str = dataclasses.field(repr=False, default="")
     _full: str = dataclasses.field(repr=False, default="")
-
-    def brief_report(self) -> str:
-        return self._brief
-
-    def full_report(self) -> str:
-        return self._full
 
     @staticmethod
     def _from(d: dict) -> "Summary":
@@ -309,7 +313,7 @@ def newton(x, y, a=None, b=None, eps: Optional[float] = None, *, epsilon: Option
 
 
 @dataclasses.dataclass(frozen=True)
-class OtddResult:
+class OtddResult(_Reports):
     """The OTDD dataset distance (docs/otdd.md): distance, the label-distance table over the
     union of the classes (source's first), and the run's facts."""
     distance: float
@@ -328,12 +332,6 @@ class OtddResult:
     message: str
     _brief: str = dataclasses.field(repr=False, default="")
     _full: str = dataclasses.field(repr=False, default="")
-
-    def brief_report(self) -> str:
-        return self._brief
-
-    def full_report(self) -> str:
-        return self._full
 
 
 def otdd(source, source_labels, target, target_labels, *, mode: str = "compatible",

@@ -13,6 +13,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
+#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -162,6 +163,30 @@ Backend backend_for(const std::string& name, bool device_data, const char* what)
 
 // ---- solve --------------------------------------------------------------------------------
 
+/// Ctrl-C during a long call: the engines run with the GIL released; a callback at each check
+/// takes the GIL back to poll for signals, ends the run on one (kAbort), and `finish()` raises
+/// the pending KeyboardInterrupt once the GIL is held again.
+struct Interrupt {
+  bool interrupted = false;
+  template <class Record>
+  std::function<CallbackResult(const Record&)> callback() {
+    return [this](const Record&) {
+      nb::gil_scoped_acquire gil;
+      if (PyErr_CheckSignals() != 0) {
+        interrupted = true;
+        return CallbackResult::kAbort;
+      }
+      return CallbackResult::kContinue;
+    };
+  }
+  void finish() const {
+    if (!interrupted) return;
+    if (PyErr_Occurred()) throw nb::python_error();
+    throw nb::builtin_exception(nb::exception_type::runtime_error, "interrupted");
+  }
+};
+
+
 nb::dict summary_dict(const SinkhornSummary& s) {
   nb::dict d;
   d["converged"] = s.converged();
@@ -248,15 +273,8 @@ nb::dict run_solve(const Array& x, const Array& y, const Array* a, const Array* 
   o.schedule = parse_schedule(args.schedule, "schedule");
   o.solver = parse_solver_kind(args.solver, "solver");
   o.record_iterations = false;
-  bool interrupted = false;
-  o.callbacks.push_back([&interrupted](const IterationRecord&) {
-    nb::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) {
-      interrupted = true;
-      return CallbackResult::kAbort;
-    }
-    return CallbackResult::kContinue;
-  });
+  Interrupt interrupt;
+  o.callbacks.push_back(interrupt.callback<IterationRecord>());
   bool want[4] = {false, false, false, false};
   for (const std::string& w : args.gradient) {
     if (w == "x") want[0] = true;
@@ -296,7 +314,7 @@ nb::dict run_solve(const Array& x, const Array& y, const Array* a, const Array* 
     } else {
       s = solver.solve(o, &dpot.xy);
     }
-    if (!interrupted && s.termination != TerminationType::kNumericalFailure) {
+    if (!interrupt.interrupted && s.termination != TerminationType::kNumericalFailure) {
       fh = to_host(ctx, dpot.xy.f.cview());
       gh = to_host(ctx, dpot.xy.g.cview());
       if (want[0] || want[1] || want[2] || want[3]) {
@@ -322,10 +340,7 @@ nb::dict run_solve(const Array& x, const Array& y, const Array* a, const Array* 
       }
     }
   }
-  if (interrupted) {
-    if (PyErr_Occurred()) throw nb::python_error();
-    throw nb::builtin_exception(nb::exception_type::runtime_error, "interrupted");
-  }
+  interrupt.finish();
   nb::dict out;
   out["summary"] = summary_dict(s);
   if (args.debias) {
@@ -420,15 +435,8 @@ nb::dict newton(const Array& x, const Array& y, std::optional<Array> a, std::opt
   o.record_iterations = false;
   std::string why;
   if (!o.is_valid(&why)) throw nb::value_error(("newton: " + why).c_str());
-  bool interrupted = false;
-  o.callbacks.push_back([&interrupted](const NewtonIterationRecord&) {
-    nb::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) {
-      interrupted = true;
-      return CallbackResult::kAbort;
-    }
-    return CallbackResult::kContinue;
-  });
+  Interrupt interrupt;
+  o.callbacks.push_back(interrupt.callback<NewtonIterationRecord>());
   SinkhornOptions so;
   so.precision = Precision::kFp64;
   so.tolerance = args.tolerance;
@@ -444,10 +452,7 @@ nb::dict newton(const Array& x, const Array& y, std::optional<Array> a, std::opt
     ns = minimize(objective, o, pos.data());
     sinkhorn_iterations = objective.sinkhorn_iterations();
   }
-  if (interrupted) {
-    if (PyErr_Occurred()) throw nb::python_error();
-    throw nb::builtin_exception(nb::exception_type::runtime_error, "interrupted");
-  }
+  interrupt.finish();
   nb::dict out;
   out["x"] = numpy_array(std::move(pos), {std::size_t(xv.rows), std::size_t(xv.cols)});
   out["converged"] = ns.converged();
@@ -498,15 +503,8 @@ nb::dict otdd_distance(const Array& xs, const Array& ls, const Array& xt, const 
   if (tolerance > 0) o.tolerance = tolerance;
   if (max_iterations > 0) o.max_iterations = max_iterations;
   if (!precision.empty()) o.precision = parse_precision(precision, "precision");
-  bool interrupted = false;
-  o.callbacks.push_back([&interrupted](const IterationRecord&) {
-    nb::gil_scoped_acquire gil;
-    if (PyErr_CheckSignals() != 0) {
-      interrupted = true;
-      return CallbackResult::kAbort;
-    }
-    return CallbackResult::kContinue;
-  });
+  Interrupt interrupt;
+  o.callbacks.push_back(interrupt.callback<IterationRecord>());
   const Context& ctx = context_for(parse_backend(backend, "backend"), 0, 0, 0);
   otdd::OtddSummary r;
   {
@@ -514,10 +512,7 @@ nb::dict otdd_distance(const Array& xs, const Array& ls, const Array& xt, const 
     g_cancel = false;
     r = otdd::dataset_distance(ctx, A, B, o);
   }
-  if (interrupted) {
-    if (PyErr_Occurred()) throw nb::python_error();
-    throw nb::builtin_exception(nb::exception_type::runtime_error, "interrupted");
-  }
+  interrupt.finish();
   nb::dict out;
   out["distance"] = r.distance;
   out["converged"] = r.converged;
