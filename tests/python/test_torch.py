@@ -74,6 +74,17 @@ def test_against_geomloss():
     theirs = geomloss.SamplesLoss("sinkhorn", p=2, blur=0.05, scaling=0.99,
                                   backend="tensorized")(x, y).item()
     assert ours == pytest.approx(theirs, rel=1e-3)
+    # Gradients in x: ours (envelope, at the certified potentials) against GeomLoss's autograd,
+    # which approaches ours as its schedule slows (measured: 12% of the largest entry apart at
+    # scaling 0.99, 2.3% at 0.999).
+    gaps = []
+    for sc in (0.99, 0.999):
+        xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+        kt.SamplesLoss(blur=0.05, scaling=sc, tolerance=1e-9)(xa, y).backward()
+        geomloss.SamplesLoss("sinkhorn", p=2, blur=0.05, scaling=sc,
+                             backend="tensorized")(xb, y).backward()
+        gaps.append((xa.grad - xb.grad).abs().max().item() / xb.grad.abs().max().item())
+    assert gaps[1] <= 0.05 and gaps[1] < 0.5 * gaps[0]
 
 
 def torch_birkhoff64(L, iters=3000):
