@@ -291,7 +291,7 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
   if (vm.count("help")) {
     std::cout << "usage: kantor bench sinkhorn --n N --m M --d D --epsilon E --iterations K "
                  "[--schedule alternating|symmetric] [--precision fp32|tf32|bf16|fp64] "
-                 "[--backend cpu|cuda|auto] [--repeats R] [--classes L] [--block-fraction F] "
+                 "[--backend cpu|cuda|auto] [--repeats R] [--classes L] [--block-fraction F] [--rho R] "
                  "[--values K | --gradient | --hvp [--cg-tolerance T]] [--kernel auto|exact|mma|tf32-chunked|gemm] [--json]\n\n"
               << desc << std::endl;
     return kExitOk;

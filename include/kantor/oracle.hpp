@@ -182,8 +182,9 @@ class Oracle {
   virtual void dual_value(const T* f, const T* g, double* out) = 0;
   /// out[0] = sum_ij P_ij, out[1] = <P, C>, out[2] = sum_ij P_ij (f_i + g_j).
   virtual void plan_statistics(T eps, const T* f, const T* g, double* out) = 0;
-  /// out[0] = |P 1 - a|_1 + |P^T 1 - b|_1 (the residual of update_f for a KL-relaxed side), evaluated by the engine's own passes (the residual of
-  /// its rounded problem: cheap, but not a certificate).
+  /// out[0] = |P 1 - a|_1 + |P^T 1 - b|_1 (for a KL-relaxed side its residual as in update_f),
+  /// evaluated by the engine's own passes (the residual of its rounded problem: cheap, but not
+  /// a certificate).
   virtual void marginal_error(T eps, const T* f, const T* g, double* out) = 0;
   /// The certificate of (f, g) at `eps`: two float64 exact-difference passes over the caller's
   /// coordinates (lib/core/certificate.hpp). Synchronizes (returns a host value).

@@ -97,7 +97,9 @@ struct IterationRecord {
   /// at the target eps, and at every check after a certificate failed.
   double certified_error = std::numeric_limits<double>::quiet_NaN();
   double seconds = 0;          ///< wall time since the solve started
-  /// The dual cost <a, f> + <b, g> of the potentials at this check (no extra pass).
+  /// The dual cost <a, f> + <b, g> of the potentials at this check (no extra pass). For an
+  /// unbalanced problem only its potential part (Oracle::dual_value): the mass term
+  /// -eps (sum P - m_a m_b) of SinkhornSummary::dual_cost needs a pass and is left out here.
   double dual_cost = std::numeric_limits<double>::quiet_NaN();
 };
 using IterationCallback = std::function<CallbackResult(const IterationRecord&)>;

@@ -18,6 +18,7 @@
 
 #include "kantor/oracle.hpp"
 #include "lib/core/host_device.hpp"
+#include "lib/core/online_lse.hpp"
 
 namespace kantor {
 
@@ -82,7 +83,7 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double p, double rho_in
   if (rho_inv == 0) {
     side->error += fabs(r - w);
   } else {
-    const double target = w * exp(-p * rho_inv);
+    const double target = target_mass(w, p, rho_inv);
     side->error += fabs(r - target);
     side->target_exposure += target * (fabs(p) * rho_inv + 2);
   }

@@ -259,9 +259,10 @@ nb::dict run_solve(const Array& x, const Array& y, const Array* a, const Array* 
   if (b) p.b = vector<T>(*b, "b", space, p.features().y.rows);
   p.features().scale = args.cost_scale;
   p.epsilon = args.epsilon;
+  // SolveArgs: 0 = a strict side (the Python layer has checked the values).
   const double inf = std::numeric_limits<double>::infinity();
-  p.rho_a = args.rho_a > 0 ? args.rho_a : (args.rho_a == 0 ? inf : args.rho_a);
-  p.rho_b = args.rho_b > 0 ? args.rho_b : (args.rho_b == 0 ? inf : args.rho_b);
+  p.rho_a = args.rho_a == 0 ? inf : args.rho_a;
+  p.rho_b = args.rho_b == 0 ? inf : args.rho_b;
   SinkhornOptions o;
   if (!args.precision.empty()) o.precision = parse_precision(args.precision, "precision");
   o.tolerance = args.tolerance;
@@ -561,14 +562,12 @@ nb::object run_apply(const Array& x, const Array& y, const Array* a, const Array
   {
     nb::gil_scoped_release release;
     auto oracle = make_oracle(ctx, p, std::is_same<T, double>::value ? Precision::kFp64 : Precision::kFp32);
-    const MemorySpace ms = ctx.memory_space();
     auto upload = [&](const VectorView<const T>& h) {
       Buffer<T> buf(ctx, h.size);
       copy(ctx, h, buf.view());
       return buf;
     };
     Buffer<T> fb = upload(fv), gb = upload(gv), vb = upload(vv), ob(ctx, std::int64_t(out.size()));
-    (void)ms;
     if (transpose)
       oracle->apply_t(T(epsilon), fb.data(), gb.data(), vb.data(), ob.data());
     else

@@ -94,6 +94,7 @@ TEST_F(CliUnbalancedTest, BadOptionsExitTwoNamingTheOption) {
       {"solve --epsilon 0.1 --rho 1 --rho-target 2" + files_, {"--rho", "--rho-target"}},
       {"solve --epsilon 0.1 --reach 1 --rho 1" + files_, {"--reach", "mutually exclusive"}},
       {"solve --epsilon 0.1 --rho-source 1 --debias" + files_, {"one marginal penalty"}},
+      {"bench sinkhorn --n 100 --rho -1", {"--rho"}},
   };
   for (const BadCase& c : cases) {
     const Result r = run(c.args);
