@@ -65,6 +65,7 @@ struct BenchOptions {
   bool hvp = false;             // time one HVP from converged potentials
   double cg_tolerance = 1e-6;
   std::int64_t cg_check_every = 5;
+  std::int64_t cg_max_iterations = 1000;  // --hvp: CG iteration budget
   std::string cg_preconditioner = "diagonal";  // --hvp: diagonal | marginal | none
   double converge_tolerance = 1e-6;        // --hvp: marginal error of the potentials
   std::int64_t converge_max_iterations = 20000;
@@ -170,6 +171,7 @@ Timing run_bench(const Context& ctx, const BenchOptions& o, Precision precision,
   HvpOptions hvp_options;
   hvp_options.tolerance = o.cg_tolerance;
   hvp_options.check_every = o.cg_check_every;
+  hvp_options.max_iterations = o.cg_max_iterations;
   hvp_options.preconditioner =
       o.cg_preconditioner == "none"       ? HvpOptions::Preconditioner::kNone
       : o.cg_preconditioner == "marginal" ? HvpOptions::Preconditioner::kMarginal
@@ -284,6 +286,8 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
       "--hvp: diagonal (exact diag of the Schur complement, default) | marginal | none")(
       "cg-check-every", po::value(&o.cg_check_every),
       "--hvp: CG iterations between residual checks (default 5)")(
+      "cg-max-iterations", po::value(&o.cg_max_iterations),
+      "--hvp: CG iteration budget (default 1000)")(
       "rho", po::value(&o.rho),
       "unbalanced OT: both marginals relaxed with penalty R (default 0: balanced)")(
       "json", po::bool_switch(&o.json), "print one JSON object");
@@ -329,6 +333,9 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
                           "' (expected diagonal, marginal or none)");
   if (o.cg_check_every < 1)
     throw InvalidArgument("--cg-check-every must be >= 1, got " + std::to_string(o.cg_check_every));
+  if (o.cg_max_iterations < 1)
+    throw InvalidArgument("--cg-max-iterations must be >= 1, got " +
+                          std::to_string(o.cg_max_iterations));
   if (o.values < 0 || o.values > 4096)
     throw InvalidArgument("--values must be in [0, 4096], got " + std::to_string(o.values));
   const Schedule schedule = parse_schedule(o.schedule, "--schedule");

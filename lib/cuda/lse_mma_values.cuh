@@ -1,32 +1,39 @@
-// Tensor-core value kernel (TF32): one streaming pass per (row block, key split, block of 64 value
-// columns) computes the LSE state (M_i, S_i) of each query row and the value columns
+// Tensor-core value kernel (TF32 scores): one streaming pass per (row block, key split, block of 64
+// value columns) computes the LSE state (M_i, S_i) of each query row and the value columns
 //   A_ik = sum_j exp2(alpha u_ij + nam_i) V_jk,   nam_i = -alpha M_i   (fp32 product),
 // with the scores u_ij = beta_j + <x~_i, y~_j> on the tensor cores exactly as the pipelined LSE
 // kernel (lib/cuda/lse_mma_pipe.cuh: resident A fragments, the same key staging, key range and key
-// bias), and the product P V as a second TF32 MMA on the probabilities (FlashAttention-2 style:
-// the accumulators are rescaled when the running maximum grows). The finalize kernel
-// (lse_values_tf32.cu) merges the splits in double and applies the row prefactor. Conventions:
-// lib/cuda/lse_params.hpp; API: lib/cuda/lse_values.hpp.
+// bias), and the product P V as a second MMA on the probabilities, in fp16 (below;
+// FlashAttention-2 style: the accumulators are rescaled when the running maximum grows). The
+// finalize kernel (lse_values_tf32.cu) merges the splits in double and applies the row prefactor.
+// Conventions: lib/cuda/lse_params.hpp; API: lib/cuda/lse_values.hpp.
 //
-// Fragment mapping of the second MMA (m16n8k8, PTX ISA "Matrix Fragments for mma.m16n8k8"). The
-// score accumulator of n-tile nt gives thread (g = lane / 4, t = lane % 4) the scores of rows g,
-// g+8 and keys nt*8 + 2t, nt*8 + 2t + 1: c0 = (g, 2t), c1 = (g, 2t+1), c2 = (g+8, 2t),
-// c3 = (g+8, 2t+1). The A operand of P V wants a0 = (row g, k t), a1 = (g+8, t), a2 = (g, t+4),
-// a3 = (g+8, t+4). The reduction over k is order-free, so let k = t stand for key 2t and k = t+4
-// for key 2t+1 (a bijection of the n-tile's 8 keys): the probabilities are the A fragment as they
-// lie, a = (p0, p2, p1, p3), no shuffle. The B operand then is b0 = (k t, n g) = V[key 2t][col],
-// b1 = (k t+4, n g) = V[key 2t+1][col] of the column block's column n = g, and the result
-// d0 d1 = (g, n 2t, 2t+1), d2 d3 = (g+8, same n).
+// P V in half precision (m16n8k16 f16, fp32 accumulation). The probabilities and the values
+// enter the second MMA as IEEE fp16, which has TF32's 11-bit significand (both round to nearest,
+// relative 2^-11) and twice its MMA rate per instruction (one m16n8k16 does the work of two
+// m16n8k8 TF32 MMAs in the same issue slot). fp16's narrow range is handled by exact powers of
+// two: the probabilities are formed as p' = 2^7 p <= 2^15 (p <= 2^kSlack, see below; p' below
+// 2^-14, i.e. p < 2^-21 of the row's running maximum, is subnormal: absolute error <= 2^-32 in p
+// units), and the launcher converts V once per pass to fp16 with a power-of-two scale per column
+// that puts the column's largest |V| in [2^13, 2^14) (lse_values_tf32.cu; elements below 2^-38 of
+// the column's largest are subnormal). Both factors are removed exactly, 2^-7 when the partials
+// are written and the column scale in the finalize.
+//
+// Fragment mapping (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .f16): the score
+// accumulators of two consecutive n-tiles nt, nt + 1 give thread (g = lane / 4, t = lane % 4)
+// rows g, g+8 and keys nt*8 + 2t, +1 (c0 c1 = row g, c2 c3 = row g+8): packed in pairs they are
+// the A fragment of one k16 step over those 16 keys as they lie, a0 = (g, keys 2t, 2t+1),
+// a1 = (g+8, same), a2 = (g, keys 8+2t, 8+2t+1), a3 = (g+8, same) (FlashAttention-2's mapping).
+// B = the staged fp16 values, key rows x 8 columns, is read with ldmatrix.trans: thread (g, t)
+// gets b0 = (keys 2t, 2t+1; column g), b1 = (keys 8+2t, 8+2t+1; column g) of each 8-column block,
+// and the result d0 d1 = (row g, columns 2t, 2t+1 of the block), d2 d3 = row g+8.
 //
 // Columns: a block serves up to 64 value columns as ncb = 1, 2, 4 or 8 column blocks of 8 (the
-// fewest that hold them; runtime, warp-uniform). Column n of column block cb is value column
-// c = n * ncb + cb, so thread g's B values of all column blocks, c = g * ncb + cb for cb < ncb,
-// are consecutive: one 16-byte load per key row and 4 column blocks. Staged layout of key row r
-// (stride kVStride = 72 words = 8 mod 32): column c at 8 n + 4 ((cb >> 2) ^ s(r)) + (cb & 3),
-// s(r) = (r >> 2) & 1 (the two 16-byte halves of a thread's 8 words swapped on every other group
-// of 4 rows). A quarter warp (lanes 8q..8q+7: g = 2q, 2q+1, t = 0..3) loading half h of rows
-// 2t + e then starts at word 16 (t + q) + 8 e + 8 (g & 1) + 4 (h ^ (t >> 1)) (mod 32): 8
-// distinct multiples of 4, so each 16-byte load phase covers the 32 banks once.
+// fewest that hold them; runtime, warp-uniform): column c of the block is column block c / 8,
+// column c % 8. Staged layout: key row r of a stage holds its 64 fp16 values at halves
+// [r kVStrideH, r kVStrideH + 64), kVStrideH = 72 (144 bytes): the 8 row addresses of one
+// ldmatrix 8x8 matrix (8 consecutive key rows, one 16-byte column chunk) start 36 words apart,
+// on 8 distinct groups of 4 banks (conflict-free).
 //
 // Rescaling (FlashAttention-4): the running maximum of a row moves only when a tile's maximum
 // exceeds it by more than kSlack / alpha (a factor 2^8), so exponentials stay <= 2^8 and the
@@ -50,11 +57,9 @@ namespace kantor::cuda {
 
 /// Traits of the value kernel per width: n-tiles per half tile, i.e. stages of 16 kHalfNT keys
 /// (64 keys at W = 8, where the 16-byte key staging of 128 threads needs >= 64 keys; 32 keys
-/// elsewhere: 64-key key + value stages exceed 48 KB of static shared memory at W = 32, 64, and
-/// at W = 16 they fit (47.6 KB) but take 247 registers against 202), and the minimum resident
-/// blocks the register allocation must allow (2: 8 warps per SM; the value accumulators alone
-/// are 64 registers). ptxas (sm_90, CUDA 13.0): W = 8 / 16 / 32 / 64 use 217 / 202 / 215 / 236
-/// registers, no spills.
+/// elsewhere: 64-key key stages at W = 64 exceed 48 KB of static shared memory), and the minimum
+/// resident blocks the register allocation must allow (2: 8 warps per SM; the value accumulators
+/// alone are 64 registers).
 template <int kW>
 struct MmaValueConfig {
   static constexpr int kHalfNT = kW == 8 ? 4 : 2;
@@ -62,7 +67,7 @@ struct MmaValueConfig {
 };
 
 /// Tile of the value kernel for kW words per row: the LSE kernel's rows (4 warps x 2 m-tiles =
-/// 128 rows) and key staging, plus a stage of kKeys value rows of up to 64 columns.
+/// 128 rows) and key staging, plus a stage of kKeys fp16 value rows of up to 64 columns.
 template <int kW>
 struct MmaValueTile {
   static constexpr int kHalfNT = MmaValueConfig<kW>::kHalfNT;
@@ -70,70 +75,84 @@ struct MmaValueTile {
   static constexpr int kKeys = Pipe::kKeys;
   static constexpr int kCols = kValueBlockCols;
   static constexpr int kColBlocks = kCols / 8;
-  static constexpr int kVStride = kCols + 8;
-  static constexpr float kSlack = 8.f;  // log2 units: the running maximum lags by < 2^8
-  static_assert(kCols == 64 && kVStride % 32 == 8, "the conflict-free layout assumes these");
-  static_assert(Pipe::kThreads == 128 && (kKeys * 16) % 128 == 0, "whole staging rounds");
+  static constexpr int kVStrideH = kCols + 8;  // halves per staged key row (144 bytes)
+  static constexpr float kSlack = 8.f;         // log2 units: the running maximum lags by < 2^8
+  static constexpr float kPScaleLog2 = 7.f;    // p' = 2^7 p <= 2^15 in fp16
+  static_assert(kCols == 64 && (kVStrideH / 2) % 32 == 4, "the conflict-free layout assumes these");
+  static_assert(Pipe::kThreads == 128 && (kKeys * 8) % 128 == 0, "whole staging rounds");
+  static_assert(kHalfNT % 2 == 0, "k16 steps of two n-tiles");
 };
 
 template <int kW>
 struct MmaValueSmem {
   using VT = MmaValueTile<kW>;
-  MmaPipeSmem<kW, VT::kHalfNT> pipe;        // keys, raw key inputs, warp biases
-  float vals[2][VT::kKeys * VT::kVStride];  // the value rows of each stage (layout above)
+  MmaPipeSmem<kW, VT::kHalfNT> pipe;                 // keys, raw key inputs, warp biases
+  std::uint16_t vals[2][VT::kKeys * VT::kVStrideH];  // fp16 value rows of each stage
 };
 
-/// Word of value column c (0..63) of staged key row r with 2^lg column blocks (layout above).
-template <int kW>
-__device__ __forceinline__ int value_slot(int r, int c, int lg) {
-  const int n = c >> lg, cb = c & ((1 << lg) - 1);
-  return r * MmaValueTile<kW>::kVStride + 8 * n + 4 * ((cb >> 2) ^ ((r >> 2) & 1)) + (cb & 3);
+/// D += A B, m16n8k16, A row-major fp16 (4 regs of f16x2), B col-major fp16 (2 regs), fp32 D.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const std::uint32_t (&a)[4],
+                                        std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/// Stages the `cols` value columns of keys [t0, t0 + kKeys) (global V, row stride vstride, first
-/// column of the block at V) into the value stage vs, into the current cp.async group. vec:
-/// 16-byte copies (V and vstride 16-byte aligned, cols % 4 == 0, ncb >= 4: 4 consecutive columns
-/// are 4 consecutive words), else 4-byte copies. Keys past kend get zeros (their probability is 0
-/// and 0 * 0 stays 0); columns past cols are never written (zeroed once by the kernel).
+/// Two floats -> f16x2 (round to nearest even), lo in the low half (the lower k index).
+__device__ __forceinline__ std::uint32_t pack_f16x2(float lo, float hi) {
+  std::uint32_t r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+/// ldmatrix .trans of four (x4) or two (x2) 8x8 fp16 matrices; `addr` = this lane's row address
+/// (shared state space). Lanes 8q..8q+7 address the rows of matrix q; r[q] is its fragment.
+__device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(addr));
+}
+
+/// Stages the fp16 values of keys [t0, t0 + kKeys) into the value stage vs (16-byte copies into
+/// the current cp.async group): `nch` 16-byte chunks (8 columns each) per key row from Vh (the
+/// block's first column, row stride kp halves, 16-byte aligned). Keys past kend get zeros (their
+/// probability is 0 and 0 * 0 stays 0); chunks past nch are never written (zeroed once by the
+/// kernel).
 template <int kW>
-__device__ __forceinline__ void mma_value_issue(float* vs, const float* __restrict__ V,
-                                                std::int64_t vstride, std::int64_t t0,
-                                                std::int64_t kend, int cols, int lg, bool vec,
-                                                int tid) {
-  constexpr int kKeys = MmaValueTile<kW>::kKeys;
-  if (vec) {
-    const int nq = cols >> 2;  // 16-byte chunks per key row (<= 16)
+__device__ __forceinline__ void mma_value_issue(std::uint16_t* vs,
+                                                const std::uint16_t* __restrict__ Vh,
+                                                std::int64_t kp, std::int64_t t0, std::int64_t kend,
+                                                int nch, int tid) {
+  using VT = MmaValueTile<kW>;
 #pragma unroll
-    for (int i = 0; i < kKeys * 16 / 128; ++i) {  // 16 chunks per row, 128 threads
-      const int idx = tid + 128 * i, jj = idx >> 4, q = idx & 15;
-      if (q < nq) {
-        const bool ok = t0 + jj < kend;
-        cp_async16(vs + value_slot<kW>(jj, 4 * q, lg), ok ? V + (t0 + jj) * vstride + 4 * q : V,
-                   ok);
-      }
-    }
-  } else {
-    const int warp = tid >> 5, lane = tid & 31;
-    for (int jj = warp; jj < kKeys; jj += 4) {
+  for (int i = 0; i < VT::kKeys * 8 / 128; ++i) {  // 8 chunks per row, 128 threads
+    const int idx = tid + 128 * i, jj = idx >> 3, ch = idx & 7;
+    if (ch < nch) {
       const bool ok = t0 + jj < kend;
-      const float* src = ok ? V + (t0 + jj) * vstride : V;
-      for (int c = lane; c < cols; c += 32) cp_async4(vs + value_slot<kW>(jj, c, lg), src + c, ok);
+      cp_async16(vs + jj * VT::kVStrideH + 8 * ch, ok ? Vh + (t0 + jj) * kp + 8 * ch : Vh, ok);
     }
   }
 }
 
 /// The second half of a fold with kNCB column blocks: rescale of the value accumulators when a
 /// row's maximum moved (a warp-uniform branch; scale = 1 for the others), then vacc += P V on the
-/// tensor cores per n-tile: A = the probabilities p as they lie (k = t: key 2t, k = t + 4: key
-/// 2t + 1), B = V rows 2t, 2t + 1 of the n-tile, column g * kNCB + cb of each column block, from
-/// the value stage vs. Compile-time kNCB: one basic block of MMAs per n-tile.
+/// tensor cores, one m16n8k16 per k16 step (two n-tiles of the half) and column block: A = the
+/// probabilities p' packed to f16x2 as they lie, B = the staged values by ldmatrix.trans.
+/// vaddr: the shared address of this lane's ldmatrix row in the current value stage (key row
+/// (lane & 7) + 8 ((lane >> 3) & 1), column block lane >> 4). Compile-time kNCB: one basic block.
 template <int kW, int kNCB>
 __device__ __forceinline__ void values_rescale_pv(const float (&p)[2][MmaValueTile<kW>::kHalfNT][4],
                                                   float (&vacc)[2][8][4],
                                                   const float (&scale)[2][2], bool grow_any,
-                                                  const float* vs, int half, int g, int t) {
+                                                  unsigned vaddr, int half) {
   using VT = MmaValueTile<kW>;
-  constexpr int kVS = VT::kVStride;
   constexpr int kHNT = VT::kHalfNT;
   if (__any_sync(0xffffffffu, grow_any)) {
 #pragma unroll
@@ -147,53 +166,43 @@ __device__ __forceinline__ void values_rescale_pv(const float (&p)[2][MmaValueTi
       }
     }
   }
-  const int sw = 4 * (t >> 1);  // half swizzle s(r) of rows nt * 8 + 2t, nt * 8 + 2t + 1
 #pragma unroll
-  for (int n = 0; n < kHNT; ++n) {
-    const int nt = half * kHNT + n;
-    const float* v0 = vs + (nt * 8 + 2 * t) * kVS + 8 * g;
-    float b0f[8], b1f[8];
-    {
-      const float4 l0 = *reinterpret_cast<const float4*>(v0 + sw);
-      const float4 l1 = *reinterpret_cast<const float4*>(v0 + kVS + sw);
-      b0f[0] = l0.x, b0f[1] = l0.y, b0f[2] = l0.z, b0f[3] = l0.w;
-      b1f[0] = l1.x, b1f[1] = l1.y, b1f[2] = l1.z, b1f[3] = l1.w;
-    }
-    if (kNCB == 8) {
-      const float4 h0 = *reinterpret_cast<const float4*>(v0 + (sw ^ 4));
-      const float4 h1 = *reinterpret_cast<const float4*>(v0 + kVS + (sw ^ 4));
-      b0f[4] = h0.x, b0f[5] = h0.y, b0f[6] = h0.z, b0f[7] = h0.w;
-      b1f[4] = h1.x, b1f[5] = h1.y, b1f[6] = h1.z, b1f[7] = h1.w;
-    }
+  for (int q = 0; q < kHNT / 2; ++q) {
+    const int key0 = (half * kHNT + 2 * q) * 8;  // first key (stage row) of this k16 step
     std::uint32_t pa[2][4];
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
-      pa[mt][0] = to_tf32(p[mt][n][0]);  // (g, key 2t)
-      pa[mt][1] = to_tf32(p[mt][n][2]);  // (g + 8, key 2t)
-      pa[mt][2] = to_tf32(p[mt][n][1]);  // (g, key 2t + 1)
-      pa[mt][3] = to_tf32(p[mt][n][3]);  // (g + 8, key 2t + 1)
+      pa[mt][0] = pack_f16x2(p[mt][2 * q][0], p[mt][2 * q][1]);          // (g, keys 2t, 2t+1)
+      pa[mt][1] = pack_f16x2(p[mt][2 * q][2], p[mt][2 * q][3]);          // (g + 8, same)
+      pa[mt][2] = pack_f16x2(p[mt][2 * q + 1][0], p[mt][2 * q + 1][1]);  // (g, keys 8 + 2t, +1)
+      pa[mt][3] = pack_f16x2(p[mt][2 * q + 1][2], p[mt][2 * q + 1][3]);  // (g + 8, same)
     }
 #pragma unroll
-    for (int cb = 0; cb < kNCB; ++cb) {
-      const std::uint32_t b0 = to_tf32(b0f[cb]), b1 = to_tf32(b1f[cb]);
+    for (int cp = 0; cp < (kNCB + 1) / 2; ++cp) {
+      std::uint32_t b[4];
+      const unsigned addr = vaddr + 2u * unsigned(key0 * VT::kVStrideH + 16 * cp);
+      if (kNCB == 1)
+        ldmatrix_x2_trans(b, addr);
+      else
+        ldmatrix_x4_trans(b, addr);
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        float(&d)[4] = vacc[mt][cb];
-        mma_tf32(d, pa[mt], b0, b1, d[0], d[1], d[2], d[3]);
+      for (int mt = 0; mt < 2; ++mt) mma_f16(vacc[mt][2 * cp], pa[mt], b[0], b[1]);
+      if (2 * cp + 1 < kNCB) {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) mma_f16(vacc[mt][2 * cp + 1], pa[mt], b[2], b[3]);
       }
     }
   }
 }
 
 /// Folds one half tile of scores (acc: 2 m-tiles x kHNT n-tiles, n-tiles kHNT half + n of the
-/// stage) into the running state: quad-uniform maximum with slack, probabilities in place, S,
-/// then the rescale and vacc += P V (values_rescale_pv, 2^lg column blocks) with V from the
-/// value stage vs.
+/// stage) into the running state: quad-uniform maximum with slack, probabilities p' = 2^7 p in
+/// place, S (of p'), then the rescale and vacc += P' V (values_rescale_pv, 2^lg column blocks).
 template <int kW>
 __device__ __forceinline__ void fold_values_half(float (&acc)[2][MmaValueTile<kW>::kHalfNT][4],
                                                  float (&vacc)[2][8][4], float (&m)[2][2],
-                                                 float (&s)[2][2], const float* vs, int half,
-                                                 int lg, float alpha, int g, int t) {
+                                                 float (&s)[2][2], unsigned vaddr, int half, int lg,
+                                                 float alpha) {
   using VT = MmaValueTile<kW>;
   constexpr int kHNT = VT::kHalfNT;
   float scale[2][2], nam[2][2];
@@ -217,12 +226,12 @@ __device__ __forceinline__ void fold_values_half(float (&acc)[2][MmaValueTile<kW
       const float mn = grow ? tmax : mo;
       const float nam_new = mn == -INFINITY ? 0.f : -alpha * mn;
       scale[mt][h] = !grow ? 1.f : (mo == -INFINITY ? 0.f : fast_exp2(nam_new - nam_old));
-      nam[mt][h] = nam_new;
+      nam[mt][h] = nam_new + VT::kPScaleLog2;
       m[mt][h] = mn;
       grow_any = grow_any || grow;
     }
   }
-  // Probabilities p = exp2(alpha u + nam) <= 2^kSlack (masked u = -inf -> 0), S in two chains.
+  // Probabilities p' = exp2(alpha u + nam + 7) <= 2^15 (masked u = -inf -> 0), S in two chains.
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -240,16 +249,16 @@ __device__ __forceinline__ void fold_values_half(float (&acc)[2][MmaValueTile<kW
   }
   switch (lg) {  // warp-uniform (per block)
     case 0:
-      values_rescale_pv<kW, 1>(acc, vacc, scale, grow_any, vs, half, g, t);
+      values_rescale_pv<kW, 1>(acc, vacc, scale, grow_any, vaddr, half);
       break;
     case 1:
-      values_rescale_pv<kW, 2>(acc, vacc, scale, grow_any, vs, half, g, t);
+      values_rescale_pv<kW, 2>(acc, vacc, scale, grow_any, vaddr, half);
       break;
     case 2:
-      values_rescale_pv<kW, 4>(acc, vacc, scale, grow_any, vs, half, g, t);
+      values_rescale_pv<kW, 4>(acc, vacc, scale, grow_any, vaddr, half);
       break;
     default:
-      values_rescale_pv<kW, 8>(acc, vacc, scale, grow_any, vs, half, g, t);
+      values_rescale_pv<kW, 8>(acc, vacc, scale, grow_any, vaddr, half);
       break;
   }
 }
@@ -259,11 +268,13 @@ __device__ __forceinline__ void fold_values_half(float (&acc)[2][MmaValueTile<kW
 ///   M[(z S + s) R + i]             at workspace,             (the running maximum, u units)
 ///   S[(z S + s) R + i]             at workspace + G S R,
 ///   A[((z S + s) R + i) astride + c] at workspace + 2 G S R, c < min(64, vcols - 64 z),
-/// astride = min(vcols, 64). raw16: key_pot, key_norm, key_logw 16-byte aligned; v16: values and
-/// vstride 16-byte aligned.
+/// astride = min(vcols, 64), A in the column-scaled units of the fp16 values (the finalize
+/// removes the scale). raw16: key_pot, key_norm, key_logw 16-byte aligned. vh: the fp16 values,
+/// nkeys x kp halves (kp = vcols rounded up to 8), 16-byte aligned.
 template <int kW, int kMinB>
 __global__ void __launch_bounds__(128, kMinB)
-    lse_mma_values_kernel(MmaValuePass p, float alpha, bool raw16, bool v16) {
+    lse_mma_values_kernel(MmaValuePass p, float alpha, bool raw16, const std::uint16_t* vh,
+                          std::int64_t kp) {
   using VT = MmaValueTile<kW>;
   using Tile = typename VT::Pipe;
   constexpr int kHNT = VT::kHalfNT;
@@ -280,8 +291,8 @@ __global__ void __launch_bounds__(128, kMinB)
   // This block's value columns [64 z, 64 z + cols) in 2^lg column blocks of 8.
   const int cols = min(VT::kCols, p.vcols - VT::kCols * z);
   const int lg = cols <= 8 ? 0 : (cols <= 16 ? 1 : (cols <= 32 ? 2 : 3));
-  const bool vec = v16 && (cols & 3) == 0 && lg >= 2;
-  const float* V = p.values + VT::kCols * z;
+  const int nch = (cols + 7) >> 3;
+  const std::uint16_t* V = vh + VT::kCols * z;
 
   std::uint32_t a[2][Tile::kKSteps][4];
 #pragma unroll
@@ -308,18 +319,23 @@ __global__ void __launch_bounds__(128, kMinB)
   const float* raw_src = rq == 0 ? sd.key_pot : (rq == 1 ? sd.key_norm : sd.key_logw);
   auto issue = [&](std::int64_t t0, int b) {
     mma_pipe_issue<kW, kHNT>(sm.pipe, Y, raw_src, kend, t0, b, tid, jj0, k4, rq, rc, raw16);
-    mma_value_issue<kW>(sm.vals[b], V, p.vstride, t0, kend, cols, lg, vec, tid);
+    mma_value_issue<kW>(sm.vals[b], V, kp, t0, kend, nch, tid);
     cp_async_commit();
   };
   float* wb = sm.pipe.bias[warp];
   auto make_bias = [&](std::int64_t t0, int b) {
     mma_pipe_bias<kW, kHNT>(sm.pipe, t0, kend, b, wb, lane, eps, inv_2c);
   };
+  // This lane's ldmatrix row in stage 0 (key row (lane & 7) + 8 ((lane >> 3) & 1), column
+  // block lane >> 4); stage 1 is sizeof(sm.vals[0]) further.
+  const unsigned vaddr0 = unsigned(__cvta_generic_to_shared(
+      &sm.vals[0][((lane & 7) + 8 * ((lane >> 3) & 1)) * VT::kVStrideH + 8 * (lane >> 4)]));
+  constexpr unsigned kStageBytes = sizeof(sm.vals[0]);
 
-  // Words the copies never write (columns past cols) must hold finite values: zero both stages
-  // once, before any copy lands.
+  // Chunks the copies never write (columns past nch * 8) must hold finite values: zero both
+  // stages once, before any copy lands.
   for (int b = 0; b < 2; ++b)
-    for (int i = tid; i < VT::kKeys * VT::kVStride; i += Tile::kThreads) sm.vals[b][i] = 0.f;
+    for (int i = tid; i < VT::kKeys * VT::kVStrideH; i += Tile::kThreads) sm.vals[b][i] = 0;
   __syncthreads();
 
   float acc0[2][kHNT][4], acc1[2][kHNT][4];
@@ -333,13 +349,13 @@ __global__ void __launch_bounds__(128, kMinB)
   }
   for (std::int64_t t0 = kbeg; t0 < kend; t0 += Tile::kKeys) {
     const float* ks = sm.pipe.keys[buf];
-    const float* vs = sm.vals[buf];
+    const unsigned vaddr = vaddr0 + unsigned(buf) * kStageBytes;
     // Both halves' scores first (the tensor pipe works on half 1 while half 0 is exponentiated),
     // then each half's fold and P V. Everything of this stage is read before the barrier below.
     mma_pipe_half<MmaTf32, kW, kHNT>(acc0, a, ks, wb, 0, g, t);
     mma_pipe_half<MmaTf32, kW, kHNT>(acc1, a, ks, wb, 1, g, t);
-    fold_values_half<kW>(acc0, vacc, m, s, vs, 0, lg, alpha, g, t);
-    fold_values_half<kW>(acc1, vacc, m, s, vs, 1, lg, alpha, g, t);
+    fold_values_half<kW>(acc0, vacc, m, s, vaddr, 0, lg, alpha);
+    fold_values_half<kW>(acc1, vacc, m, s, vaddr, 1, lg, alpha);
     const std::int64_t t1 = t0 + Tile::kKeys;
     if (t1 < kend) {
       cp_async_wait_all();  // tile t+1 has landed (this thread's copies)
@@ -350,9 +366,11 @@ __global__ void __launch_bounds__(128, kMinB)
     buf ^= 1;
   }
 
-  // Partials. The quad shares M (quad-uniform); S sums the quad's keys; A is already complete
-  // per thread (the MMA summed over the quad's keys): d0 d1 = row g, columns n = 2t, 2t+1 of
-  // each column block, d2 d3 = row g + 8.
+  // Partials, with the 2^7 of p' removed (exact). The quad shares M (quad-uniform); S sums the
+  // quad's keys; A is already complete per thread (the MMA summed over the quad's keys):
+  // d0 d1 = row g, columns 2t, 2t+1 of each column block, d2 d3 = row g + 8.
+  constexpr float kUnscale = 1.f / 128.f;
+  static_assert(VT::kPScaleLog2 == 7.f, "kUnscale = 2^-kPScaleLog2");
   const std::int64_t R = sd.rows, S = p.splits, G = gridDim.z;
   const int astride = min(p.vcols, VT::kCols);
   float* wm = p.workspace + (std::int64_t(z) * S + split) * R;
@@ -370,15 +388,15 @@ __global__ void __launch_bounds__(128, kMinB)
       if (i < R) {
         if (t == 0) {
           wm[i] = m[mt][h];
-          ws[i] = sum;
+          ws[i] = sum * kUnscale;
         }
 #pragma unroll
         for (int cb = 0; cb < VT::kColBlocks; ++cb) {
           if (cb < ncb) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const int c = ((2 * t + e) << lg) + cb;
-              if (c < cols) wa[i * astride + c] = vacc[mt][cb][2 * h + e];
+              const int c = 8 * cb + 2 * t + e;
+              if (c < cols) wa[i * astride + c] = vacc[mt][cb][2 * h + e] * kUnscale;
             }
           }
         }

@@ -497,7 +497,8 @@ class CudaOracle final : public OracleBase<T> {
     }
     if constexpr (std::is_same<T, float>::value) {
       if (tensor_values(f_side ? 0 : 1)) {
-        // On the tensor cores (lib/cuda/lse_values.hpp): scores and P V by TF32 mma.sync, every
+        // On the tensor cores (lib/cuda/lse_values.hpp): scores by TF32 mma.sync, P V by fp16
+        // mma.sync (TF32's significand, exact power-of-two scales), every
         // column in one pass (blocks of 64 columns). The kernel is the LSE pass's side with
         // values: the g side swaps the clouds exactly as update_g does (queries y~ with c|y~|^2,
         // keys x~ with f, c|x~|^2 and log a; row prefactor from g and log b), so P^T U is the
@@ -517,7 +518,7 @@ class CudaOracle final : public OracleBase<T> {
         vp.cost_scale = float(c_);
         vp.splits = cuda::values_tf32_splits(ld_upd_, vp.vcols, rows, keys);
         const std::int64_t need =
-            std::int64_t(cuda::values_tf32_workspace_floats(rows, vp.vcols, vp.splits));
+            std::int64_t(cuda::values_tf32_workspace_floats(rows, keys, vp.vcols, vp.splits));
         if (value_work_.size() < need) value_work_ = Buffer<float>(ctx_, need);
         vp.workspace = value_work_.data();
         cuda::run_values_tf32(vp, stream_);

@@ -9,7 +9,9 @@
 // the argument checks run in every CUDA build.
 //
 // Tolerance, relative to sum_j |P_ij| |V_jk| (out_ik itself may cancel): P and V are rounded to
-// TF32 (relative 2^-11 each: 2^-10 for the product); the scores carry the fp32 error of the
+// fp16 for the second MMA (relative 2^-11 each, as TF32: 2^-10 for the product), with absolute
+// floors for fp16's subnormals: keys 2^-32 max_j P_ij max_j |V_jk| (P) and 2^-38 max_j |V_jk|
+// sum_j P_ij (V, scaled per column); the scores carry the fp32 error of the
 // shifted form, alpha du with du <= (9 W / 8 + 8) 2^-23 (|beta_j| + sum_k |x_ik y_jk|) (W / 8
 // MMA k-steps of 8 products + C, generous) + 8 2^-24 (|g_j| + c|y~_j|^2 + eps |log b_j|) / (2c)
 // (the bias), plus 2^-24 alpha |u_ij| (alpha rounded to float); exp2.approx and the fp32 offset
@@ -104,6 +106,7 @@ struct Case {
   bool ramp = false;  // key potential increasing along the keys (rescales every stage)
   int vpad = 0;       // value row stride = K + vpad
   double c = 1.0;
+  bool spread = false;  // columns 2^-15 .. 2^15 apart, and every 5th key 1e-4 smaller
 };
 
 std::string name(const Case& cs) {
@@ -111,7 +114,8 @@ std::string name(const Case& cs) {
          " K=" + std::to_string(cs.K) + " splits=" + std::to_string(cs.splits) +
          " eps=" + std::to_string(cs.eps) + (cs.g_side ? " g-side" : " f-side") +
          (cs.zero_weights ? " zero-weights" : "") + (cs.all_keys_masked ? " all-keys-masked" : "") +
-         (cs.ramp ? " ramp" : "") + " vstride=K+" + std::to_string(cs.vpad);
+         (cs.ramp ? " ramp" : "") + (cs.spread ? " spread" : "") + " vstride=K+" +
+         std::to_string(cs.vpad);
 }
 
 // eps and c as the kernel receives them (floats).
@@ -228,7 +232,7 @@ Inputs make_inputs(const Case& cs, unsigned seed) {
 
 // Float64 reference out = P V, sum |P| |V|, P 1 and the per-row relative bound.
 struct Reference {
-  std::vector<double> out, abs, mass, tau;
+  std::vector<double> out, abs, mass, tau, pmax, vmax;
 };
 
 Reference reference(const Cloud& q, const Cloud& k, int ld, const Case& cs,
@@ -240,6 +244,12 @@ Reference reference(const Cloud& q, const Cloud& k, int ld, const Case& cs,
   r.abs.assign(std::size_t(q.rows * K), 0.0);
   r.mass.assign(std::size_t(q.rows), 0.0);
   r.tau.assign(std::size_t(q.rows), 0.0);
+  r.pmax.assign(std::size_t(q.rows), 0.0);
+  r.vmax.assign(std::size_t(K), 0.0);
+  for (std::int64_t j = 0; j < k.rows; ++j)
+    for (int kc = 0; kc < K; ++kc)
+      r.vmax[std::size_t(kc)] =
+          std::max(r.vmax[std::size_t(kc)], std::abs(double(V[std::size_t(j * vstride + kc)])));
   std::vector<double> P(std::size_t(k.rows));
   for (std::int64_t i = 0; i < q.rows; ++i) {
     if (q.logw[std::size_t(i)] == kNegInf) continue;  // zero row
@@ -282,6 +292,7 @@ Reference reference(const Cloud& q, const Cloud& k, int ld, const Case& cs,
       const double pj = P[std::size_t(j)];
       if (pj == 0) continue;
       r.mass[std::size_t(i)] += pj;
+      r.pmax[std::size_t(i)] = std::max(r.pmax[std::size_t(i)], pj);
       const float* vj = &V[std::size_t(j * vstride)];
       double* o = &r.out[std::size_t(i * K)];
       double* a = &r.abs[std::size_t(i * K)];
@@ -305,7 +316,9 @@ void run_case(const Case& cs, unsigned seed) {
   std::uniform_real_distribution<double> uv(-1.0, 1.0);
   std::vector<float> V(std::size_t(std::max<std::int64_t>(k.rows, 1) * vstride), 0.f);
   for (std::int64_t j = 0; j < k.rows; ++j)
-    for (int kc = 0; kc < K; ++kc) V[std::size_t(j * vstride + kc)] = float(uv(rng));
+    for (int kc = 0; kc < K; ++kc)
+      V[std::size_t(j * vstride + kc)] = float(
+          uv(rng) * (cs.spread ? std::ldexp(1.0, 3 * (kc % 11 - 5)) * (j % 5 ? 1.0 : 1e-4) : 1.0));
   const Reference ref = reference(q, k, ld, cs, V, vstride);
 
   Stream stream;
@@ -313,7 +326,7 @@ void run_case(const Case& cs, unsigned seed) {
   DeviceFloats dq(q.pts.size()), dk(k.pts.size()), dqn(q.norm.size()), dkn(k.norm.size()),
       dql(q.logw.size()), dkl(k.logw.size()), dqp(q.pot.size()), dkp(k.pot.size()), dv(V.size()),
       dout(std::size_t(q.rows * ostride)), dmass(std::size_t(q.rows)),
-      dws(cuda::values_tf32_workspace_floats(q.rows, K, cs.splits));
+      dws(cuda::values_tf32_workspace_floats(q.rows, k.rows, K, cs.splits));
   upload(dq, q.pts, st);
   upload(dk, k.pts, st);
   upload(dqn, q.norm, st);
@@ -363,8 +376,10 @@ void run_case(const Case& cs, unsigned seed) {
     for (int kc = 0; kc < K; ++kc) {
       const double o = out[std::size_t(i * ostride + kc)];
       const double rf = ref.out[std::size_t(i * K + kc)];
-      const double bound =
-          1.25 * ref.tau[std::size_t(i)] * ref.abs[std::size_t(i * K + kc)] + 1e-35;
+      const double vmax = ref.vmax[std::size_t(kc)];
+      const double bound = 1.25 * ref.tau[std::size_t(i)] * ref.abs[std::size_t(i * K + kc)] +
+                           double(k.rows) * std::ldexp(ref.pmax[std::size_t(i)] * vmax, -32) +
+                           std::ldexp(vmax * ref.mass[std::size_t(i)], -38) + 1e-35;
       const bool ok = zero_row ? o == 0.0 : std::abs(o - rf) <= bound;
       if (!zero_row) worst = std::max(worst, std::abs(o - rf) / bound);
       if (!ok && ++bad <= 10)
@@ -408,6 +423,8 @@ TEST(CudaValuesMma, MatchesFloat64OnEveryWidthAndValueWidth) {
       {130, 1500, 64, 9, 2, 0.2, true, false, false, true, 3},          // ramp, g side, W = 64
       {50, 80, 3, 5, 2, 0.2, false, false, true},                       // all keys masked
       {50, 80, 20, 70, 1, 0.2, true, false, true},                      // all keys masked, g side
+      {200, 900, 64, 72, 3, 0.2, false, false, false, false, 0, 1.0, true},  // column scales
+      {90, 700, 3, 5, 2, 0.1, true, false, false, true, 1, 1.0, true},       // scales, ramp
   };
   unsigned seed = 1;
   for (const Case& cs : cases) run_case(cs, seed++);
@@ -423,10 +440,17 @@ TEST(CudaValuesMma, SplitCountAndWorkspaceRules) {
     EXPECT_EQ(cuda::values_tf32_splits(ld, 8, 1000, 600), 1);
     EXPECT_GE(cuda::values_tf32_splits(ld, 128, 1000000, 1000000), 1);
   }
-  EXPECT_EQ(cuda::values_tf32_workspace_floats(1000, 1, 3), std::size_t(3 * 1000 * 3));
-  EXPECT_EQ(cuda::values_tf32_workspace_floats(1000, 64, 2), std::size_t(2 * 1000 * 66));
-  EXPECT_EQ(cuda::values_tf32_workspace_floats(1000, 65, 2), std::size_t(2 * 2 * 1000 * 66));
-  EXPECT_EQ(cuda::values_tf32_workspace_floats(0, 8, 2), std::size_t(0));
+  // partials + 2 column words per padded column (kp = vcols rounded up to 8) + the fp16 values
+  // (nkeys kp / 2 floats), each part rounded up to 4 floats.
+  EXPECT_EQ(cuda::values_tf32_workspace_floats(1000, 500, 1, 3),
+            std::size_t(3 * 1000 * 3 + 8 + 8 + 500 * 8 / 2));
+  EXPECT_EQ(cuda::values_tf32_workspace_floats(1000, 100, 64, 2),
+            std::size_t(2 * 1000 * 66 + 64 + 64 + 100 * 64 / 2));
+  EXPECT_EQ(cuda::values_tf32_workspace_floats(1000, 100, 65, 2),
+            std::size_t(2 * 2 * 1000 * 66 + 72 + 72 + 100 * 72 / 2));
+  EXPECT_EQ(cuda::values_tf32_workspace_floats(1001, 3, 5, 1),
+            std::size_t(1001 * 7 + 1 + 8 + 8 + 12));
+  EXPECT_EQ(cuda::values_tf32_workspace_floats(0, 100, 8, 2), std::size_t(0));
 }
 
 TEST(CudaValuesMmaArguments, RefusesUnsupportedInputs) {
@@ -481,6 +505,9 @@ TEST(CudaValuesMmaArguments, RefusesUnsupportedInputs) {
   q = p;
   q.workspace = nullptr;
   refuses(q, "no workspace");
+  q = p;
+  q.workspace = buf + 1;
+  refuses(q, "misaligned workspace");
   q = p;
   q.values = nullptr;
   refuses(q, "no values");
