@@ -255,9 +255,15 @@ __device__ __forceinline__ void mma_pipe_bias(const MmaPipeSmem<kW, kHNT, kRaw>&
 /// the warp's key bias when the warp's 32 rows share one label (rows ordered by class: nearly
 /// every warp), else subtracted per score from the table (L1-cached gathers)). The plain
 /// variant (kPolicies = false) is the dense squared-Euclidean kernel, unchanged.
-template <class Mma, int kW, int kHNT, int kMinB, bool kPolicies = false>
+///
+/// kClassPot (with kPolicies = false): the plain kernel over the class-aligned row tiles of a
+/// label-augmented cost (LseSide::tile_start): block r of a side covers the rows of tile r, all
+/// of one label, and its key potential is that label's row of LseSide::class_pot (the pair term
+/// folded in by class_key_potentials before the pass); everything else is the plain kernel.
+template <class Mma, int kW, int kHNT, int kMinB, bool kPolicies = false, bool kClassPot = false>
 __global__ void __launch_bounds__(128, kMinB)
     lse_mma_pipe_kernel(LsePass<float> p, int blocks_side0, bool raw16) {
+  static_assert(!(kPolicies && kClassPot), "the class potentials are a plain-kernel variant");
   using Tile = MmaPipeTile<kW, kHNT>;
   constexpr int kNT = Tile::kHalfNT;
   __shared__ __align__(16) MmaPipeSmem<kW, kHNT, kPolicies ? 4 : 3> sm;
@@ -266,7 +272,14 @@ __global__ void __launch_bounds__(128, kMinB)
   const LseSide<float> sd = side ? p.side[1] : p.side[0];
   const std::int64_t rb = std::int64_t(blockIdx.x) - (side ? blocks_side0 : 0);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const std::int64_t row0 = rb * Tile::kRows;
+  // Rows [row0, row_end) of this block: a fixed tile of kRows rows, or a class-aligned tile.
+  std::int64_t row0 = rb * Tile::kRows, row_end = sd.rows;
+  const float* key_pot = sd.key_pot;
+  if constexpr (kClassPot) {
+    row0 = sd.tile_start[rb];
+    row_end = sd.tile_start[rb + 1];
+    key_pot = sd.class_pot + std::int64_t(sd.tile_slot[rb]) * sd.nkeys;
+  }
   const int wrow = warp * Tile::kMTiles * 16;
   const float* __restrict__ X = sd.queries;
   const float* __restrict__ Y = sd.keys;
@@ -281,9 +294,9 @@ __global__ void __launch_bounds__(128, kMinB)
 #pragma unroll
     for (int kk = 0; kk < Tile::kKSteps; ++kk) {
       const int k = mma_pipe_col<kW>(kk, t);
-      const float2 lo = r_lo < sd.rows ? *reinterpret_cast<const float2*>(X + r_lo * kW + k)
+      const float2 lo = r_lo < row_end ? *reinterpret_cast<const float2*>(X + r_lo * kW + k)
                                        : make_float2(0.f, 0.f);
-      const float2 hi = r_hi < sd.rows ? *reinterpret_cast<const float2*>(X + r_hi * kW + k)
+      const float2 hi = r_hi < row_end ? *reinterpret_cast<const float2*>(X + r_hi * kW + k)
                                        : make_float2(0.f, 0.f);
       a[mt][kk][0] = __float_as_uint(lo.x);
       a[mt][kk][1] = __float_as_uint(hi.x);
@@ -304,7 +317,7 @@ __global__ void __launch_bounds__(128, kMinB)
   using Stg = MmaPipeStaging<kW, kHNT>;
   const int jj0 = tid / Stg::kChunks, k4 = tid % Stg::kChunks;
   const int rq = tid / Stg::kRawChunks, rc = tid % Stg::kRawChunks;  // raw array and chunk
-  const float* raw_src = rq == 0 ? sd.key_pot : (rq == 1 ? sd.key_norm : sd.key_logw);
+  const float* raw_src = rq == 0 ? key_pot : (rq == 1 ? sd.key_norm : sd.key_logw);
   if constexpr (!kPolicies) {
     // The plain kernel: this branch is, token for token, the kernel before the policies existed
     // (its SASS is the measured hot path; keep it so: ptxas allocates differently when even the
@@ -474,7 +487,7 @@ __global__ void __launch_bounds__(128, kMinB)
       run(std::false_type{});
   }
   // Merge the quad's partial states, then write the row partials.
-  write_mma_rows(m, s, alpha, sd, row0 + wrow, g, t);
+  write_mma_rows(m, s, alpha, sd, row0 + wrow, g, t, row_end);
 }
 
 /// Tile choice per width (the traits of the kernel that serves W words per row): n-tiles per
@@ -497,22 +510,22 @@ struct MmaPipeConfig {
 
 /// Host side: f(kernel) for the kernel of `words` words per row (8, 16, 32 or 64), plain or with
 /// the policies.
-template <class Mma, int kW, bool kPolicies>
+template <class Mma, int kW, bool kPolicies, bool kClassPot = false>
 constexpr auto mma_pipe_kernel() {
   return lse_mma_pipe_kernel<Mma, kW, MmaPipeConfig<kW>::kHalfNT, MmaPipeConfig<kW>::kMinBlocks,
-                             kPolicies>;
+                             kPolicies, kClassPot>;
 }
-template <class Mma, bool kPolicies, class F>
+template <class Mma, bool kPolicies, class F, bool kClassPot = false>
 void with_mma_pipe_kernel_p(int words, F&& f) {
   switch (words) {
     case 8:
-      return f(mma_pipe_kernel<Mma, 8, kPolicies>());
+      return f(mma_pipe_kernel<Mma, 8, kPolicies, kClassPot>());
     case 16:
-      return f(mma_pipe_kernel<Mma, 16, kPolicies>());
+      return f(mma_pipe_kernel<Mma, 16, kPolicies, kClassPot>());
     case 32:
-      return f(mma_pipe_kernel<Mma, 32, kPolicies>());
+      return f(mma_pipe_kernel<Mma, 32, kPolicies, kClassPot>());
     default:
-      return f(mma_pipe_kernel<Mma, 64, kPolicies>());
+      return f(mma_pipe_kernel<Mma, 64, kPolicies, kClassPot>());
   }
 }
 template <class Mma, class F>
@@ -540,20 +553,32 @@ void launch_mma_pipe(const LsePass<float>& p, int words, cudaStream_t st) {
   for (int k = 0; k < p.nsides; ++k)
     if (!a16(p.side[k].keys) || !a16(p.side[k].queries))
       throw InvalidArgument("tensor-core LSE kernel: clouds must be 16-byte aligned");
-  bool raw16 = true, policies = false;
+  constexpr int kRows = MmaPipeTile<8>::kRows;
+  static_assert(kRows == kBlockRows, "class-aligned tiles hold at most kBlockRows rows");
+  // The class-potential variant when every side of the pass has class-aligned tiles, else the
+  // policy variant when a side has a policy, else the plain kernel.
+  bool raw16 = true, policies = false, class_pot = true;
   for (int k = 0; k < p.nsides; ++k) {
     const LseSide<float>& sd = p.side[k];
     raw16 = raw16 && a16(sd.key_pot) && a16(sd.key_norm) && a16(sd.key_logw);
     if (sd.pair) raw16 = raw16 && a16(sd.key_labels);
     policies = policies || sd.pair != nullptr || sd.run_ptr != nullptr;
+    class_pot = class_pot && sd.tile_start != nullptr && sd.run_ptr == nullptr;
   }
-  constexpr int kRows = MmaPipeTile<8>::kRows;
-  const int b0 = int((p.side[0].rows + kRows - 1) / kRows);
-  const int b1 = p.nsides > 1 ? int((p.side[1].rows + kRows - 1) / kRows) : 0;
+  if (class_pot)
+    for (int k = 0; k < p.nsides; ++k)
+      raw16 = raw16 && a16(p.side[k].class_pot) && p.side[k].nkeys % 4 == 0;
+  auto blocks = [&](const LseSide<float>& sd) {
+    return class_pot ? sd.tiles : (sd.rows + kRows - 1) / kRows;
+  };
+  const int b0 = int(blocks(p.side[0]));
+  const int b1 = p.nsides > 1 ? int(blocks(p.side[1])) : 0;
   if (b0 + b1 == 0) return;  // no rows: nothing to reduce (an empty grid cannot launch)
   const dim3 grid(unsigned(b0 + b1), unsigned(p.splits));
   auto go = [&](auto kernel) { kernel<<<grid, 128, 0, st>>>(p, b0, raw16); };
-  if (policies)
+  if (class_pot)
+    with_mma_pipe_kernel_p<Mma, false, decltype(go)&, true>(words, go);
+  else if (policies)
     with_mma_pipe_kernel_p<Mma, true>(words, go);
   else
     with_mma_pipe_kernel_p<Mma, false>(words, go);

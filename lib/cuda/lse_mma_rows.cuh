@@ -94,12 +94,14 @@ __device__ __forceinline__ void fold_mma_tile(const float (&acc)[kMT][kNT][4], f
 }
 
 /// Merges the quad's partial states (lanes 4g..4g+3 own the same rows) and writes the row's
-/// (max, sum) partial of split blockIdx.y: part_max/part_sum[split * rows + i] (global).
-/// `first_row` is the first row of the warp's first m-tile.
+/// (max, sum) partial of split blockIdx.y: part_max/part_sum[split * rows + i] (global) for the
+/// rows i < row_end (default: sd.rows; a class-aligned tile ends earlier). `first_row` is the
+/// first row of the warp's first m-tile.
 template <int kMT>
 __device__ __forceinline__ void write_mma_rows(float (&m)[kMT][2], float (&s)[kMT][2], float alpha,
                                                const LseSide<float>& sd, std::int64_t first_row,
-                                               int g, int t) {
+                                               int g, int t, std::int64_t row_end = -1) {
+  if (row_end < 0) row_end = sd.rows;
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) {
 #pragma unroll
@@ -111,7 +113,7 @@ __device__ __forceinline__ void write_mma_rows(float (&m)[kMT][2], float (&s)[kM
         merge_max_sum(m[mt][h], s[mt][h], m2, s2, alpha);
       }
       const std::int64_t i = first_row + mt * 16 + g + 8 * h;
-      if (t == 0 && i < sd.rows) {
+      if (t == 0 && i < row_end) {
         sd.part_max[std::int64_t(blockIdx.y) * sd.rows + i] = m[mt][h];
         sd.part_sum[std::int64_t(blockIdx.y) * sd.rows + i] = s[mt][h];
       }

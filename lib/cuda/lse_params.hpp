@@ -55,7 +55,25 @@ struct LseSide {
   const std::int32_t* key_labels = nullptr;
   const T* pair = nullptr;
   int classes = 0;
+  /// Cost policy, class-aligned row tiles (the mma.sync kernels, a dense schedule, the pair term
+  /// set, rows ordered by class): row tile r covers rows [tile_start[r], tile_start[r + 1]), at
+  /// most kBlockRows of them, all of one label, whose key potentials with the pair term folded
+  /// in, key_pot_j - c_w W[label, key_labels[j]], are row tile_slot[r] of class_pot (slots x
+  /// nkeys, class_key_potentials). The plain kernel then serves every tile with its class row as
+  /// its key potential: the pair term costs one small pass over the keys per update instead of
+  /// the policy variant. Null = the fixed tiling (tiles of kBlockRows rows from row 0).
+  const std::int64_t* tile_start = nullptr;  ///< tiles + 1 entries
+  const std::int32_t* tile_slot = nullptr;
+  std::int64_t tiles = 0;
+  const T* class_pot = nullptr;
 };
+
+/// out[s * nkeys + j] = key_pot[j] - pair[slot_class[s] * classes + key_labels[j]] for s < nslots
+/// (pair: c_w W in cost units, double, the g side's table transposed; out 16-byte aligned when
+/// nkeys % 4 == 0): the class potentials of LseSide::class_pot. Asynchronous on `stream`.
+void class_key_potentials(const float* key_pot, const std::int32_t* key_labels, const double* pair,
+                          int classes, const std::int32_t* slot_class, int nslots,
+                          std::int64_t nkeys, float* out, void* stream);
 
 /// Rows per row tile of every CUDA kernel (the block lists' row tile).
 constexpr int kBlockRows = 128;

@@ -1,5 +1,6 @@
 // run_lse_pass: LSE kernel (CUDA cores, TF32 or bf16) + finalize (+ error reduction); split-K
-// choice; dual value. All asynchronous on the given stream.
+// choice; dual value; the class key potentials of label-uniform row blocks. All asynchronous on
+// the given stream.
 #include <algorithm>
 
 #include "lib/cuda/check.hpp"
@@ -126,6 +127,33 @@ void run_dual_value(const double* a, const double* f, std::int64_t n, const doub
                     double* out, void* stream) {
   dual_value_kernel<double><<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(
       a, f, n, b, g, m, rho_inv_a, rho_inv_b, out);
+  KANTOR_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+// One thread per (slot, key): out[s nkeys + j] = key_pot[j] - pair[class(s), label(j)].
+__global__ void class_key_potentials_kernel(const float* __restrict__ key_pot,
+                                            const std::int32_t* __restrict__ key_labels,
+                                            const double* __restrict__ pair, int classes,
+                                            const std::int32_t* __restrict__ slot_class,
+                                            int nslots, std::int64_t nkeys, float* out) {
+  const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= nkeys * nslots) return;
+  const std::int64_t s = idx / nkeys, j = idx - s * nkeys;
+  const double w = pair[std::int64_t(slot_class[s]) * classes + key_labels[j]];
+  out[idx] = float(double(key_pot[j]) - w);
+}
+}  // namespace
+
+void class_key_potentials(const float* key_pot, const std::int32_t* key_labels, const double* pair,
+                          int classes, const std::int32_t* slot_class, int nslots,
+                          std::int64_t nkeys, float* out, void* stream) {
+  const std::int64_t total = nkeys * std::int64_t(nslots);
+  if (total <= 0) return;
+  constexpr int kThreads = 256;
+  class_key_potentials_kernel<<<unsigned((total + kThreads - 1) / kThreads), kThreads, 0,
+                                static_cast<cudaStream_t>(stream)>>>(
+      key_pot, key_labels, pair, classes, slot_class, nslots, nkeys, out);
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 

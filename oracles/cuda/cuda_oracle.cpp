@@ -166,6 +166,7 @@ class CudaOracle final : public OracleBase<T> {
       pair_exact_[1] = upload(scaled(wt, 1.0 / c_));
       pair_shift_[0] = upload(scaled(prep.pair, 0.5 / c_));
       pair_shift_[1] = upload(scaled(wt, 0.5 / c_));
+      if (std::is_same<T, float>::value && tensor_ != LseKernel::kSimt) set_label_blocks(prep);
     }
 
     // Exact-difference copies (every value pass; the updates on fp32/fp64). On tf32 / bf16 they
@@ -625,6 +626,48 @@ class CudaOracle final : public OracleBase<T> {
     }
   }
 
+  /// Class-aligned row tiles of each side (LseSide::tile_start): the runs of equal labels in
+  /// row order, cut into tiles of at most kBlockRows rows, each with its label's slot in the
+  /// side's class potentials (slots numbered in order of first appearance). Kept only when rows
+  /// are ordered by class well enough that the tiles number at most 1/8 more than the fixed
+  /// tiling's (plus 8), and the class potentials fit kClassPotBudget floats; else the policy
+  /// variant serves the pair term.
+  void set_label_blocks(const PreparedProblem<T>& prep) {
+    constexpr std::int64_t kClassPotBudget = std::int64_t(1) << 26;  // 256 MB of floats
+    for (int s = 0; s < 2; ++s) {
+      const std::vector<std::int32_t>& lab = s == 0 ? prep.labels_x : prep.labels_y;
+      const std::int64_t rows = s == 0 ? n_ : m_, keys = s == 0 ? m_ : n_;
+      const std::int64_t fixed = (rows + cuda::kBlockRows - 1) / cuda::kBlockRows;
+      std::vector<std::int64_t> start;
+      std::vector<std::int32_t> slot, slot_of(std::size_t(prep.classes), -1), classes;
+      for (std::int64_t i = 0; i < rows;) {
+        std::int64_t e = i + 1;
+        while (e < rows && e - i < cuda::kBlockRows && lab[std::size_t(e)] == lab[std::size_t(i)])
+          ++e;
+        std::int32_t& k = slot_of[std::size_t(lab[std::size_t(i)])];
+        if (k < 0) {
+          k = std::int32_t(classes.size());
+          classes.push_back(lab[std::size_t(i)]);
+        }
+        start.push_back(i);
+        slot.push_back(k);
+        i = e;
+        if (std::int64_t(start.size()) > fixed + fixed / 8 + 8) break;
+      }
+      const std::int64_t tiles = std::int64_t(slot.size());
+      if (rows == 0 || tiles > fixed + fixed / 8 + 8 ||
+          std::int64_t(classes.size()) * keys > kClassPotBudget)
+        continue;
+      start.push_back(rows);
+      tile_start_[s] = upload(start);
+      tile_slot_[s] = upload(slot);
+      slot_class_[s] = upload(classes);
+      tiles_[s] = tiles;
+      class_pot_[s] =
+          Buffer<float>(ctx_, std::int64_t(classes.size()) * std::max<std::int64_t>(keys, 1));
+    }
+  }
+
   LsePass<T> pass(T eps, T relax, double* err, int splits) {
     LsePass<T> p;
     p.ld = family_kernel() == LseKernel::kSimt ? ld_simt_ : ld_upd_;
@@ -655,6 +698,21 @@ class CudaOracle final : public OracleBase<T> {
     s.rows = f_side ? n_ : m_;
     s.nkeys = f_side ? m_ : n_;
     set_policies(&s, f_side ? 0 : 1, !tf32);
+    if constexpr (std::is_same<T, float>::value) {
+      // Class-aligned row tiles on the mma.sync kernels (dense schedule): the key potentials
+      // with the pair term folded in, one small pass over the keys per update.
+      const int sd = f_side ? 0 : 1;
+      if (tf32 && dispatch_.family == LseFamily::kMma && s.pair && !s.run_ptr && tiles_[sd] > 0) {
+        const int nslots = int(slot_class_[sd].size());
+        cuda::class_key_potentials(key_pot, s.key_labels, pair_ref_[sd].data(),
+                                   int(this->classes_), slot_class_[sd].data(), nslots, s.nkeys,
+                                   class_pot_[sd].data(), stream_);
+        s.tile_start = tile_start_[sd].data();
+        s.tile_slot = tile_slot_[sd].data();
+        s.tiles = tiles_[sd];
+        s.class_pot = class_pot_[sd].data();
+      }
+    }
     return s;
   }
   LseSide<T> side_f(const T* g, T* f) { return side(true, g, f); }
@@ -703,6 +761,12 @@ class CudaOracle final : public OracleBase<T> {
   Buffer<std::int32_t> labels_x_, labels_y_;
   Buffer<double> pair_ref_[2];             // c_w W and its transpose (the certificate)
   Buffer<T> pair_exact_[2], pair_shift_[2];  // the same in the kernels' u units
+  // Class-aligned row tiles per side (set_label_blocks): tile starts, slots, the slots' classes,
+  // the class key potentials (slots x keys, rewritten by every update), the tile count.
+  Buffer<std::int64_t> tile_start_[2];
+  Buffer<std::int32_t> tile_slot_[2], slot_class_[2];
+  Buffer<float> class_pot_[2];
+  std::int64_t tiles_[2] = {0, 0};
   Buffer<std::int64_t> run_ptr_[2];
   Buffer<std::int32_t> runs_[2];
   Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data

@@ -36,7 +36,9 @@
 namespace kantor::testing {
 namespace {
 
-enum class CostKind { kSqEuclidean, kLabels1, kLabels100 };
+// kLabels3Sorted: 3 classes, rows and keys ordered by class, so that some 128-row tiles hold one
+// label (the class-potential path of the mma.sync kernels) and some several (the policy kernel).
+enum class CostKind { kSqEuclidean, kLabels1, kLabels100, kLabels3Sorted };
 enum class Schedule { kDense, kRandom, kEmptyRows, kOneTile, kAllTiles };
 
 struct Conf {
@@ -49,7 +51,10 @@ struct Conf {
 };
 
 const char* name(CostKind c) {
-  return c == CostKind::kSqEuclidean ? "sq" : c == CostKind::kLabels1 ? "lab1" : "lab100";
+  return c == CostKind::kSqEuclidean ? "sq"
+         : c == CostKind::kLabels1    ? "lab1"
+         : c == CostKind::kLabels100  ? "lab100"
+                                      : "lab3sorted";
 }
 const char* name(Schedule s) {
   switch (s) {
@@ -136,7 +141,10 @@ void run_case(const Conf& c) {
   std::vector<double> b = same_mass(with_zeros(random_weights(rng, c.m), 1, 5), a);
   PointData<T> data = make_point_data<T>(c.d, x, y, a, b, 0.5, 0.7);
   // Labels and a non-symmetric table (one label space of L classes, entries >= 0).
-  const std::int64_t L = c.cost == CostKind::kLabels1 ? 1 : c.cost == CostKind::kLabels100 ? 100 : 0;
+  const std::int64_t L = c.cost == CostKind::kLabels1          ? 1
+                         : c.cost == CostKind::kLabels100      ? 100
+                         : c.cost == CostKind::kLabels3Sorted ? 3
+                                                              : 0;
   std::vector<std::int32_t> lx(std::size_t(c.n)), ly(std::size_t(c.m));
   std::vector<double> W(std::size_t(L * L));
   const double c_w = 0.8;
@@ -145,6 +153,10 @@ void run_case(const Conf& c) {
     std::uniform_real_distribution<double> u(0.0, 2.0);
     for (auto& e : lx) e = lab(rng);
     for (auto& e : ly) e = lab(rng);
+    if (c.cost == CostKind::kLabels3Sorted) {
+      for (std::int64_t i = 0; i < c.n; ++i) lx[std::size_t(i)] = std::int32_t(i * L / c.n);
+      for (std::int64_t j = 0; j < c.m; ++j) ly[std::size_t(j)] = std::int32_t(j * L / c.m);
+    }
     for (auto& e : W) e = u(rng);
   }
   Problem<T> prob = data.problem();
@@ -379,6 +391,11 @@ std::vector<Conf> all_cases() {
           if (sz[0] != 300 && s != Schedule::kDense && s != Schedule::kRandom) continue;
           out.push_back({e.first, e.second, ck, s, sz[0], sz[1], sz[2]});
         }
+  // Rows ordered by class: uniform and mixed row tiles in one pass (700 rows: tiles 0, 2, 4, 5
+  // uniform; 500 keys: tiles 0, 3).
+  for (const auto& e : engines)
+    for (Schedule sch : {Schedule::kDense, Schedule::kRandom})
+      out.push_back({e.first, e.second, CostKind::kLabels3Sorted, sch, 700, 500, 5});
 #if KANTOR_CUDA_ENABLED
   // Each dispatch entry forced once where it can serve (tf32: the mma kernel d <= 64, chunked
   // d = 80, cuBLAS d = 130; bf16 mma; exact on tf32 data).
