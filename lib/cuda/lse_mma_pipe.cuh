@@ -231,9 +231,9 @@ __device__ __forceinline__ void mma_pipe_issue(MmaPipeSmem<kW, kHNT, kRaw>& sm,
 /// (masked; the MMA adds a finite dot product, which stays -inf). The one place that forms the
 /// per-key term of the scores (LSE and value kernels).
 template <int kW, int kHNT, int kRaw>
-__device__ __forceinline__ void mma_pipe_bias(const MmaPipeSmem<kW, kHNT, kRaw>& sm, std::int64_t t0,
-                                              std::int64_t kend, int b, float* wb, int lane,
-                                              float eps, float inv_2c) {
+__device__ __forceinline__ void mma_pipe_bias(const MmaPipeSmem<kW, kHNT, kRaw>& sm,
+                                              std::int64_t t0, std::int64_t kend, int b, float* wb,
+                                              int lane, float eps, float inv_2c) {
   using Tile = MmaPipeTile<kW, kHNT>;
 #pragma unroll
   for (int h = 0; h < Tile::kKeys / 32; ++h) {
@@ -383,8 +383,8 @@ __global__ void __launch_bounds__(128, kMinB)
           rlab[mt][h] = sd.query_labels[r < sd.rows ? r : sd.rows - 1];
         }
       const int l0 = __shfl_sync(0xffffffffu, rlab[0][0], 0);
-      uniform = __all_sync(0xffffffffu, rlab[0][0] == l0 && rlab[0][1] == l0 &&
-                                            rlab[1][0] == l0 && rlab[1][1] == l0);
+      uniform = __all_sync(0xffffffffu, rlab[0][0] == l0 && rlab[0][1] == l0 && rlab[1][0] == l0 &&
+                                            rlab[1][1] == l0);
       pair_w = sd.pair + std::int64_t(l0) * sd.classes;
     }
     // One choice per block (its barriers must be the same for every warp): the pair term goes
@@ -426,9 +426,9 @@ __global__ void __launch_bounds__(128, kMinB)
 
     float acc0[2][kNT][4], acc1[2][kNT][4];
     // Scans keys [kbeg, kend): the two-stage pipeline over its tiles. kMixed (a block with a warp
-    // whose rows carry several labels) adds the per-score pair term between each MMA and its fold; the other
-    // instantiation keeps MMA and fold in one basic block (their overlap is the kernel's speed:
-    // a branch between them measured 1.32x slower at d = 64).
+    // whose rows carry several labels) adds the per-score pair term between each MMA and its fold;
+    // the other instantiation keeps MMA and fold in one basic block (their overlap is the kernel's
+    // speed: a branch between them measured 1.32x slower at d = 64).
     auto scan = [&](auto mixed) {
       constexpr bool kMixed = decltype(mixed)::value;
       // acc1 starts as masked scores: the first fold of the loop adds nothing.

@@ -36,9 +36,9 @@ struct LseSide {
   /// 1 / rho of the rows' marginal: 0 = strict; else the update is damped by
   /// tau = 1 / (1 + eps rho_inv) and the error is the unbalanced residual (online_lse.hpp).
   double rho_inv = 0;
-  T* pot = nullptr;               ///< potential of the rows: old value read, new value written
-  T* part_max = nullptr;          ///< splits x rows partial maxima (workspace)
-  T* part_sum = nullptr;          ///< splits x rows partial sums (workspace)
+  T* pot = nullptr;       ///< potential of the rows: old value read, new value written
+  T* part_max = nullptr;  ///< splits x rows partial maxima (workspace)
+  T* part_sum = nullptr;  ///< splits x rows partial sums (workspace)
   std::int64_t rows = 0;
   std::int64_t nkeys = 0;
   /// Key schedule policy: null run_ptr = dense (every key, split-K ranges); else a block list
@@ -159,6 +159,13 @@ int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_to
 /// The wave rule of choose_splits for any kernel: `blocks` equal blocks per split (row blocks x
 /// any other grid dimension), `blocks_per_sm` resident, `nkeys` keys to divide.
 int wave_splits(int blocks_per_sm, std::int64_t blocks, std::int64_t nkeys);
+/// Splits for a pass over class-aligned row tiles (LseSide::tile_start) with the mma.sync kernel
+/// `kernel` (kTf32 or kBf16) at padded width ld: `tiles` blocks per split (both sides of a fused
+/// pass), `nkeys` keys (the wave rule); 0 when the policy variant on the fixed tiling
+/// (`fixed_blocks` row blocks at `fixed_splits` splits) should be faster. Rule and evidence in
+/// lse_pass.cu.
+int class_tile_splits(LseKernel kernel, int ld, std::int64_t tiles, std::int64_t fixed_blocks,
+                      int fixed_splits, std::int64_t nkeys);
 /// Number of blocks of the finalize kernel for `rows_total` rows (size of err_partials).
 int finalize_blocks(std::int64_t rows_total);
 /// Number of blocks of a value pass over `rows` rows (size of stat_partials / 3).

@@ -55,6 +55,29 @@ int wave_splits(int blocks_per_sm, std::int64_t blocks, std::int64_t nkeys) {
   return 1;
 }
 
+int class_tile_splits(LseKernel kernel, int ld, std::int64_t tiles, std::int64_t fixed_blocks,
+                      int fixed_splits, std::int64_t nkeys) {
+  // A wave model: a grid of B equal blocks at s splits runs ceil(B s / slots) waves of 1/s of a
+  // block scan. The class tiles number a few more than the fixed ones (one extra tile per class
+  // boundary), which can cost a whole wave: at 50k rows, d = 64 (3 blocks per SM, 396 slots on
+  // the H200), 10 classes make 400 tiles against 391 fixed blocks, and one split ran 61.5 ms per
+  // 10 iterations against 40.5 plain and 53.4 for the policy variant; the wave rule's split count
+  // removes that. The policy variant costs 1.16-1.37x the plain kernel per block (50k, d = 3
+  // and 64, 10 and 100 classes): the class tiles win unless they are more than kPolicyFactor
+  // slower in this model.
+  constexpr double kPolicyFactor = 1.15;
+  if (kernel != LseKernel::kTf32 && kernel != LseKernel::kBf16) return 0;
+  const int per_sm = kernel == LseKernel::kTf32 ? tf32_blocks_per_sm(ld) : bf16_blocks_per_sm(ld);
+  const std::int64_t slots = std::int64_t(std::max(current_sm_count(), 1)) * std::max(per_sm, 1);
+  auto scan_time = [&](std::int64_t blocks, int s) {
+    return double((std::max<std::int64_t>(blocks, 1) * s + slots - 1) / slots) / double(s);
+  };
+  const int s = wave_splits(per_sm, tiles, nkeys);
+  return scan_time(tiles, s) <= kPolicyFactor * scan_time(fixed_blocks, std::max(fixed_splits, 1))
+             ? s
+             : 0;
+}
+
 int finalize_blocks(std::int64_t rows_total) {
   return int((rows_total + kFinalizeThreads - 1) / kFinalizeThreads);
 }
@@ -116,8 +139,7 @@ void run_lse_pass(LseKernel kernel, const LsePass<double>& p, void* stream) {
 }
 
 void run_dual_value(const float* a, const float* f, std::int64_t n, const float* b, const float* g,
-                    std::int64_t m, double rho_inv_a, double rho_inv_b, double* out,
-                    void* stream) {
+                    std::int64_t m, double rho_inv_a, double rho_inv_b, double* out, void* stream) {
   dual_value_kernel<float><<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(
       a, f, n, b, g, m, rho_inv_a, rho_inv_b, out);
   KANTOR_CUDA_CHECK_LAUNCH();
@@ -135,8 +157,8 @@ namespace {
 __global__ void class_key_potentials_kernel(const float* __restrict__ key_pot,
                                             const std::int32_t* __restrict__ key_labels,
                                             const double* __restrict__ pair, int classes,
-                                            const std::int32_t* __restrict__ slot_class,
-                                            int nslots, std::int64_t nkeys, float* out) {
+                                            const std::int32_t* __restrict__ slot_class, int nslots,
+                                            std::int64_t nkeys, float* out) {
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= nkeys * nslots) return;
   const std::int64_t s = idx / nkeys, j = idx - s * nkeys;

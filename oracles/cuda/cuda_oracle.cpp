@@ -21,15 +21,15 @@
 #include "kantor/buffer.hpp"
 #include "kantor/error.hpp"
 #include "lib/core/certificate.hpp"
-#include "lib/runtime/context_impl.hpp"
 #include "lib/costs/problem_data.hpp"
 #include "lib/cuda/certify.hpp"
 #include "lib/cuda/dispatch.hpp"
-#include "lib/cuda/runtime.hpp"
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_params.hpp"
 #include "lib/cuda/lse_values.hpp"
+#include "lib/cuda/runtime.hpp"
 #include "lib/cuda/vector_ops.hpp"
+#include "lib/runtime/context_impl.hpp"
 #include "oracles/cuda/bf16_round.hpp"
 #include "oracles/oracle_base.hpp"
 
@@ -104,8 +104,7 @@ class CudaVectorOps final : public VectorOps<T> {
                   T* y) override {
     cuda::vec_axpy_ratio(n, num, den, sign, x, y, stream_);
   }
-  void xpay_ratio(std::int64_t n, const T* x, const double* num, const double* den,
-                  T* y) override {
+  void xpay_ratio(std::int64_t n, const T* x, const double* num, const double* den, T* y) override {
     cuda::vec_xpay_ratio(n, x, num, den, y, stream_);
   }
   void copy_scalars(const double* src, double* dst, std::int64_t count) override {
@@ -258,11 +257,13 @@ class CudaOracle final : public OracleBase<T> {
   void update_f(T eps, const T* g, T* f, double* row_err) override {
     LsePass<T> p = pass(eps, T(1), row_err, splits_f_);
     p.side[0] = side_f(g, f);
+    class_tiles(&p, class_splits_f_);
     run(p);
   }
   void update_g(T eps, const T* f, T* g, double* col_err) override {
     LsePass<T> p = pass(eps, T(1), col_err, splits_g_);
     p.side[0] = side_g(f, g);
+    class_tiles(&p, class_splits_g_);
     run(p);
   }
   void symmetric_step(T eps, T w, T* f, T* g, double* err) override {
@@ -271,7 +272,32 @@ class CudaOracle final : public OracleBase<T> {
     p.nsides = 2;
     p.side[0] = side_f(g, f);
     p.side[1] = side_g(f, g);
+    class_tiles(&p, class_splits_sym_);
     run(p);
+  }
+  /// The class-aligned tiles of every side of pass p, at `splits` splits (0: not used): their
+  /// class key potentials from the sides' key potentials (one small pass each), then the fields
+  /// the mma.sync launcher reads (LseSide::tile_start).
+  void class_tiles(LsePass<T>* p, int splits) {
+    if constexpr (std::is_same<T, float>::value) {
+      if (splits <= 0) return;
+      for (int k = 0; k < p->nsides; ++k) {
+        LseSide<T>& s = p->side[k];
+        const int sd = s.query_labels == labels_x_.data() ? 0 : 1;
+        cuda::class_key_potentials(s.key_pot, s.key_labels, pair_ref_[sd].data(),
+                                   int(this->classes_), slot_class_[sd].data(),
+                                   int(slot_class_[sd].size()), s.nkeys, class_pot_[sd].data(),
+                                   stream_);
+        s.tile_start = tile_start_[sd].data();
+        s.tile_slot = tile_slot_[sd].data();
+        s.tiles = tiles_[sd];
+        s.class_pot = class_pot_[sd].data();
+      }
+      p->splits = splits;
+    } else {
+      (void)p;
+      (void)splits;
+    }
   }
 
   void apply(T eps, const T* f, const T* g, const T* v, T* out) override {
@@ -440,8 +466,8 @@ class CudaOracle final : public OracleBase<T> {
     dispatch_ = listed ? cuda::dispatch_lse(traits(true), ctx_.kernel()) : dense_;
     if (listed && dispatch_.family != LseFamily::kExact && dispatch_.family != dense_.family)
       throw InvalidArgument("block lists: the dispatch table chose " +
-                            cuda::to_string(dispatch_.family) + " but the oracle was prepared for " +
-                            cuda::to_string(dense_.family));
+                            cuda::to_string(dispatch_.family) +
+                            " but the oracle was prepared for " + cuda::to_string(dense_.family));
     for (int s = 0; s < 2; ++s) {
       const BlockList* l = this->block_list(s);
       run_ptr_[s] = l ? upload(l->run_ptr) : Buffer<std::int64_t>();
@@ -462,7 +488,8 @@ class CudaOracle final : public OracleBase<T> {
         if (!l) return nk;
         const std::int64_t row_tiles = (rows + l->row_tile - 1) / l->row_tile;
         std::int64_t tiles = 0;
-        for (std::size_t q = 0; 2 * q < l->runs.size(); ++q) tiles += l->runs[2 * q + 1] - l->runs[2 * q];
+        for (std::size_t q = 0; 2 * q < l->runs.size(); ++q)
+          tiles += l->runs[2 * q + 1] - l->runs[2 * q];
         return std::min(nk, tiles * l->key_tile / std::max<std::int64_t>(row_tiles, 1));
       };
       const std::int64_t kf = keys(0, n_, m_), kg = keys(1, m_, n_);
@@ -470,7 +497,24 @@ class CudaOracle final : public OracleBase<T> {
       splits_g_ = cuda::choose_splits(k, ld, kDouble, m_, kg);
       splits_sym_ = cuda::choose_splits(k, ld, kDouble, n_ + m_, std::min(kf, kg));
     }
-    const int smax = std::max({splits_f_, splits_g_, splits_sym_});
+    // Class-aligned tiles (label costs with rows ordered by class, mma.sync kernels, dense
+    // schedules): their own split counts, 0 where the policy variant should be faster.
+    class_splits_f_ = class_splits_g_ = class_splits_sym_ = 0;
+    if (dispatch_.family == LseFamily::kMma && tensor_ != LseKernel::kSimt) {
+      const std::int64_t fx = (n_ + cuda::kBlockRows - 1) / cuda::kBlockRows,
+                         fy = (m_ + cuda::kBlockRows - 1) / cuda::kBlockRows;
+      const bool cx = tiles_[0] > 0 && !this->block_list(0),
+                 cy = tiles_[1] > 0 && !this->block_list(1);
+      if (cx)
+        class_splits_f_ = cuda::class_tile_splits(tensor_, ld_upd_, tiles_[0], fx, splits_f_, m_);
+      if (cy)
+        class_splits_g_ = cuda::class_tile_splits(tensor_, ld_upd_, tiles_[1], fy, splits_g_, n_);
+      if (cx && cy)
+        class_splits_sym_ = cuda::class_tile_splits(tensor_, ld_upd_, tiles_[0] + tiles_[1],
+                                                    fx + fy, splits_sym_, std::min(n_, m_));
+    }
+    const int smax = std::max(
+        {splits_f_, splits_g_, splits_sym_, class_splits_f_, class_splits_g_, class_splits_sym_});
     if (pm_f_.size() < smax * n_) {
       pm_f_ = Buffer<T>(ctx_, smax * n_);
       ps_f_ = Buffer<T>(ctx_, smax * n_);
@@ -698,21 +742,6 @@ class CudaOracle final : public OracleBase<T> {
     s.rows = f_side ? n_ : m_;
     s.nkeys = f_side ? m_ : n_;
     set_policies(&s, f_side ? 0 : 1, !tf32);
-    if constexpr (std::is_same<T, float>::value) {
-      // Class-aligned row tiles on the mma.sync kernels (dense schedule): the key potentials
-      // with the pair term folded in, one small pass over the keys per update.
-      const int sd = f_side ? 0 : 1;
-      if (tf32 && dispatch_.family == LseFamily::kMma && s.pair && !s.run_ptr && tiles_[sd] > 0) {
-        const int nslots = int(slot_class_[sd].size());
-        cuda::class_key_potentials(key_pot, s.key_labels, pair_ref_[sd].data(),
-                                   int(this->classes_), slot_class_[sd].data(), nslots, s.nkeys,
-                                   class_pot_[sd].data(), stream_);
-        s.tile_start = tile_start_[sd].data();
-        s.tile_slot = tile_slot_[sd].data();
-        s.tiles = tiles_[sd];
-        s.class_pot = class_pot_[sd].data();
-      }
-    }
     return s;
   }
   LseSide<T> side_f(const T* g, T* f) { return side(true, g, f); }
@@ -755,11 +784,11 @@ class CudaOracle final : public OracleBase<T> {
   void* stream_;
   Precision precision_;
   double c_;
-  cuda::Dispatch dense_, dispatch_;        // the family of a dense schedule / of the current one
-  LseKernel tensor_ = LseKernel::kSimt;    // the tensor-core kernel of the precision, if any
+  cuda::Dispatch dense_, dispatch_;      // the family of a dense schedule / of the current one
+  LseKernel tensor_ = LseKernel::kSimt;  // the tensor-core kernel of the precision, if any
   std::vector<double> center_;
   Buffer<std::int32_t> labels_x_, labels_y_;
-  Buffer<double> pair_ref_[2];             // c_w W and its transpose (the certificate)
+  Buffer<double> pair_ref_[2];               // c_w W and its transpose (the certificate)
   Buffer<T> pair_exact_[2], pair_shift_[2];  // the same in the kernels' u units
   // Class-aligned row tiles per side (set_label_blocks): tile starts, slots, the slots' classes,
   // the class key potentials (slots x keys, rewritten by every update), the tile count.
@@ -771,9 +800,10 @@ class CudaOracle final : public OracleBase<T> {
   Buffer<std::int32_t> runs_[2];
   Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data
   int ld_simt_ = 0, ld_upd_ = 0;
+  int class_splits_f_ = 0, class_splits_g_ = 0, class_splits_sym_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
   Buffer<T> xs_, ys_, xs_values_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
-  Buffer<T> ones_;  // ones(): the values of a mass pass
+  Buffer<T> ones_;                 // ones(): the values of a mass pass
   Buffer<double> value_partials_;  // split-K states of the exact value passes
   Buffer<T> pm_f_, ps_f_, pm_g_, ps_g_, f_tmp_, g_tmp_;
   Buffer<double> err_partials_, stat_partials_;
