@@ -8,12 +8,22 @@ One JSON line per (n, d, backend): medians and extremes in ms over --repeats tim
 --warmup untimed ones (the first call compiles and autotunes the Triton kernels). Runs beside
 `kantor bench sinkhorn ... --gradient --json` in the same device call; it is a benchmark helper,
 never imported by the library or its tests.
+
+--hvp instead times one Hessian-vector product w.r.t. x (`hvp_x_sqeuclid_from_potentials`, fp32
+without TF32, CG to --cg-tolerance, its default preconditioner) from potentials iterated
+--potential-iterations times at the fixed eps (untimed), in a random direction: the protocol of
+../shared/docs/performance.md section 5, beside `kantor bench sinkhorn --hvp`.
 """
 import argparse
 import json
 import statistics
 import sys
 import time
+
+
+def g_rng(dev, seed):
+    import torch
+    return torch.Generator(device=dev).manual_seed(seed)
 
 
 def main():
@@ -26,6 +36,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hvp", action="store_true")
+    ap.add_argument("--cg-tolerance", type=float, default=1e-6)
+    ap.add_argument("--potential-iterations", type=int, default=500)
     args = ap.parse_args()
 
     import torch
@@ -54,6 +67,41 @@ def main():
         a = torch.rand(n, device=dev, generator=g) + 0.1
         b = torch.rand(n, device=dev, generator=g) + 0.1
         a, b = a / a.sum(), b / b.sum()
+        if args.hvp:
+            from flash_sinkhorn.hvp import (geomloss_to_ott_potentials,
+                                            hvp_x_sqeuclid_from_potentials,
+                                            sinkhorn_prelast_potentials_sqeuclid)
+            torch.backends.cuda.matmul.allow_tf32 = False
+            f, g = sinkhorn_prelast_potentials_sqeuclid(
+                x, y, a, b, eps_list=[args.epsilon] * args.potential_iterations,
+                allow_tf32=False)
+            f_hat, g_hat = geomloss_to_ott_potentials(f, g, a, b, eps=args.epsilon)
+            A = torch.randn(n, args.d, device=dev, generator=g_rng(dev, args.seed + 1))
+            info = {}
+
+            def hvp():
+                out, inf = hvp_x_sqeuclid_from_potentials(
+                    x, y, f_hat, g_hat, A, eps=args.epsilon, cg_rtol=args.cg_tolerance,
+                    cg_atol=args.cg_tolerance, allow_tf32=False)
+                info["info"] = inf
+                return out
+
+            t_compile = time.perf_counter()
+            hvp()
+            torch.cuda.synchronize()
+            t_compile = time.perf_counter() - t_compile
+            ms = timed(hvp)
+            inf = info["info"]
+            print(json.dumps({
+                "peer": "flash_sinkhorn", "version": flash_sinkhorn.__version__, "n": n, "m": n,
+                "d": args.d, "epsilon": args.epsilon, "hvp": True,
+                "potential_iterations": args.potential_iterations,
+                "cg_tolerance": args.cg_tolerance, "first_call_s": round(t_compile, 3),
+                "hvp_ms": statistics.median(ms), "hvp_min_ms": min(ms), "hvp_max_ms": max(ms),
+                "cg_iterations": int(inf.cg_iters), "cg_converged": bool(inf.cg_converged),
+                "cg_residual": float(inf.cg_residual),
+                "gpu": torch.cuda.get_device_name(0)}), flush=True)
+            continue
         for backend in args.backends:
             loss = SamplesLoss(
                 "sinkhorn", p=2, backend=backend, use_epsilon_scaling=False,
