@@ -34,6 +34,7 @@ struct Options {
   int repeats = 3;
   std::uint64_t seed = 0;
   std::int64_t cell = 0;
+  double max_density = -1;  // < 0: the library's default
   bool verify = false, json = false;
   std::string mask_path;
 };
@@ -65,6 +66,7 @@ int run(const Options& o) {
   so.multiscale.verify = o.verify;
   so.multiscale.keep_mask = !o.mask_path.empty();
   if (o.cell > 0) so.multiscale.cell_points = o.cell;
+  if (o.max_density >= 0) so.multiscale.max_density = o.max_density;
   {
     std::string why;
     if (!so.is_valid(&why)) throw InvalidArgument("SinkhornOptions: " + why);
@@ -163,6 +165,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("tolerance", po::value(&o.tolerance), "certified L1 marginal error (default 5e-3)")
     ("solver", po::value(&o.solver), "dense | multiscale | auto (default multiscale)")
     ("cell", po::value(&o.cell), "multiscale: points per coarse cell (default: the library's)")
+    ("max-density", po::value(&o.max_density),
+     "multiscale: densest kept fraction still run on block lists (default: the library's)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("repeats", po::value(&o.repeats), "solves in one process; the first is the cold one (default 3)")
@@ -183,6 +187,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
   if (o.m < 0) throw InvalidArgument("--m must be >= 1, got " + std::to_string(o.m));
   if (o.d < 1 || o.d > 64) throw InvalidArgument("--d must be in [1, 64], got " + std::to_string(o.d));
   if (o.repeats < 1) throw InvalidArgument("--repeats must be >= 1, got " + std::to_string(o.repeats));
+  if (vm.count("max-density") && !(o.max_density > 0 && o.max_density <= 1))
+    throw InvalidArgument("--max-density must be in (0, 1], got " + format_number(o.max_density));
   if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
     throw InvalidArgument("--epsilon must be a finite number > 0");
   if (!(o.tolerance > 0) || !std::isfinite(o.tolerance))

@@ -77,6 +77,8 @@ TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {
       {"bench solve --n 0", {"--n"}},
       {"bench solve --tolerance -1", {"--tolerance"}},
       {"bench solve --solver nope", {"--solver"}},
+      {"bench solve --max-density 0", {"--max-density"}},
+      {"bench solve --max-density 1.5", {"--max-density"}},
   };
   for (const BadCase& c : cases) {
     const Result r = run(c.args);
