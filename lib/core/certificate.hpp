@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "kantor/oracle.hpp"
@@ -50,6 +51,47 @@ struct CertificateRow {
 /// Pairs below this exponent, with t / eps below kCertificateSkipT, are bounded instead of summed.
 constexpr double kCertificateSkipZ = -64.0;
 constexpr double kCertificateSkipT = 0x1.0p44;
+
+/// exp(z) in plain double arithmetic for the CPU certificate's vector loops (no library call, no
+/// FMA, no branch: compilers vectorize the loops that call it). Cody-Waite reduction z = k ln2 +
+/// r with fdlibm's split of ln2 (k ln2_hi exact for |k| < 2^21), |r| <= ln2 / 2 (+ rounding), the
+/// degree-13 Taylor polynomial of e^r by Horner (truncation below 2^-57), and the scale 2^k
+/// written into the exponent bits (k = round(z log2 e) from the low bits of z log2 e + 1.5 2^52).
+/// Valid for z in [kCertificateExpMin, kCertificateExpMax] (k in [-1021, 1023]: normal results);
+/// there its relative error is at most kCertificateExpUlps u (u = 2^-53), checked against long
+/// double expl in tests/core/test_certificate_exp.cpp. Callers use std::exp outside the range.
+constexpr double kCertificateExpMin = -708.0;
+constexpr double kCertificateExpMax = 709.0;
+constexpr double kCertificateExpUlps = 4.0;
+inline double certificate_exp(double z) {
+  constexpr double kLog2e = 1.44269504088896340736;
+  constexpr double kShift = 0x1.8p52;
+  constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 0x3FE62E42FEE00000
+  constexpr double kLn2Lo = 1.90821492927058770002e-10;  // 0x3DEA39EF35793C76
+  double kd = z * kLog2e + kShift;
+  std::uint64_t bits;
+  std::memcpy(&bits, &kd, sizeof bits);
+  kd -= kShift;
+  const double r = (z - kd * kLn2Hi) - kd * kLn2Lo;
+  double p = 1.0 / 6227020800.0;  // 1/13!
+  p = p * r + 1.0 / 479001600.0;
+  p = p * r + 1.0 / 39916800.0;
+  p = p * r + 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  const std::uint64_t sbits = (bits + 1023) << 52;  // (k + 1023) in the exponent field
+  double scale;
+  std::memcpy(&scale, &sbits, sizeof scale);
+  return p * scale;
+}
 
 /// One pair's contribution: adds v_j exp(z) to row->sum, v_j exp(z) t to row->t (and the
 /// statistics' terms) and raises row->max_t, with z = (p_q + p_k - C) / eps and C = c sq + pair computed from the squared distance
@@ -101,11 +143,13 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double p, double rho_in
 /// distance and the cost (with its label term c_w W, itself one rounding) carry a relative error
 /// <= (d + 6) u, f + g - C and the division by eps
 /// add u |f| + u |g| + 2 u (|f| + |g| + C) and u |z|, so |dz| <= K u t / eps with K = d + 11 and
-/// t = |f| + |g| + C. exp, the product v exp and the weights (normalized by a sum of n or m terms)
-/// add a relative (n + m + 8) u; the sums over j and i add m u and n u. With delta = K u t / eps:
+/// t = |f| + |g| + C. exp (at most kCertificateExpUlps = 4 u: the CPU's certificate_exp; CUDA's
+/// double exp is within 1 ulp), the product v exp and the weights (normalized by a sum of n or m
+/// terms) add a relative (n + m + 11) u; the sums over j and i add m u and n u, in any order (the
+/// CPU sums each row in 8 lanes). With delta = K u t / eps:
 /// |e^dz - 1| <= 1.2975 delta for delta <= 1/2 ((e^x - 1) / x is increasing), so each side's
 /// computed error is off by at most 1.2975 (1 + g) K u / eps sum P t + g (mass + 1), where
-/// g = 2 (n + m + d + 16) u; beyond delta = 1/2 the bound uses expm1(delta_max) times the mass.
+/// g = 2 (n + m + d + 19) u; beyond delta = 1/2 the bound uses expm1(delta_max) times the mass.
 /// Pairs whose term underflowed to 0 hold less than 2^-1074 e^(1/2) each: m n 2^-1070 covers them.
 /// Pairs skipped by certificate_pair (z < -64, t / eps < 2^44: |dz| <= (d + 11) / 512) hold less
 /// than v_j e^(-64 + (d + 11) / 512) each, at most that in all per side (the v_j sum to 1 and
@@ -116,7 +160,7 @@ inline Certificate certificate_bound(const CertificateSide& rows, const Certific
                                      std::int64_t n, std::int64_t m, std::int64_t d, double eps) {
   constexpr double u = 0x1.0p-53;
   const double K = double(d) + 11;
-  const double g = 2 * (double(n) + double(m) + double(d) + 16) * u;
+  const double g = 2 * (double(n) + double(m) + double(d) + 19) * u;
   auto side_slack = [&](const CertificateSide& s) {
     const double delta_max = K * u * s.max_t / eps;
     double exposure;
