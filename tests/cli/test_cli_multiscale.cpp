@@ -79,6 +79,7 @@ TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {
       {"bench solve --solver nope", {"--solver"}},
       {"bench solve --max-density 0", {"--max-density"}},
       {"bench solve --max-density 1.5", {"--max-density"}},
+      {"bench sinkhorn --n 100 --hvp --cg-max-iterations 0", {"--cg-max-iterations"}},
   };
   for (const BadCase& c : cases) {
     const Result r = run(c.args);

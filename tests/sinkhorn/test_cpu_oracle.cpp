@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kantor/context.hpp"
 #include "kantor/oracle.hpp"
+#include "support/certificate_reference.hpp"
 #include "support/compare.hpp"
 #include "support/dense_reference.hpp"
 #include "support/random_problems.hpp"
@@ -330,6 +332,67 @@ INSTANTIATE_TEST_SUITE_P(
         OracleCase{"n15_m16_d2_half_cost", 15, 16, 2, Cloud::kGaussian, Weights::kRandom, 0.1,
                    0.5}),
     [](const ::testing::TestParamInfo<OracleCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace kantor::testing
+
+namespace kantor::testing {
+namespace {
+
+// The CPU certificate's chunked, vectorized key loop (CpuOracle::certify_keys) against the
+// independent long double reference (support/certificate_reference.hpp) on potentials that take
+// every branch of its selects: masked keys whose potentials are NaN and +inf (they must add
+// nothing), exponents below -64 (skipped), exponents below certificate_exp's range with a huge
+// t (kept: std::exp fix-up), chunks of 64 keys with a partial last one (m = 150), and rows
+// whose keys are all negligible. The reported bound must hold; the computed error must match the
+// reference within the bound's slack. Then one exponent above 709 (a plan entry that overflows)
+// must give a non-finite bound, never a small number (the fix-up keeps std::exp's inf).
+TEST(CpuCertificate, ChunkedKeyLoopMatchesTheLongDoubleReferenceOnAdversarialPotentials) {
+  Rng rng(77);
+  const std::int64_t n = 37, m = 150, d = 3;
+  const double eps = 0.05, c = 1.0;
+  const std::vector<double> x = gaussian_cloud(rng, n, d, 0.0, 1.0);
+  const std::vector<double> y = gaussian_cloud(rng, m, d, 0.2, 1.0);
+  std::vector<double> a = random_weights(rng, n), b = random_weights(rng, m);
+  b[3] = b[70] = b[149] = 0;  // masked keys
+  b = same_mass(b, a);
+  PointData<double> data = make_point_data<double>(d, x, y, a, b, eps);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  auto o = make_oracle(ctx, data.problem(), Precision::kFp64);
+  // Potentials near a plan: a few half steps of the dense reference.
+  const DenseProblem dense = data.dense();
+  std::vector<double> g0(std::size_t(m), 0.0), f0;
+  for (int k = 0; k < 3; ++k) {
+    f0 = dense_update_f(dense, eps, g0);
+    g0 = dense_update_g(dense, eps, f0);
+  }
+  auto check = [&](const std::vector<double>& f, const std::vector<double>& g, const char* what) {
+    SCOPED_TRACE(what);
+    const ReferenceError ref = true_marginal_error(data.x, data.y, d, a, b, f, g, c, eps);
+    const Certificate cert = o->certify(eps, f.data(), g.data());
+    ASSERT_TRUE(std::isfinite(cert.bound)) << cert.bound;
+    EXPECT_GE(cert.bound, ref.error - ref.slack);
+    EXPECT_NEAR(cert.computed, ref.error, cert.slack + ref.slack + 1e-12 * ref.error);
+  };
+  std::vector<double> f = f0, g = g0;
+  g[3] = std::numeric_limits<double>::quiet_NaN();  // masked keys: anything
+  g[70] = std::numeric_limits<double>::infinity();
+  for (std::int64_t j = 100; j < 110; ++j) g[std::size_t(j)] -= 50.0;  // z about -1000: skipped
+  f[9] -= 100.0;  // a row whose keys are all negligible
+  check(f, g, "masked, skipped and negligible pairs");
+  // Every potential shifted by +-K (f + g unchanged up to rounding): t / eps >= 2^44 everywhere,
+  // so no pair is skipped and the keys 100..109 (z about -1000 < -708) take the std::exp fix-up.
+  constexpr double K = 1e12;
+  for (double& v : f) v += K;
+  for (std::int64_t j = 0; j < m; ++j)
+    if (b[std::size_t(j)] > 0) g[std::size_t(j)] -= K;
+  check(f, g, "huge t: nothing skipped, exponents below certificate_exp's range");
+  // One row whose plan entries overflow (z > 709): a non-finite bound, never a small number.
+  std::vector<double> f2 = f0;
+  f2[0] += 40.0;  // z gains 800
+  const Certificate bad = o->certify(eps, f2.data(), g0.data());
+  EXPECT_FALSE(std::isfinite(bad.bound)) << bad.bound;
+}
 
 }  // namespace
 }  // namespace kantor::testing
