@@ -4,6 +4,7 @@
 
 #include <Eigen/Dense>
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -45,41 +46,80 @@ void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t
     const double w = hi[std::size_t(k)] - lo[std::size_t(k)];
     scale[std::size_t(k)] = w > 0 ? top / w : 0.0;
   }
+  // The key interleaves the axes' bits from the top: bit b of axis k goes to bit b axes + (axes -
+  // 1 - k). spread[(k * 8 + B) * 256 + v] is the contribution of byte B of axis k holding v.
+  const int bytes = (bits + 7) / 8;
+  std::vector<std::uint64_t> spread(std::size_t(axes) * 8 * 256, 0);
+  for (int k = 0; k < axes; ++k)
+    for (int B = 0; B < bytes; ++B)
+      for (int v = 0; v < 256; ++v) {
+        std::uint64_t c = 0;
+        for (int t = 0; t < 8; ++t) {
+          const int b = 8 * B + t;
+          if (b < bits && ((v >> t) & 1)) c |= std::uint64_t(1) << (b * axes + (axes - 1 - k));
+        }
+        spread[(std::size_t(k) * 8 + std::size_t(B)) * 256 + std::size_t(v)] = c;
+      }
   auto order = [&](const double* p, std::int64_t rows, std::vector<std::int64_t>* out) {
     std::vector<std::pair<std::uint64_t, std::int64_t>> keys(static_cast<std::size_t>(rows));
     constexpr std::int64_t kChunk = 4096;
     detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {
-      std::uint64_t q[63];
       for (std::int64_t i = c * kChunk; i < std::min(rows, (c + 1) * kChunk); ++i) {
+        std::uint64_t key = 0;
         for (int k = 0; k < axes; ++k) {
           const double v = (p[i * d + k] - lo[std::size_t(k)]) * scale[std::size_t(k)];
-          q[k] = std::uint64_t(std::min(top, std::max(0.0, std::floor(v))));
+          const std::uint64_t q = std::uint64_t(std::min(top, std::max(0.0, std::floor(v))));
+          const std::uint64_t* row = spread.data() + std::size_t(k) * 8 * 256;
+          for (int B = 0; B < bytes; ++B) key |= row[B * 256 + ((q >> (8 * B)) & 0xffu)];
         }
-        std::uint64_t key = 0;
-        for (int b = bits - 1; b >= 0; --b)
-          for (int k = 0; k < axes; ++k) key = (key << 1) | ((q[k] >> b) & 1u);
         keys[std::size_t(i)] = {key, i};
       }
     });
-    // LSD radix sort, 16-bit digits (stable: ties keep the input order); passes whose digit is
-    // the same for every key are skipped.
+    // LSD radix sort, 8-bit digits (stable: ties keep the input order), on the host threads:
+    // each thread counts and scatters its own contiguous chunk, so the order of equal digits is
+    // the input order. Passes whose digit is the same for every key are skipped.
+    constexpr int kDigit = 8;
+    constexpr std::uint64_t kMask = (1u << kDigit) - 1;
+    const int nt = int(std::max<std::int64_t>(
+        1, std::min<std::int64_t>(detail::thread_count(threads), rows / 65536)));
+    const std::int64_t per = (rows + nt - 1) / nt;
     std::vector<std::pair<std::uint64_t, std::int64_t>> tmp(keys.size());
-    std::vector<std::int64_t> count(std::size_t(1) << 16);
-    for (int shift = 0; shift < 64; shift += 16) {
+    std::vector<std::int64_t> count(std::size_t(nt) << kDigit);
+    for (int shift = 0; shift < 64; shift += kDigit) {
       std::fill(count.begin(), count.end(), 0);
-      for (const auto& k : keys) ++count[std::size_t((k.first >> shift) & 0xffffu)];
-      if (!keys.empty() && count[std::size_t((keys[0].first >> shift) & 0xffffu)] == rows) continue;
+      detail::parallel_for(nt, nt, [&](std::int64_t t) {
+        std::int64_t* c = count.data() + (t << kDigit);
+        for (std::int64_t i = t * per; i < std::min(rows, (t + 1) * per); ++i)
+          ++c[(keys[std::size_t(i)].first >> shift) & kMask];
+      });
+      if (rows == 0) break;
+      const std::uint64_t first = (keys[0].first >> shift) & kMask;
+      std::int64_t same = 0;
+      for (int t = 0; t < nt; ++t) same += count[(std::size_t(t) << kDigit) + first];
+      if (same == rows) continue;
+      // Exclusive prefix over (digit, thread): thread t's keys of digit v follow those of
+      // threads < t.
       std::int64_t at = 0;
-      for (auto& c : count) {
-        const std::int64_t here = c;
-        c = at;
-        at += here;
-      }
-      for (const auto& k : keys) tmp[std::size_t(count[std::size_t((k.first >> shift) & 0xffffu)]++)] = k;
+      for (std::size_t v = 0; v <= kMask; ++v)
+        for (int t = 0; t < nt; ++t) {
+          std::int64_t& c = count[(std::size_t(t) << kDigit) + v];
+          const std::int64_t here = c;
+          c = at;
+          at += here;
+        }
+      detail::parallel_for(nt, nt, [&](std::int64_t t) {
+        std::int64_t* c = count.data() + (t << kDigit);
+        for (std::int64_t i = t * per; i < std::min(rows, (t + 1) * per); ++i) {
+          const auto& k = keys[std::size_t(i)];
+          tmp[std::size_t(c[(k.first >> shift) & kMask]++)] = k;
+        }
+      });
       keys.swap(tmp);
     }
     out->resize(std::size_t(rows));
-    for (std::int64_t i = 0; i < rows; ++i) (*out)[std::size_t(i)] = keys[std::size_t(i)].second;
+    detail::parallel_ranges(rows, threads, 65536, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) (*out)[std::size_t(i)] = keys[std::size_t(i)].second;
+    });
   };
   order(x, n, order_x);
   order(y, m, order_y);
@@ -364,26 +404,49 @@ namespace {
 
 using Pair = std::pair<std::int32_t, std::int32_t>;
 
-// One side's block list from the kept atom pairs (first = row atom, second = key atom).
-BlockList make_list(const std::vector<Pair>& pairs, bool transpose, std::int64_t rows,
+// One side's block list from the kept atom pairs, given in parts (first = row atom, second = key
+// atom): the pairs are bucketed by row tile in parallel (each group of parts counts and scatters
+// its own pairs), then every tile's keys are sorted and merged into runs.
+BlockList make_list(const std::vector<std::vector<Pair>>& parts, bool transpose, std::int64_t rows,
                     std::int64_t keys, const BlockShape& shape, int threads,
                     double* covered_pairs) {
   const std::int64_t atom = shape.key_tile, per_tile = shape.row_tile / shape.key_tile;
   const std::int64_t tiles = (rows + shape.row_tile - 1) / shape.row_tile;
+  const std::int64_t P = std::int64_t(parts.size());
+  const std::int64_t groups = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(P, 4 * std::int64_t(detail::thread_count(threads))));
+  const std::int64_t per_group = (P + groups - 1) / std::max<std::int64_t>(1, groups);
+  auto row_of = [&](const Pair& p) { return std::int64_t(transpose ? p.second : p.first); };
+  // count[g * tiles + t]: group g's pairs in tile t; then the exclusive prefix over (t, g).
+  std::vector<std::int64_t> count(std::size_t(groups * tiles), 0);
+  detail::parallel_for(groups, threads, [&](std::int64_t gr) {
+    std::int64_t* c = count.data() + gr * tiles;
+    for (std::int64_t q = gr * per_group; q < std::min(P, (gr + 1) * per_group); ++q)
+      for (const Pair& p : parts[std::size_t(q)]) ++c[row_of(p) / per_tile];
+  });
   std::vector<std::int64_t> start(std::size_t(tiles + 1), 0);
-  for (const Pair& p : pairs) ++start[std::size_t((transpose ? p.second : p.first) / per_tile + 1)];
-  for (std::int64_t t = 0; t < tiles; ++t) start[std::size_t(t + 1)] += start[std::size_t(t)];
-  std::vector<std::int32_t> keys_of(pairs.size());
   {
-    std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
-    for (const Pair& p : pairs) {
-      const std::int32_t r = transpose ? p.second : p.first, k = transpose ? p.first : p.second;
-      keys_of[std::size_t(fill[std::size_t(r / per_tile)]++)] = k;
+    std::int64_t at = 0;
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      start[std::size_t(t)] = at;
+      for (std::int64_t gr = 0; gr < groups; ++gr) {
+        std::int64_t& c = count[std::size_t(gr * tiles + t)];
+        const std::int64_t here = c;
+        c = at;
+        at += here;
+      }
     }
+    start[std::size_t(tiles)] = at;
   }
+  std::vector<std::int32_t> keys_of(static_cast<std::size_t>(start.back()));
+  detail::parallel_for(groups, threads, [&](std::int64_t gr) {
+    std::int64_t* c = count.data() + gr * tiles;
+    for (std::int64_t q = gr * per_group; q < std::min(P, (gr + 1) * per_group); ++q)
+      for (const Pair& p : parts[std::size_t(q)])
+        keys_of[std::size_t(c[row_of(p) / per_tile]++)] = transpose ? p.first : p.second;
+  });
   std::vector<std::vector<std::int32_t>> runs(static_cast<std::size_t>(tiles));
   std::vector<double> covered(static_cast<std::size_t>(tiles), 0.0);
-  const std::int64_t key_atoms = (keys + atom - 1) / atom;
   detail::parallel_for(tiles, threads, [&](std::int64_t t) {
     auto b = keys_of.begin() + start[std::size_t(t)], e = keys_of.begin() + start[std::size_t(t + 1)];
     std::sort(b, e);
@@ -400,7 +463,6 @@ BlockList make_list(const std::vector<Pair>& pairs, bool transpose, std::int64_t
       nkeys += ke - kb;
       it = jt;
     }
-    (void)key_atoms;
     const std::int64_t r0 = t * shape.row_tile, r1 = std::min(rows, r0 + shape.row_tile);
     covered[std::size_t(t)] = double(r1 - r0) * double(nkeys);
   });
@@ -411,12 +473,13 @@ BlockList make_list(const std::vector<Pair>& pairs, bool transpose, std::int64_t
   for (std::int64_t t = 0; t < tiles; ++t)
     list.run_ptr[std::size_t(t + 1)] =
         list.run_ptr[std::size_t(t)] + std::int64_t(runs[std::size_t(t)].size() / 2);
-  list.runs.reserve(std::size_t(2 * list.run_ptr.back()));
+  list.runs.resize(std::size_t(2 * list.run_ptr.back()));
+  detail::parallel_for(tiles, threads, [&](std::int64_t t) {
+    std::copy(runs[std::size_t(t)].begin(), runs[std::size_t(t)].end(),
+              list.runs.begin() + 2 * list.run_ptr[std::size_t(t)]);
+  });
   double total = 0;
-  for (std::int64_t t = 0; t < tiles; ++t) {
-    list.runs.insert(list.runs.end(), runs[std::size_t(t)].begin(), runs[std::size_t(t)].end());
-    total += covered[std::size_t(t)];
-  }
+  for (std::int64_t t = 0; t < tiles; ++t) total += covered[std::size_t(t)];
   *covered_pairs = total;
   return list;
 }
@@ -492,24 +555,22 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     tested[std::size_t(ch)] = count;
   });
   for (std::int64_t t : tested) out.tested_pairs += t;
-  {
-    std::size_t total = 0;
-    for (const auto& v : out_chunks) total += v.size();
-    cand.clear();
-    cand.shrink_to_fit();
-    cand.reserve(total);
-    for (auto& v : out_chunks) {
-      cand.insert(cand.end(), v.begin(), v.end());
-      std::vector<Pair>().swap(v);
-    }
-  }
+  cand.clear();
+  cand.shrink_to_fit();
   // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
   // nearest box centre (atoms without weight, which have no potential model).
   const CellLevel& X = hx.levels[0];
   const CellLevel& Y = hy.levels[0];
+  std::vector<Pair> repaired;  // the partners given to lonely atoms, both sides
   auto repair = [&](const CellLevel& A, const CellLevel& B, bool a_is_x) {
-    std::vector<char> has(std::size_t(A.count), 0);
-    for (const Pair& p : cand) has[std::size_t(a_is_x ? p.first : p.second)] = 1;
+    std::vector<std::atomic<unsigned char>> has(static_cast<std::size_t>(A.count));
+    for (auto& h : has) h.store(0, std::memory_order_relaxed);
+    detail::parallel_for(std::int64_t(out_chunks.size()), threads, [&](std::int64_t q) {
+      for (const Pair& p : out_chunks[std::size_t(q)])
+        has[std::size_t(a_is_x ? p.first : p.second)].store(1, std::memory_order_relaxed);
+    });
+    if (!a_is_x)  // the x side's repair pairs count for the y atoms too
+      for (const Pair& p : repaired) has[std::size_t(p.second)].store(1, std::memory_order_relaxed);
     std::vector<std::int64_t> lonely;
     for (std::int64_t I = 0; I < A.count; ++I)
       if (!has[std::size_t(I)]) lonely.push_back(I);
@@ -571,15 +632,17 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
       if (partner[q] < 0) continue;  // no weight on the other side at all: validation refuses that
       ++out.orphans;
       const std::int32_t I = std::int32_t(lonely[q]), J = std::int32_t(partner[q]);
-      cand.emplace_back(a_is_x ? Pair(I, J) : Pair(J, I));
+      repaired.emplace_back(a_is_x ? Pair(I, J) : Pair(J, I));
     }
   };
   repair(X, Y, true);
   repair(Y, X, false);
-  out.atom_pairs = std::int64_t(cand.size());
+  for (const auto& v : out_chunks) out.atom_pairs += std::int64_t(v.size());
+  out.atom_pairs += std::int64_t(repaired.size());
+  out_chunks.push_back(std::move(repaired));
   double covered = 0, unused = 0;
-  out.f_side = make_list(cand, false, n, m, shape, threads, &covered);
-  out.g_side = make_list(cand, true, m, n, shape, threads, &unused);
+  out.f_side = make_list(out_chunks, false, n, m, shape, threads, &covered);
+  out.g_side = make_list(out_chunks, true, m, n, shape, threads, &unused);
   out.kept_fraction = covered / (double(n) * double(m));
   return out;
 }

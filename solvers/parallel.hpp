@@ -48,4 +48,14 @@ void parallel_for(std::int64_t count, int threads, const Body& body) {
   if (error) std::rethrow_exception(error);
 }
 
+/// Runs body(begin, end) over [0, count) in contiguous chunks of at least `grain` indices, one
+/// chunk per task, on up to `threads` host threads.
+template <class Body>
+void parallel_ranges(std::int64_t count, int threads, std::int64_t grain, const Body& body) {
+  const std::int64_t chunks = std::max<std::int64_t>(1, (count + grain - 1) / grain);
+  parallel_for(chunks, threads, [&](std::int64_t c) {
+    body(c * grain, std::min(count, (c + 1) * grain));
+  });
+}
+
 }  // namespace kantor::detail

@@ -27,6 +27,9 @@ struct Certificate {
   /// From the same float64 sums over the row side's pairs: <P, C> and sum_ij P_ij (f_i + g_j).
   double plan_cost = std::numeric_limits<double>::quiet_NaN();
   double plan_potentials = std::numeric_limits<double>::quiet_NaN();
+  /// Evaluated by an engine's fp32 path (Oracle::certify with a target): `computed` and the
+  /// plan values come from float32 terms, `slack` includes that path's rounding bound.
+  bool fp32 = false;
 };
 
 /// A block-sparse key schedule for one direction of the passes (rows = that direction's queries:
@@ -188,13 +191,24 @@ class Oracle {
   virtual void marginal_error(T eps, const T* f, const T* g, double* out) = 0;
   /// The certificate of (f, g) at `eps`: two float64 exact-difference passes over the caller's
   /// coordinates (lib/core/certificate.hpp). Synchronizes (returns a host value).
-  virtual Certificate certify(double eps, const T* f, const T* g) = 0;
+  Certificate certify(double eps, const T* f, const T* g) { return certify(eps, f, g, 0.0); }
+  /// The same bound for a caller that needs to know whether it is at most `target` (> 0; 0 =
+  /// always float64): an engine may first evaluate it in a cheaper precision with a rigorous
+  /// bound of that precision's rounding (the CUDA engine's fp32 path: fp32 potentials, a
+  /// squared-Euclidean cost, d <= 6; docs/numerics.md, "Certificates"), and returns that
+  /// certificate when it decides (bound <= target, or computed - slack > target); otherwise the
+  /// float64 passes. Either way an upper bound of the true error.
+  virtual Certificate certify(double eps, const T* f, const T* g, double target) = 0;
   /// The certificate's two float64 passes restricted to the current block lists: the row side
   /// sums each row over the keys of the f-side list, the column side over those of the g-side
   /// list (every pair without lists, then equal to certify()). Its bound covers the L1 marginal
   /// error of the plan restricted to those pairs; the multiscale solver adds the bound of the mass
   /// outside them (docs/multiscale.md). Synchronizes.
-  virtual Certificate certify_kept(double eps, const T* f, const T* g) = 0;
+  Certificate certify_kept(double eps, const T* f, const T* g) {
+    return certify_kept(eps, f, g, 0.0);
+  }
+  /// certify_kept() with a decision target, as certify(eps, f, g, target).
+  virtual Certificate certify_kept(double eps, const T* f, const T* g, double target) = 0;
 };
 
 /// The oracle for (context backend, the problem's cost, precision). Copies, centres and

@@ -37,6 +37,10 @@ struct CertificateSide {
   /// sum_i target_i (|p_i| / rho + 2): the rounding exposure of the KL-relaxed targets
   /// w_i exp(-p_i / rho) (0 for a strict side).
   double target_exposure = 0;
+  /// An engine's own rounding bound for a side it evaluated outside this header's float64 model
+  /// (the CUDA engine's fp32 certificate, lib/cuda/certify.cu): added to the side's slack as it
+  /// is. Such a side reports weighted_t = max_t = 0 (its exposure is inside `extra`).
+  double extra = 0;
 };
 
 /// One row's running sums over its keys (certificate_pair adds to it, certificate_row folds it).
@@ -172,7 +176,7 @@ inline Certificate certificate_bound(const CertificateSide& rows, const Certific
            double(n) * double(m) * 0x1.0p-1070 +
            std::exp(kCertificateSkipZ + (double(d) + 11) / 512) *
                std::max(1.0, rows.weight * cols.weight) +
-           1.01 * u * s.target_exposure;
+           1.01 * u * s.target_exposure + s.extra;
   };
   Certificate c;
   c.computed = rows.error + cols.error;

@@ -113,11 +113,198 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
   }
 }
 
+// ---- The fp32 certificate ----
+//
+// Same sums as certify_side_kernel, evaluated in float32 where the certificate only has to decide
+// "bound <= tolerance" (Oracle::certify(..., target)); the oracle falls back to the float64 kernel
+// when this bound does not decide. Each block takes the first point o of its row tile as anchor:
+// xi_i = fl32(x_i - o), eta_j = fl32(y_j - o) (the differences in double, then rounded), so the
+// coordinates' rounding is relative to the tile's extent, not to |x|. Per pair, u = 2^-24:
+//
+//   sq = sum_k fl(xi_k - eta_k)^2 (FMA chain), s = fl(f_i + g_j), z2 = fl(fl(s - c sq) * L),
+//   L = fl(log2(e) / eps), term = fl(fl(b_j) * exp2f(z2)), summed in float over a key tile
+//   (<= 64 terms), the tiles' sums in double.
+//
+// Rounding model, with s_k = |xi_k| + |eta_k| (exact values) and S = sum_k s_k^2 <= S_IJ =
+// sum_k (R_Ik + R_Jk)^2, R the tile's largest |coordinate| per axis (computed on the rounded
+// copies, times 1 + 1e-6): the rounded differences are off by <= 2.0001 u s_k, the squared
+// distance by <= (d + 4.1) u S (FMA dot product, gamma_d), c sq and f + g (one rounding each, |f
+// + g| <= eps |z| + c S) and the two roundings of z2 give, in natural units,
+//   |dz| <= u (4.01 |z| + (d + 6.31) c S / eps).
+// exp2f is within 2 ulp (CUDA Math API: <= 4 u relative for normal results), fl(b_j) and the
+// product add 2 u, the float sum of <= 64 terms 63 u: 70 u with the margin. With A = u ((d +
+// 6.31) c S_max / eps + 70) (S_max over the row's tiles) each term is off by at most
+// term (e^A - 1) + e^A 4.02 u |z| term (for |dz| <= 0.005), and sum_j term |z| <= Z+ R + m_b / e
+// (Z+ = max(0, max z), m_b the keys' total weight: b e^z |z| <= b / e for z < 0), so the row sum
+// R = sum_j b_j e^{z_ij} satisfies |R - R^| <= (rho R^ + c0) / (1 - rho), rho = e^A - 1 + e^A 4.02
+// u Z+, c0 = e^A 4.02 u m_b / e + nk 2^-146 (results below the normal range: exp2f and the product
+// are then off by at most 2^-147 absolute per term; exponents below -2e4 give 0 for terms below
+// e^-2e4). out[8] accumulates w_i |R - R^| over the rows. A non-finite sum (an exponent above
+// 128) makes the bound non-finite, and the oracle falls back to float64.
+constexpr int kFastKeys = 64;
+
+template <int D, bool kStats>
+__global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifySide<float> p) {
+  __shared__ float ek[D][kFastKeys];
+  __shared__ float gk[kFastKeys], wk[kFastKeys];
+  __shared__ unsigned rj[D], ri[D];  // largest |coordinate| per axis, as float bits
+  __shared__ double o[D];
+  const int t = threadIdx.x;
+  const std::int64_t row0 = std::int64_t(blockIdx.x) * kRows;
+  const std::int64_t i = row0 + t;
+  if (t < D) {
+    o[t] = p.queries[row0 * D + t];
+    ri[t] = 0;
+  }
+  __syncthreads();
+  const bool row_ok = i < p.nq && p.query_w[i < p.nq ? i : 0] > 0;
+  float xi[D];
+#pragma unroll
+  for (int k = 0; k < D; ++k) {
+    xi[k] = row_ok ? float(p.queries[i * D + k] - o[k]) : 0.0f;
+    if (row_ok) atomicMax(&ri[k], __float_as_uint(fabsf(xi[k])));
+  }
+  const float fi = row_ok ? p.query_pot[i] : 0.0f;
+  const float cf = float(p.cost_scale);
+  const float lf = float(1.4426950408889634 / p.eps);
+  double sum = 0, cost = 0, pot = 0, smax = 0;
+  float zmax = -INFINITY;
+  const bool listed = p.run_ptr != nullptr;
+  const std::int64_t q0 = listed ? p.run_ptr[blockIdx.x] : 0;
+  const std::int64_t q1 = listed ? p.run_ptr[blockIdx.x + 1] : 1;
+  for (std::int64_t q = q0; q < q1; ++q) {
+    const std::int64_t kb = listed ? std::int64_t(p.runs[2 * q]) * p.key_tile : 0;
+    const std::int64_t ke_raw = listed ? std::int64_t(p.runs[2 * q + 1]) * p.key_tile : p.nk;
+    const std::int64_t ke = ke_raw < p.nk ? ke_raw : p.nk;
+    for (std::int64_t j0 = kb; j0 < ke; j0 += kFastKeys) {
+      __syncthreads();  // the previous tile's readers are done
+      if (t < D) rj[t] = 0;
+      __syncthreads();
+      if (t < kFastKeys) {
+        const std::int64_t gj = j0 + t;
+        const double w = gj < ke ? p.key_w[gj] : 0.0;
+        if (w > 0) {
+#pragma unroll
+          for (int k = 0; k < D; ++k) {
+            const float e = float(p.keys[gj * D + k] - o[k]);
+            ek[k][t] = e;
+            atomicMax(&rj[k], __float_as_uint(fabsf(e)));
+          }
+          gk[t] = p.key_pot[gj];
+          wk[t] = float(w);
+        } else {
+          // Masked or padding key: its term is 0 * exp2f(-inf) = 0 (its potential may be inf).
+#pragma unroll
+          for (int k = 0; k < D; ++k) ek[k][t] = 0.0f;
+          gk[t] = -3.0e38f;
+          wk[t] = 0.0f;
+        }
+      }
+      __syncthreads();
+      float ts = 0, tc = 0, tp = 0;
+#pragma unroll 8
+      for (int jj = 0; jj < kFastKeys; ++jj) {
+        float sq = 0;
+#pragma unroll
+        for (int k = 0; k < D; ++k) {
+          const float df = xi[k] - ek[k][jj];
+          sq = fmaf(df, df, sq);
+        }
+        const float s = fi + gk[jj];
+        const float z2 = fmaf(-cf, sq, s) * lf;
+        zmax = fmaxf(zmax, z2);
+        const float term = wk[jj] * exp2f(z2);
+        ts += term;
+        if (kStats) {
+          tc = fmaf(term, cf * sq, tc);
+          tp = fmaf(term, s, tp);
+        }
+      }
+      sum += double(ts);
+      if (kStats) {
+        cost += double(tc);
+        pot += double(tp);
+      }
+      double st = 0;
+#pragma unroll
+      for (int k = 0; k < D; ++k) {
+        const double r = double(__uint_as_float(ri[k])) + double(__uint_as_float(rj[k]));
+        st += r * r;
+      }
+      smax = fmax(smax, st);
+    }
+  }
+  CertificateSide s;
+  if (row_ok) {
+    const double wi = p.query_w[i];
+    CertificateRow row;
+    row.sum = sum;
+    row.cost = cost;
+    row.pot = pot;
+    certificate_row(wi, double(fi), p.rho_inv, row, &s);
+    constexpr double u = 0x1.0p-24;
+    const double A = u * ((D + 6.31) * p.cost_scale * smax * (1 + 1e-6) / p.eps + 70);
+    const double eA = exp(A);
+    const double zpos = fmax(0.0, (double(zmax) * 0.6931471805599453 + A + 1e-6) * (1 + 1e-5));
+    const double rho = expm1(A) + eA * 4.02 * u * zpos;
+    const double c0 = eA * 4.02 * u * p.key_mass * 0.36787944117144233 + double(p.nk) * 0x1.0p-146;
+    // Guard: a non-finite sum or rho >= 1/2 leaves no bound (the oracle falls back to float64).
+    s.extra = rho < 0.5 ? wi * (rho * sum + c0) / (1 - rho) * (1 + 1e-6) : INFINITY;
+    if (!(sum < INFINITY)) s.extra = INFINITY;
+  }
+  double e = s.error, ms = s.mass, co = s.cost, po = s.potentials, wsum = s.weight,
+         tx = s.target_exposure, xs = s.extra;
+  for (int off = 16; off > 0; off >>= 1) {
+    e += __shfl_down_sync(0xffffffffu, e, off);
+    ms += __shfl_down_sync(0xffffffffu, ms, off);
+    co += __shfl_down_sync(0xffffffffu, co, off);
+    po += __shfl_down_sync(0xffffffffu, po, off);
+    wsum += __shfl_down_sync(0xffffffffu, wsum, off);
+    tx += __shfl_down_sync(0xffffffffu, tx, off);
+    xs += __shfl_down_sync(0xffffffffu, xs, off);
+  }
+  if ((t & 31) == 0) {
+    atomicAdd(p.out + 0, e);
+    atomicAdd(p.out + 1, ms);
+    atomicAdd(p.out + 4, co);
+    atomicAdd(p.out + 5, po);
+    atomicAdd(p.out + 6, wsum);
+    atomicAdd(p.out + 7, tx);
+    atomicAdd(p.out + 8, xs);
+  }
+}
+
+template <int D>
+void launch_fast_dim(const CertifySide<float>& p, unsigned blocks, cudaStream_t stream) {
+  if (p.stats)
+    certify_side_fast_kernel<D, true><<<blocks, kRows, 0, stream>>>(p);
+  else
+    certify_side_fast_kernel<D, false><<<blocks, kRows, 0, stream>>>(p);
+}
+
+void launch_fast(const CertifySide<float>& p, unsigned blocks, cudaStream_t stream) {
+  switch (p.d) {
+    case 1: launch_fast_dim<1>(p, blocks, stream); break;
+    case 2: launch_fast_dim<2>(p, blocks, stream); break;
+    case 3: launch_fast_dim<3>(p, blocks, stream); break;
+    case 4: launch_fast_dim<4>(p, blocks, stream); break;
+    case 5: launch_fast_dim<5>(p, blocks, stream); break;
+    default: launch_fast_dim<6>(p, blocks, stream); break;
+  }
+  static_assert(kCertifyFastMaxDim == 6, "launch_fast covers d = 1..6");
+}
+
+void launch_fast(const CertifySide<double>&, unsigned, cudaStream_t) {}
+
 template <class T>
 void launch(const CertifySide<T>& p, void* stream) {
   if (p.nq <= 0) return;
   const unsigned blocks = unsigned((p.nq + kRows - 1) / kRows);
-  certify_side_kernel<T><<<blocks, kRows, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  if (p.fast && certify_fast_applies(p)) {
+    launch_fast(p, blocks, static_cast<cudaStream_t>(stream));
+  } else {
+    certify_side_kernel<T><<<blocks, kRows, 0, static_cast<cudaStream_t>(stream)>>>(p);
+  }
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 

@@ -32,11 +32,33 @@ struct CertifySide {
   const std::int64_t* run_ptr = nullptr;
   const std::int32_t* runs = nullptr;
   int key_tile = 0;
-  /// 8 doubles in device memory, accumulated (not overwritten): error, mass, weighted t, max t
-  /// (as the bits of a non-negative double; start from 0), sum P C, sum P (f + g), sum of the
-  /// rows' weights, the targets' rounding exposure (kantor::CertificateSide).
+  /// kCertifyOutputs doubles in device memory, accumulated (not overwritten): error, mass,
+  /// weighted t, max t (as the bits of a non-negative double; start from 0), sum P C,
+  /// sum P (f + g), sum of the rows' weights, the targets' rounding exposure, the fp32 path's own
+  /// rounding bound (kantor::CertificateSide, in that order).
   double* out = nullptr;
+  /// The fp32 evaluation (certify_fast_applies): the pairs in float32 on coordinates relative to
+  /// each row tile's first point, with a rigorous bound of its rounding in out[8] (the model is
+  /// in certify.cu). Float64 otherwise.
+  bool fast = false;
+  /// The fp32 path's plan statistics (sum P C, sum P (f + g)): the row side needs them, the
+  /// column side not.
+  bool stats = true;
+  /// The sum of the key side's weights (the fp32 bound's term for negative exponents).
+  double key_mass = 1;
 };
+
+/// Doubles per side in CertifySide::out.
+constexpr int kCertifyOutputs = 9;
+/// Largest dimension of the fp32 path.
+constexpr int kCertifyFastMaxDim = 6;
+
+/// Whether the fp32 path can evaluate a side: float potentials, a squared-Euclidean cost,
+/// d <= kCertifyFastMaxDim.
+template <class T>
+bool certify_fast_applies(const CertifySide<T>& p) {
+  return sizeof(T) == 4 && p.pair == nullptr && p.d >= 1 && p.d <= kCertifyFastMaxDim;
+}
 
 /// Rows per block of the certificate kernel: the row tile its block lists must have.
 constexpr int kCertifyRows = 128;

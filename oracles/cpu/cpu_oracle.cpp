@@ -225,7 +225,10 @@ class CpuOracle final : public OracleBase<T> {
     out[0] = side_error(eps, 0, a_, f, tn_) + side_error(eps, 1, b_, g, tm_);
   }
 
-  Certificate certify(double eps, const T* f, const T* g) override {
+  using Oracle<T>::certify;
+  using Oracle<T>::certify_kept;
+  // The CPU engine always evaluates in float64 (the target is not used).
+  Certificate certify(double eps, const T* f, const T* g, double /*target*/) override {
     const CertificateSide rows =
         certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m());
     const CertificateSide cols =
@@ -233,7 +236,7 @@ class CpuOracle final : public OracleBase<T> {
     return certificate_bound(rows, cols, n(), m(), dim(), eps);
   }
 
-  Certificate certify_kept(double eps, const T* f, const T* g) override {
+  Certificate certify_kept(double eps, const T* f, const T* g, double /*target*/) override {
     const CertificateSide rows = certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(),
                                               m(), this->block_list(0));
     const CertificateSide cols = certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(),

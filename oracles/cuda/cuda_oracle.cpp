@@ -143,7 +143,9 @@ class CudaOracle final : public OracleBase<T> {
     y_ref_ = upload(prep.y_ref);
     a_ref_ = upload(prep.a_ref);
     b_ref_ = upload(prep.b_ref);
-    cert_out_ = Buffer<double>(ctx_, 16);
+    cert_out_ = Buffer<double>(ctx_, 2 * cuda::kCertifyOutputs);
+    for (int s = 0; s < 2; ++s)
+      for (const double w : s == 0 ? prep.a_ref : prep.b_ref) mass_ref_[s] += w;
     if (prep.classes > 0) {
       // Labels, and the pair table c_w W per side (the g side reads W^T) in double (the
       // certificate), in the exact kernels' u units (/ c) and in the shifted form's (/ 2c).
@@ -383,17 +385,33 @@ class CudaOracle final : public OracleBase<T> {
                        sizeof(T) * std::size_t(m_));
     symmetric_step(eps, T(1), f_tmp_.data(), g_tmp_.data(), out);
   }
-  Certificate certify(double eps, const T* f, const T* g) override {
-    return certify_pairs(eps, f, g, false);
+  using Oracle<T>::certify;
+  using Oracle<T>::certify_kept;
+  Certificate certify(double eps, const T* f, const T* g, double target) override {
+    return certify_decided(eps, f, g, false, target);
   }
-  Certificate certify_kept(double eps, const T* f, const T* g) override {
-    return certify_pairs(eps, f, g, true);
+  Certificate certify_kept(double eps, const T* f, const T* g, double target) override {
+    return certify_decided(eps, f, g, true, target);
   }
 
  private:
-  // The certificate over every pair, or (kept) over the pairs of the current block lists.
-  Certificate certify_pairs(double eps, const T* f, const T* g, bool kept) {
-    cuda::memset_async(cert_out_.data(), 0, 16 * sizeof(double), stream_);
+  // The fp32 certificate first when a target is given and it applies; float64 when it does not
+  // decide (Oracle::certify).
+  Certificate certify_decided(double eps, const T* f, const T* g, bool kept, double target) {
+    if (target > 0 && sizeof(T) == 4 && !this->label_cost() && d_ <= cuda::kCertifyFastMaxDim) {
+      const Certificate c = certify_pairs(eps, f, g, kept, true);
+      if (c.bound <= target) return c;
+      if (std::isfinite(c.computed) && std::isfinite(c.slack) && c.computed - c.slack > target)
+        return c;
+    }
+    return certify_pairs(eps, f, g, kept, false);
+  }
+
+  // The certificate over every pair, or (kept) over the pairs of the current block lists; fast =
+  // the fp32 path (lib/cuda/certify.cu).
+  Certificate certify_pairs(double eps, const T* f, const T* g, bool kept, bool fast) {
+    constexpr int kOut = cuda::kCertifyOutputs;
+    cuda::memset_async(cert_out_.data(), 0, 2 * kOut * sizeof(double), stream_);
     cuda::CertifySide<T> rows;
     rows.queries = x_ref_.data();
     rows.keys = y_ref_.data();
@@ -408,6 +426,9 @@ class CudaOracle final : public OracleBase<T> {
     rows.eps = eps;
     rows.out = cert_out_.data();
     rows.rho_inv = this->rho_inv(0);
+    rows.fast = fast;
+    rows.stats = true;
+    rows.key_mass = mass_ref_[1];
     if (this->label_cost()) {
       rows.query_labels = labels_x_.data();
       rows.key_labels = labels_y_.data();
@@ -421,8 +442,10 @@ class CudaOracle final : public OracleBase<T> {
     std::swap(cols.nq, cols.nk);
     std::swap(cols.query_labels, cols.key_labels);
     if (this->label_cost()) cols.pair = pair_ref_[1].data();
-    cols.out = cert_out_.data() + 8;
+    cols.out = cert_out_.data() + kOut;
     cols.rho_inv = this->rho_inv(1);
+    cols.stats = false;
+    cols.key_mass = mass_ref_[0];
     if (kept) {
       for (int s = 0; s < 2; ++s) {
         const BlockList* l = this->block_list(s);
@@ -446,9 +469,12 @@ class CudaOracle final : public OracleBase<T> {
       sd.potentials = h[std::size_t(o + 5)];
       sd.weight = h[std::size_t(o + 6)];
       sd.target_exposure = h[std::size_t(o + 7)];
+      sd.extra = h[std::size_t(o + 8)];
       return sd;
     };
-    return certificate_bound(side(0), side(8), n_, m_, d_, eps);
+    Certificate c = certificate_bound(side(0), side(kOut), n_, m_, d_, eps);
+    c.fp32 = fast;
+    return c;
   }
 
   cuda::PassTraits traits(bool block_list) const {
@@ -799,6 +825,7 @@ class CudaOracle final : public OracleBase<T> {
   Buffer<std::int64_t> run_ptr_[2];
   Buffer<std::int32_t> runs_[2];
   Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data
+  double mass_ref_[2] = {0, 0};  // the sums of a_ref_ and b_ref_ (the fp32 bound's m_b)
   int ld_simt_ = 0, ld_upd_ = 0;
   int class_splits_f_ = 0, class_splits_g_ = 0, class_splits_sym_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
