@@ -97,6 +97,91 @@ inline double certificate_exp(double z) {
   return p * scale;
 }
 
+/// The fp32 certificate paths (CUDA: lib/cuda/certify.cu; CPU: oracles/cpu/cpu_oracle.cpp)
+/// evaluate each pair in float32 on coordinates relative to an anchor of the row block (the
+/// block's first row): xi = fl32(x_i - o), eta = fl32(y_j - o), sq = sum_k fl(xi_k - eta_k)^2,
+/// z2 = fl(fl(fl(f_i + g_j) - c sq) * fl(log2(e) / eps)), term = fl(fl32(b_j) 2^z2), summed in
+/// float over a tile of at most 64 keys and in double across tiles.
+///
+/// Model (u = 2^-24). With s_k = |xi_k| + |eta_k| and S = sum_k s_k^2 (bounded over a tile t by
+/// S_t = sum_k (R_k + R'_k)^2, R and R' the row block's and the key tile's largest |coordinate|
+/// per axis), the exponent in natural units is off by |dz| <= u (4.01 |z| + (d + K_S) c S / eps):
+/// the rounded differences are off by <= 2.0001 u s_k, the squared distance by <= (d + 4.1) u S
+/// (gamma_d), fl(c) and f + g (|f + g| <= eps |z| + c S) add 2 u c S, and a product c sq rounded
+/// on its own (no FMA) one more: K_S = 6.31 with an FMA (CUDA), 8.31 without (CPU); the four
+/// roundings of z give the 4.01 |z|. exp2, the weight's rounding, the product and the float sum of
+/// <= 64 terms add a relative K_T u. So each term is off by at most term (e^{A_t} - 1) + e^{A_t}
+/// 4.02 u |z| term (for |dz| <= 0.005), A_t = u ((d + K_S) c S_t / eps + K_T), and a tile's sum T_t
+/// by (rho_t T_t + c0_t), rho_t = a_t + (1 + a_t) 4.02 u Z+ with a_t = A_t + A_t^2 >= e^{A_t} - 1,
+/// Z+ = max(0, max_j z_ij) (the computed maximum plus A) and c0_t = e^{A_t} 4.02 u m_t / e plus
+/// the underflow allowance per key (b e^z |z| <= b / e for z < 0; m_t the tile's key weight).
+/// Summed over the tiles, with rho_max = a_max + (1 + a_max) 4.02 u Z+ < 1/2:
+///   |R - R^| <= (sum_t a_t T^_t + (1 + a_max) 4.02 u Z+ R^ + c0) / (1 - rho_max),
+/// c0 = (1 + a_max) 4.02 u m_b / e + keys * underflow. Far tiles, whose sums are ~0, cost nothing.
+struct FastCertificateModel {
+  double k_s;        ///< K_S
+  double k_t;        ///< K_T
+  double underflow;  ///< absolute error per key of a term below the normal range
+};
+
+/// a_t of a tile with S_t = s_tile (inf when A_t > 1/2: no bound).
+KANTOR_HOST_DEVICE inline double fast_tile_exposure(const FastCertificateModel& model, int d,
+                                                    double c, double eps, double s_tile) {
+  constexpr double u = 0x1.0p-24;
+  const double A = u * ((double(d) + model.k_s) * c * s_tile * (1 + 1e-6) / eps + model.k_t);
+  return A <= 0.5 ? A + A * A : HUGE_VAL;
+}
+
+/// w |R - R^| for one row: row_sum = R^, weighted = sum_t a_t T^_t, a_max = max_t a_t, z2_max the
+/// largest computed exponent (base 2), key_mass = m_b, keys = the key count. Inf when the model
+/// gives no bound (rho_max >= 1/2, a non-finite sum): the caller falls back to float64.
+KANTOR_HOST_DEVICE inline double fast_row_slack(const FastCertificateModel& model, double w,
+                                                double row_sum, double weighted, double a_max,
+                                                double z2_max, double key_mass, double keys) {
+  constexpr double u = 0x1.0p-24;
+  const double A = a_max;  // >= A_max: bounds the exponent error's constant part
+  const double zpos = fmax(0.0, (z2_max * 0.6931471805599453 + A + 1e-6) * (1 + 1e-5));
+  const double zterm = (1 + a_max) * 4.02 * u;
+  const double rho = a_max + zterm * zpos;
+  const double c0 = zterm * key_mass * 0.36787944117144233 + keys * model.underflow;
+  // Guard: rho >= 1/2 or a non-finite sum leaves no bound (NaN compares false).
+  if (!(rho < 0.5) || !(row_sum < HUGE_VAL) || !(weighted < HUGE_VAL)) return HUGE_VAL;
+  return w * (weighted + zterm * zpos * row_sum + c0) / (1 - rho) * (1 + 1e-6);
+}
+
+/// 2^z in float for the CPU's fp32 certificate (branch-free: compilers vectorize loops that call
+/// it): k = round(z) by the 1.5 2^23 shift, r = z - k exactly (|r| <= 1/2), 2^r by the degree-7
+/// Taylor polynomial of e^(r ln 2) by Horner (truncation below 1e-8 relative), scaled by 2^k
+/// through the exponent bits. Its relative error is at most kCertificateExp2fU units of u = 2^-24
+/// (Horner's rounding gamma_14 times sum |a_i| |r ln 2|^i / p(r) <= 2, plus the truncation and the
+/// rounding of r ln 2: < 30 u). Valid for z in [-126, 127] (normal results); the caller maps
+/// z < -126 to 0 and z > 127 to inf.
+constexpr double kCertificateExp2fU = 32.0;
+inline float certificate_exp2f(float z) {
+  const float kd = (z + 12582912.0f) - 12582912.0f;  // round to nearest integer (|z| < 2^22)
+  const float r = (z - kd) * 0.693147180559945309f;
+  float p = 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  const std::int32_t k = std::int32_t(kd);
+  const std::uint32_t bits = std::uint32_t(k + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+/// Whether a certificate decides "bound <= target": its bound is at most the target, or its
+/// computed error minus its slack (a lower bound of the true error) is above it.
+inline bool certificate_decides(const Certificate& c, double target) {
+  if (c.bound <= target) return true;
+  return std::isfinite(c.computed) && std::isfinite(c.slack) && c.computed - c.slack > target;
+}
+
 /// One pair's contribution: adds v_j exp(z) to row->sum, v_j exp(z) t to row->t (and the
 /// statistics' terms) and raises row->max_t, with z = (p_q + p_k - C) / eps and C = c sq + pair computed from the squared distance
 /// `sq` (double, exact differences) and the pair's label term (c_w W[l_i, l_j] in double; 0 for

@@ -125,22 +125,15 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 //   L = fl(log2(e) / eps), term = fl(fl(b_j) * exp2f(z2)), summed in float over a key tile
 //   (<= 64 terms), the tiles' sums in double.
 //
-// Rounding model, with s_k = |xi_k| + |eta_k| (exact values) and S = sum_k s_k^2 <= S_IJ =
-// sum_k (R_Ik + R_Jk)^2, R the tile's largest |coordinate| per axis (computed on the rounded
-// copies, times 1 + 1e-6): the rounded differences are off by <= 2.0001 u s_k, the squared
-// distance by <= (d + 4.1) u S (FMA dot product, gamma_d), c sq and f + g (one rounding each, |f
-// + g| <= eps |z| + c S) and the two roundings of z2 give, in natural units,
-//   |dz| <= u (4.01 |z| + (d + 6.31) c S / eps).
-// exp2f is within 2 ulp (CUDA Math API: <= 4 u relative for normal results), fl(b_j) and the
-// product add 2 u, the float sum of <= 64 terms 63 u: 70 u with the margin. With A = u ((d +
-// 6.31) c S_max / eps + 70) (S_max over the row's tiles) each term is off by at most
-// term (e^A - 1) + e^A 4.02 u |z| term (for |dz| <= 0.005), and sum_j term |z| <= Z+ R + m_b / e
-// (Z+ = max(0, max z), m_b the keys' total weight: b e^z |z| <= b / e for z < 0), so the row sum
-// R = sum_j b_j e^{z_ij} satisfies |R - R^| <= (rho R^ + c0) / (1 - rho), rho = e^A - 1 + e^A 4.02
-// u Z+, c0 = e^A 4.02 u m_b / e + nk 2^-146 (results below the normal range: exp2f and the product
-// are then off by at most 2^-147 absolute per term; exponents below -2e4 give 0 for terms below
-// e^-2e4). out[8] accumulates w_i |R - R^| over the rows. A non-finite sum (an exponent above
-// 128) makes the bound non-finite, and the oracle falls back to float64.
+// Rounding model: lib/core/certificate.hpp (fast_tile_exposure, fast_row_slack), with K_S = 6.31
+// (c sq inside an FMA),
+// K_T = 70 (exp2f within 2 ulp by the CUDA Math API: 4 u for normal results; fl(b_j) and the
+// product 2 u; the float sum of <= 64 terms 63 u) and 2^-146 per key for results below the
+// normal range (exp2f and the product are then off by at most 2^-147 each). S is bounded per key
+// tile by the block's and the tile's largest |coordinate| per axis (computed on the rounded
+// copies; the model's (1 + 1e-6) covers the difference), and each tile's sum is weighted by its
+// own exposure. out[8] accumulates w_i |R - R^| over the rows. A non-finite sum (an exponent above 128) makes the bound non-finite, and the oracle falls
+// back to float64.
 constexpr int kFastKeys = 64;
 
 template <int D, bool kStats>
@@ -167,8 +160,9 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
   const float fi = row_ok ? p.query_pot[i] : 0.0f;
   const float cf = float(p.cost_scale);
   const float lf = float(1.4426950408889634 / p.eps);
-  double sum = 0, cost = 0, pot = 0, smax = 0;
+  double sum = 0, cost = 0, pot = 0, weighted = 0, a_max = 0;
   float zmax = -INFINITY;
+  constexpr FastCertificateModel kModel{6.31, 70.0, 0x1.0p-146};
   const bool listed = p.run_ptr != nullptr;
   const std::int64_t q0 = listed ? p.run_ptr[blockIdx.x] : 0;
   const std::int64_t q1 = listed ? p.run_ptr[blockIdx.x + 1] : 1;
@@ -231,7 +225,9 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
         const double r = double(__uint_as_float(ri[k])) + double(__uint_as_float(rj[k]));
         st += r * r;
       }
-      smax = fmax(smax, st);
+      const double at = fast_tile_exposure(kModel, D, p.cost_scale, p.eps, st);
+      weighted += double(ts) * at;
+      a_max = fmax(a_max, at);
     }
   }
   CertificateSide s;
@@ -242,15 +238,8 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
     row.cost = cost;
     row.pot = pot;
     certificate_row(wi, double(fi), p.rho_inv, row, &s);
-    constexpr double u = 0x1.0p-24;
-    const double A = u * ((D + 6.31) * p.cost_scale * smax * (1 + 1e-6) / p.eps + 70);
-    const double eA = exp(A);
-    const double zpos = fmax(0.0, (double(zmax) * 0.6931471805599453 + A + 1e-6) * (1 + 1e-5));
-    const double rho = expm1(A) + eA * 4.02 * u * zpos;
-    const double c0 = eA * 4.02 * u * p.key_mass * 0.36787944117144233 + double(p.nk) * 0x1.0p-146;
-    // Guard: a non-finite sum or rho >= 1/2 leaves no bound (the oracle falls back to float64).
-    s.extra = rho < 0.5 ? wi * (rho * sum + c0) / (1 - rho) * (1 + 1e-6) : INFINITY;
-    if (!(sum < INFINITY)) s.extra = INFINITY;
+    s.extra = fast_row_slack(kModel, wi, sum, weighted, a_max, double(zmax), p.key_mass,
+                             double(p.nk));
   }
   double e = s.error, ms = s.mass, co = s.cost, po = s.potentials, wsum = s.weight,
          tx = s.target_exposure, xs = s.extra;

@@ -228,23 +228,164 @@ class CpuOracle final : public OracleBase<T> {
   using Oracle<T>::certify;
   using Oracle<T>::certify_kept;
   // The CPU engine always evaluates in float64 (the target is not used).
-  Certificate certify(double eps, const T* f, const T* g, double /*target*/) override {
-    const CertificateSide rows =
-        certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m());
-    const CertificateSide cols =
-        certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n());
-    return certificate_bound(rows, cols, n(), m(), dim(), eps);
+  Certificate certify(double eps, const T* f, const T* g, double target) override {
+    return certify_decided(eps, f, g, false, target);
   }
-
-  Certificate certify_kept(double eps, const T* f, const T* g, double /*target*/) override {
-    const CertificateSide rows = certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(),
-                                              m(), this->block_list(0));
-    const CertificateSide cols = certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(),
-                                              n(), this->block_list(1));
-    return certificate_bound(rows, cols, n(), m(), dim(), eps);
+  Certificate certify_kept(double eps, const T* f, const T* g, double target) override {
+    return certify_decided(eps, f, g, true, target);
   }
 
  private:
+  // The fp32 certificate first when a target is given and it applies (float potentials, a
+  // squared-Euclidean cost, d <= 6); float64 when it does not decide (Oracle::certify).
+  Certificate certify_decided(double eps, const T* f, const T* g, bool kept, double target) {
+    const BlockList* l0 = kept ? this->block_list(0) : nullptr;
+    const BlockList* l1 = kept ? this->block_list(1) : nullptr;
+    if (target > 0 && sizeof(T) == 4 && this->classes_ == 0 && dim() <= 6) {
+      const CertificateSide rows =
+          certify_side_fast(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0);
+      const CertificateSide cols =
+          certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
+      Certificate c = certificate_bound(rows, cols, n(), m(), dim(), eps);
+      c.fp32 = true;
+      if (certificate_decides(c, target)) return c;
+    }
+    const CertificateSide rows =
+        certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0);
+    const CertificateSide cols =
+        certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
+    return certificate_bound(rows, cols, n(), m(), dim(), eps);
+  }
+
+  // One side of the fp32 certificate (the model: lib/core/certificate.hpp, fast_row_slack, with
+  // K_S = 8.31 (no FMA assumed), K_T = 100: exp2 32 u, the weight and the product 2 u, the float
+  // sum of 64 terms 63 u). Row blocks of the list's row tile (128 without a list) share the
+  // anchor, the first row of the block; each chunk of <= 64 keys is converted once per block.
+  CertificateSide certify_side_fast(int side, double eps, const std::vector<double>& q,
+                                    const std::vector<double>& k, const std::vector<double>& wq,
+                                    const std::vector<double>& wk, const T* pq, const T* pk,
+                                    std::int64_t nq, std::int64_t nk, const BlockList* list) {
+    constexpr int kC = int(kCertChunk), kMaxD = 6;
+    constexpr FastCertificateModel kModel{8.31, 100.0, 0x1.0p-125};
+    const int d = int(dim());
+    const std::int64_t block = list ? list->row_tile : 128;
+    const std::int64_t blocks = (nq + block - 1) / block;
+    const float cf = float(c_), lf = float(1.4426950408889634 / eps);
+    double key_mass = 0;
+    for (const double w : wk) key_mass += w;
+    const double rho_inv = this->rho_inv(side);
+    std::vector<CertificateSide> part(static_cast<std::size_t>(blocks));
+    pool_.run(blocks, [&](std::int64_t blk) {
+      const std::int64_t i0 = blk * block, i1 = std::min(nq, i0 + block);
+      const std::int64_t rows = i1 - i0;
+      double o[kMaxD] = {};
+      for (int a = 0; a < d; ++a) o[a] = q[std::size_t(i0 * d + a)];
+      // The block's rows relative to o, and their largest |coordinate| per axis.
+      std::vector<float> xi(std::size_t(rows * d));
+      std::vector<double> sum(std::size_t(rows), 0.0), cost(std::size_t(rows), 0.0),
+          pot(std::size_t(rows), 0.0);
+      std::vector<double> weighted(std::size_t(rows), 0.0);
+      std::vector<float> zmax(std::size_t(rows), -std::numeric_limits<float>::infinity());
+      float ri[kMaxD] = {};
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (int a = 0; a < d; ++a) {
+          const float v = float(q[std::size_t((i0 + r) * d + a)] - o[a]);
+          xi[std::size_t(r * d + a)] = v;
+          if (wq[std::size_t(i0 + r)] > 0) ri[a] = std::max(ri[a], std::fabs(v));
+        }
+      double a_max = 0;
+      alignas(64) float ek[kMaxD][kC], gk[kC], wk32[kC], sq[kC], term[kC], ss[kC];
+      const std::int64_t tile = list ? blk : 0;
+      const std::int64_t r0 = list ? list->run_ptr[std::size_t(tile)] : 0;
+      const std::int64_t r1 = list ? list->run_ptr[std::size_t(tile + 1)] : 1;
+      for (std::int64_t run = r0; run < r1; ++run) {
+        const std::int64_t j0 =
+            list ? std::int64_t(list->runs[std::size_t(2 * run)]) * list->key_tile : 0;
+        const std::int64_t j1 =
+            list ? std::min(nk, std::int64_t(list->runs[std::size_t(2 * run + 1)]) * list->key_tile)
+                 : nk;
+        for (std::int64_t j = j0; j < j1; j += kC) {
+          const int len = int(std::min<std::int64_t>(kC, j1 - j));
+          float rj[kMaxD] = {};
+          for (int jj = 0; jj < kC; ++jj) {
+            const bool in = jj < len && wk[std::size_t(j + jj)] > 0;
+            for (int a = 0; a < d; ++a) {
+              const float v = in ? float(k[std::size_t((j + jj) * d + a)] - o[a]) : 0.0f;
+              ek[a][jj] = v;
+              rj[a] = std::max(rj[a], std::fabs(v));
+            }
+            // Masked or padding keys: 0 * 2^-inf = 0, whatever their potential.
+            gk[jj] = in ? float(pk[j + jj]) : -3.0e38f;
+            wk32[jj] = in ? float(wk[std::size_t(j + jj)]) : 0.0f;
+          }
+          double st = 0;
+          for (int a = 0; a < d; ++a) {
+            const double e = double(ri[a]) + double(rj[a]);
+            st += e * e;
+          }
+          const double at = fast_tile_exposure(kModel, d, c_, eps, st);
+          a_max = std::max(a_max, at);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            if (!(wq[std::size_t(i0 + r)] > 0)) continue;
+            const float fi = float(pq[i0 + r]);
+            const float* x = xi.data() + r * d;
+            for (int jj = 0; jj < kC; ++jj) sq[jj] = 0.0f;
+            for (int a = 0; a < d; ++a)
+              for (int jj = 0; jj < kC; ++jj) {
+                const float df = x[a] - ek[a][jj];
+                sq[jj] += df * df;
+              }
+            float zm = zmax[std::size_t(r)];
+            for (int jj = 0; jj < kC; ++jj) {
+              const float s2 = fi + gk[jj];
+              const float z2 = (s2 - cf * sq[jj]) * lf;
+              zm = std::max(zm, z2);
+              const float e = certificate_exp2f(std::min(127.0f, std::max(-126.0f, z2)));
+              const float ev = z2 < -126.0f ? 0.0f : (z2 > 127.0f ? INFINITY : e);
+              term[jj] = wk32[jj] * ev;
+              ss[jj] = s2;
+            }
+            zmax[std::size_t(r)] = zm;
+            float ts = 0, tc = 0, tp = 0;
+            for (int jj = 0; jj < kC; ++jj) {
+              ts += term[jj];
+              tc += term[jj] * (cf * sq[jj]);
+              tp += term[jj] * ss[jj];
+            }
+            sum[std::size_t(r)] += double(ts);
+            weighted[std::size_t(r)] += double(ts) * at;
+            cost[std::size_t(r)] += double(tc);
+            pot[std::size_t(r)] += double(tp);
+          }
+        }
+      }
+      CertificateSide s;
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const double w = wq[std::size_t(i0 + r)];
+        if (!(w > 0)) continue;
+        CertificateRow row;
+        row.sum = sum[std::size_t(r)];
+        row.cost = cost[std::size_t(r)];
+        row.pot = pot[std::size_t(r)];
+        certificate_row(w, double(pq[i0 + r]), rho_inv, row, &s);
+        s.extra += fast_row_slack(kModel, w, row.sum, weighted[std::size_t(r)], a_max,
+                                  double(zmax[std::size_t(r)]), key_mass, double(nk));
+      }
+      part[std::size_t(blk)] = s;
+    });
+    CertificateSide total;
+    for (const CertificateSide& s : part) {
+      total.error += s.error;
+      total.mass += s.mass;
+      total.cost += s.cost;
+      total.potentials += s.potentials;
+      total.weight += s.weight;
+      total.target_exposure += s.target_exposure;
+      total.extra += s.extra;
+    }
+    return total;
+  }
+
   static constexpr std::int64_t kCertChunk = 64;
   // Keys [j, j + len) of one row (len <= kCertChunk) into its certificate sums: the arithmetic
   // of certificate_pair (lib/core/certificate.hpp) for every pair, in branch-free loops over the

@@ -53,5 +53,33 @@ TEST(CertificateExp, ExactScalesAndFiniteEnds) {
   }
 }
 
+// certificate_exp2f (the CPU fp32 certificate's 2^z) against long double exp2l: relative error
+// <= kCertificateExp2fU units of 2^-24 on [-126, 127] (random points, the rounding boundaries of
+// k = round(z), integers, the ends), and exact powers of two at integers.
+TEST(CertificateExp2f, WithinItsBoundOnTheWholeRange) {
+  auto units = [](float z) {
+    const long double ref = std::exp2(static_cast<long double>(z));
+    const long double got = certificate_exp2f(z);
+    return static_cast<double>(std::fabs(got - ref) / ref) / 0x1.0p-24;
+  };
+  std::mt19937_64 rng(12);
+  std::uniform_real_distribution<float> wide(-126.0f, 127.0f), near0(-40.0f, 20.0f);
+  double worst = 0;
+  for (int i = 0; i < (1 << 20); ++i) {
+    worst = std::max(worst, units(wide(rng)));
+    worst = std::max(worst, units(near0(rng)));
+  }
+  for (int k = -126; k <= 126; ++k) {
+    EXPECT_EQ(certificate_exp2f(float(k)), std::ldexp(1.0f, k)) << k;
+    for (const float z : {float(k) + 0.5f, std::nextafter(float(k) + 0.5f, -1e9f),
+                          std::nextafter(float(k) + 0.5f, 1e9f), float(k) - 0.25f})
+      if (z >= -126.0f && z <= 127.0f) worst = std::max(worst, units(z));
+  }
+  worst = std::max(worst, units(127.0f));
+  EXPECT_LE(worst, kCertificateExp2fU) << "worst relative error in units of 2^-24";
+  EXPECT_GT(worst, 0.0);
+  ::testing::Test::RecordProperty("worst_units", std::to_string(worst));
+}
+
 }  // namespace
 }  // namespace kantor::testing

@@ -16,6 +16,7 @@
 #include "kantor/oracle.hpp"
 #include "kantor/sinkhorn.hpp"
 #include "support/certificate_reference.hpp"
+#include "support/fp32_certificate_check.hpp"
 #include "support/gpu.hpp"
 
 namespace kantor::testing {
@@ -169,96 +170,11 @@ TEST(CudaCertificate, KernelMatchesTheCpuEngineOnOddSizes) {
   }
 }
 
-// The fp32 certificate (Oracle::certify with a target; lib/cuda/certify.cu): on odd sizes, zero
-// weights with infinite potentials, coordinates far from the origin, potentials with a large
-// gauge shift, solved and arbitrary potentials, its bound is never below the true error (long
-// double reference), its computed error is within its slack of the truth, the slack is small
-// where the model says it is, and a target it cannot decide falls back to float64.
+// The fp32 certificate path of the CUDA engine (lib/cuda/certify.cu): the shared scenarios of
+// support/fp32_certificate_check.hpp.
 TEST(CudaCertificate, Fp32PathBoundsTheTrueErrorAndFallsBack) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (or a CPU-only build)";
-  const Context gpu(ContextOptions{Backend::kCuda});
-  std::mt19937_64 rng(14);
-  std::normal_distribution<double> nd(0, 1);
-  struct Shape {
-    std::int64_t n, m, d;
-    double eps, offset, gauge;
-    bool solved;
-  };
-  int decided_tight = 0;
-  for (const Shape sh : {Shape{1, 1, 1, 0.3, 0, 0, false}, Shape{1, 40, 3, 0.05, 0, 0, false},
-                         Shape{129, 33, 2, 0.01, 0, 0, true}, Shape{300, 257, 3, 0.01, 0, 0, true},
-                         Shape{77, 5, 6, 0.1, 0, 0, true}, Shape{500, 400, 1, 1e-3, 0, 0, true},
-                         Shape{700, 650, 3, 2e-3, 1000, 0, true},
-                         Shape{400, 380, 3, 1e-2, 0, 50, true},
-                         Shape{300, 300, 4, 0.02, 0, 0, false}, Shape{257, 129, 5, 0.5, 3, 0, true}}) {
-    std::vector<double> x = uniform_cloud(rng, sh.n, sh.d, 1.0);
-    std::vector<double> y = uniform_cloud(rng, sh.m, sh.d, 1.0);
-    for (double& v : x) v += sh.offset;
-    for (double& v : y) v += sh.offset;
-    std::vector<double> a(std::size_t(sh.n), 1.0), b(std::size_t(sh.m), 1.0);
-    if (sh.n > 2) a[1] = 0;
-    if (sh.m > 2) b[0] = 0, b[2] = 0;
-    double sa = 0, sb = 0;
-    for (double v : a) sa += v;
-    for (double v : b) sb += v;
-    for (double& v : b) v *= sa / sb;
-    const std::vector<float> xf = cast<float>(x), yf = cast<float>(y), af = cast<float>(a),
-                             bf = cast<float>(b);
-    Problem<float> p;
-    p.features().x = host_matrix<const float>(xf.data(), sh.n, sh.d);
-    p.features().y = host_matrix<const float>(yf.data(), sh.m, sh.d);
-    p.reference_x = host_matrix<const double>(x.data(), sh.n, sh.d);
-    p.reference_y = host_matrix<const double>(y.data(), sh.m, sh.d);
-    p.a = host_vector<const float>(af.data(), sh.n);
-    p.b = host_vector<const float>(bf.data(), sh.m);
-    p.epsilon = sh.eps;
-    std::vector<float> f(std::size_t(sh.n)), g(std::size_t(sh.m));
-    if (sh.solved) {
-      SinkhornOptions opt;
-      opt.precision = Precision::kFp32;
-      opt.max_iterations = 3000;
-      Potentials<float> pot;
-      solve_sinkhorn(gpu, p, opt, &pot);
-      f = to_host(gpu, pot.f.cview());
-      g = to_host(gpu, pot.g.cview());
-    } else {
-      for (float& v : f) v = float(0.2 * nd(rng));
-      for (float& v : g) v = float(0.2 * nd(rng));
-    }
-    for (float& v : f) v += float(sh.gauge);
-    for (float& v : g) v -= float(sh.gauge);
-    if (sh.m > 2) g[0] = std::numeric_limits<float>::infinity();  // masked key: ignored
-    if (sh.n > 2) f[1] = -std::numeric_limits<float>::infinity();  // masked row: ignored
-    auto o = make_oracle(gpu, p, Precision::kFp32);
-    Buffer<float> fd(gpu, sh.n), gd(gpu, sh.m);
-    copy(gpu, VectorView<const float>{f.data(), sh.n, MemorySpace::kHost}, fd.view());
-    copy(gpu, VectorView<const float>{g.data(), sh.m, MemorySpace::kHost}, gd.view());
-    const std::string what = "n=" + std::to_string(sh.n) + " m=" + std::to_string(sh.m) +
-                             " d=" + std::to_string(sh.d) + " eps=" + std::to_string(sh.eps) +
-                             " offset=" + std::to_string(sh.offset) +
-                             " gauge=" + std::to_string(sh.gauge);
-    const Certificate c64 = o->certify(sh.eps, fd.data(), gd.data());
-    const Certificate c32 = o->certify(sh.eps, fd.data(), gd.data(), 1e300);
-    const ReferenceError ref = true_marginal_error(x, y, sh.d, a, b, f, g, 1.0, sh.eps);
-    ASSERT_FALSE(c64.fp32) << what;
-    ASSERT_TRUE(c32.fp32) << what << ": the fp32 path did not run (bound " << c32.bound << ")";
-    EXPECT_GE(c32.bound, ref.error - ref.slack) << what;
-    EXPECT_LE(std::fabs(c32.computed - ref.error), c32.slack + ref.slack) << what;
-    EXPECT_NEAR(c32.plan_mass, c64.plan_mass, 1e-5 * (1 + c64.plan_mass)) << what;
-    EXPECT_NEAR(c32.plan_cost, c64.plan_cost, 1e-5 * (1 + std::fabs(c64.plan_cost))) << what;
-    // Tight where the exponents are small against 1 / u: solved potentials at eps >= 1e-2.
-    if (sh.solved && sh.eps >= 1e-2) {
-      EXPECT_LE(c32.slack, 1e-4) << what;
-      ++decided_tight;
-    }
-    // A target between computed - slack and the bound: the fp32 evaluation cannot decide it.
-    if (c32.slack > 0 && std::isfinite(c32.bound)) {
-      const Certificate c = o->certify(sh.eps, fd.data(), gd.data(), c32.computed);
-      EXPECT_FALSE(c.fp32) << what;
-      EXPECT_NEAR(c.bound, c64.bound, 1e-12 * c64.bound) << what;
-    }
-  }
-  EXPECT_GE(decided_tight, 4);
+  check_fp32_certificate(Context(ContextOptions{Backend::kCuda}));
 }
 
 }  // namespace

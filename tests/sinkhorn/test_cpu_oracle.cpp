@@ -13,6 +13,7 @@
 #include "kantor/context.hpp"
 #include "kantor/oracle.hpp"
 #include "support/certificate_reference.hpp"
+#include "support/fp32_certificate_check.hpp"
 #include "support/compare.hpp"
 #include "support/dense_reference.hpp"
 #include "support/random_problems.hpp"
@@ -392,6 +393,12 @@ TEST(CpuCertificate, ChunkedKeyLoopMatchesTheLongDoubleReferenceOnAdversarialPot
   f2[0] += 40.0;  // z gains 800
   const Certificate bad = o->certify(eps, f2.data(), g0.data());
   EXPECT_FALSE(std::isfinite(bad.bound)) << bad.bound;
+}
+
+// The CPU engine's fp32 certificate path (CpuOracle::certify_side_fast): the shared scenarios of
+// support/fp32_certificate_check.hpp.
+TEST(CpuCertificate, Fp32PathBoundsTheTrueErrorAndFallsBack) {
+  check_fp32_certificate(Context(ContextOptions{Backend::kCpu, 2}));
 }
 
 }  // namespace
