@@ -294,7 +294,7 @@ class CpuOracle final : public OracleBase<T> {
           if (wq[std::size_t(i0 + r)] > 0) ri[a] = std::max(ri[a], std::fabs(v));
         }
       double a_max = 0;
-      alignas(64) float ek[kMaxD][kC], gk[kC], wk32[kC], sq[kC], term[kC], ss[kC];
+      alignas(64) float ek[kMaxD][kC], gk[kC], wk32[kC], sq[kC], term[kC], ss[kC], zz[kC];
       const std::int64_t tile = list ? blk : 0;
       const std::int64_t r0 = list ? list->run_ptr[std::size_t(tile)] : 0;
       const std::int64_t r1 = list ? list->run_ptr[std::size_t(tile + 1)] : 1;
@@ -335,23 +335,38 @@ class CpuOracle final : public OracleBase<T> {
                 const float df = x[a] - ek[a][jj];
                 sq[jj] += df * df;
               }
-            float zm = zmax[std::size_t(r)];
+            // Elementwise loops (the compiler vectorizes them), then lane-wise max and sums
+            // (no reassociation needed).
             for (int jj = 0; jj < kC; ++jj) {
               const float s2 = fi + gk[jj];
               const float z2 = (s2 - cf * sq[jj]) * lf;
-              zm = std::max(zm, z2);
               const float e = certificate_exp2f(std::min(127.0f, std::max(-126.0f, z2)));
-              const float ev = z2 < -126.0f ? 0.0f : (z2 > 127.0f ? INFINITY : e);
+              // Below the range 0, above it inf, NaN stays NaN (a non-finite certificate).
+              const float ev =
+                  z2 < -126.0f ? 0.0f : (z2 > 127.0f ? INFINITY : (z2 == z2 ? e : z2));
+              zz[jj] = z2;
               term[jj] = wk32[jj] * ev;
               ss[jj] = s2;
             }
-            zmax[std::size_t(r)] = zm;
-            float ts = 0, tc = 0, tp = 0;
-            for (int jj = 0; jj < kC; ++jj) {
-              ts += term[jj];
-              tc += term[jj] * (cf * sq[jj]);
-              tp += term[jj] * ss[jj];
+            constexpr int kL = 16;
+            float mx[kL], su[kL] = {}, sc[kL] = {}, sp[kL] = {};
+            for (int l = 0; l < kL; ++l) mx[l] = zz[l];
+            for (int jb = 0; jb < kC; jb += kL)
+              for (int l = 0; l < kL; ++l) {
+                const int jj = jb + l;
+                mx[l] = zz[jj] > mx[l] ? zz[jj] : mx[l];
+                su[l] += term[jj];
+                sc[l] += term[jj] * (cf * sq[jj]);
+                sp[l] += term[jj] * ss[jj];
+              }
+            float zm = zmax[std::size_t(r)], ts = 0, tc = 0, tp = 0;
+            for (int l = 0; l < kL; ++l) {
+              zm = mx[l] > zm ? mx[l] : zm;
+              ts += su[l];
+              tc += sc[l];
+              tp += sp[l];
             }
+            zmax[std::size_t(r)] = zm;
             sum[std::size_t(r)] += double(ts);
             weighted[std::size_t(r)] += double(ts) * at;
             cost[std::size_t(r)] += double(tc);
