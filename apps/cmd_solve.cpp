@@ -420,7 +420,7 @@ int cmd_solve(const std::vector<std::string>& args) {
      "multiscale: points per coarse cell (the coarsening factor per level), >= 2")
     ("multiscale-max-density", po::value(&max_density)->value_name("F"),
      "multiscale: dense fine passes when the screen keeps more than this fraction of the pairs "
-     "(default 1/3)")
+     "(default 0.6)")
     ("output-mask", po::value(&mask_path)->value_name("FILE"),
      "multiscale: draw the block mask of the truncated passes to FILE (.svg)")
     ("verify", po::bool_switch(&verify),

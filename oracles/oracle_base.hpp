@@ -13,6 +13,7 @@
 
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
+#include "lib/core/certificate.hpp"
 #include "lib/costs/problem_data.hpp"
 
 namespace kantor {
@@ -32,6 +33,15 @@ class OracleBase : public Oracle<T> {
   BlockShape block_shape() const override { return shape_; }
   double marginal_penalty(int side) const override { return side == 0 ? rho_a_ : rho_b_; }
   double weight_mass(int side) const override { return side == 0 ? mass_a_ : mass_b_; }
+
+  using Oracle<T>::certify;
+  using Oracle<T>::certify_kept;
+  Certificate certify(double eps, const T* f, const T* g, double target) override {
+    return certify_decided(eps, f, g, false, target);
+  }
+  Certificate certify_kept(double eps, const T* f, const T* g, double target) override {
+    return certify_decided(eps, f, g, true, target);
+  }
 
   void set_block_lists(const BlockList* f_side, const BlockList* g_side) override {
     if (f_side) validate_block_list(*f_side, n_, m_, shape_, "f side: rows x, keys y");
@@ -76,10 +86,27 @@ class OracleBase : public Oracle<T> {
   }
   /// Called after set_block_lists: the engine copies the lists where its passes read them.
   virtual void block_lists_changed() = 0;
+  /// The engine's certificate passes over every pair (kept = false) or the current block lists
+  /// (kept = true), in float64, or (fp32 = true) by its fp32 path (docs/numerics.md, "The fp32
+  /// certificate"); fp32 is asked for only where fp32_certificate_applies().
+  virtual Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32) = 0;
+  /// The fp32 path's domain: fp32 potentials, a squared-Euclidean cost, d <= 6.
+  bool fp32_certificate_applies() const { return sizeof(T) == 4 && classes_ == 0 && d_ <= 6; }
 
   std::int64_t n_ = 0, m_ = 0, d_ = 0, classes_ = 0;
 
  private:
+  // Oracle::certify with a target: the fp32 certificate first where it applies, float64 when it
+  // does not decide.
+  Certificate certify_decided(double eps, const T* f, const T* g, bool kept, double target) {
+    if (target > 0 && fp32_certificate_applies()) {
+      Certificate c = certify_pass(eps, f, g, kept, true);
+      c.fp32 = true;
+      if (certificate_decides(c, target)) return c;
+    }
+    return certify_pass(eps, f, g, kept, false);
+  }
+
   Precision precision_;
   BlockShape shape_;
   static constexpr double kInf = std::numeric_limits<double>::infinity();

@@ -19,6 +19,22 @@ constexpr int kRows = kCertifyRows;  // query rows (threads) per block = the lis
 constexpr int kKeys = 32;   // keys per tile (distances held in registers)
 constexpr int kChunk = 8;   // coordinates staged per step
 
+// The key ranges of a row tile: every key (one range), or the runs of the block list.
+struct KeyRanges {
+  std::int64_t q0, q1;  // runs [q0, q1)
+  template <class T>
+  __device__ KeyRanges(const CertifySide<T>& p, unsigned tile)
+      : q0(p.run_ptr ? p.run_ptr[tile] : 0), q1(p.run_ptr ? p.run_ptr[tile + 1] : 1) {}
+  // Keys [*kb, *ke) of run q.
+  template <class T>
+  __device__ static void range(const CertifySide<T>& p, std::int64_t q, std::int64_t* kb,
+                               std::int64_t* ke) {
+    *kb = p.run_ptr ? std::int64_t(p.runs[2 * q]) * p.key_tile : 0;
+    const std::int64_t e = p.run_ptr ? std::int64_t(p.runs[2 * q + 1]) * p.key_tile : p.nk;
+    *ke = e < p.nk ? e : p.nk;
+  }
+};
+
 template <class T>
 __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T> p) {
   __shared__ double qs[kRows][kChunk + 1];
@@ -33,14 +49,10 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
   const double* pair_row =
       p.pair ? p.pair + std::int64_t(p.query_labels[i < p.nq ? i : 0]) * p.classes : nullptr;
   CertificateRow row;
-  // The key ranges of this row tile: every key, or the runs of the block list.
-  const bool listed = p.run_ptr != nullptr;
-  const std::int64_t q0 = listed ? p.run_ptr[blockIdx.x] : 0;
-  const std::int64_t q1 = listed ? p.run_ptr[blockIdx.x + 1] : 1;
-  for (std::int64_t q = q0; q < q1; ++q) {
-  const std::int64_t kb = listed ? std::int64_t(p.runs[2 * q]) * p.key_tile : 0;
-  const std::int64_t ke_raw = listed ? std::int64_t(p.runs[2 * q + 1]) * p.key_tile : p.nk;
-  const std::int64_t ke = ke_raw < p.nk ? ke_raw : p.nk;
+  const KeyRanges kr(p, blockIdx.x);
+  for (std::int64_t q = kr.q0; q < kr.q1; ++q) {
+  std::int64_t kb, ke;
+  KeyRanges::range(p, q, &kb, &ke);
   for (std::int64_t j0 = kb; j0 < ke; j0 += kKeys) {
     double sq[kKeys];
 #pragma unroll
@@ -163,13 +175,10 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
   double sum = 0, cost = 0, pot = 0, weighted = 0, a_max = 0;
   float zmax = -INFINITY;
   constexpr FastCertificateModel kModel{6.31, 70.0, 0x1.0p-146};
-  const bool listed = p.run_ptr != nullptr;
-  const std::int64_t q0 = listed ? p.run_ptr[blockIdx.x] : 0;
-  const std::int64_t q1 = listed ? p.run_ptr[blockIdx.x + 1] : 1;
-  for (std::int64_t q = q0; q < q1; ++q) {
-    const std::int64_t kb = listed ? std::int64_t(p.runs[2 * q]) * p.key_tile : 0;
-    const std::int64_t ke_raw = listed ? std::int64_t(p.runs[2 * q + 1]) * p.key_tile : p.nk;
-    const std::int64_t ke = ke_raw < p.nk ? ke_raw : p.nk;
+  const KeyRanges kr(p, blockIdx.x);
+  for (std::int64_t q = kr.q0; q < kr.q1; ++q) {
+    std::int64_t kb, ke;
+    KeyRanges::range(p, q, &kb, &ke);
     for (std::int64_t j0 = kb; j0 < ke; j0 += kFastKeys) {
       __syncthreads();  // the previous tile's readers are done
       if (t < D) rj[t] = 0;

@@ -225,38 +225,18 @@ class CpuOracle final : public OracleBase<T> {
     out[0] = side_error(eps, 0, a_, f, tn_) + side_error(eps, 1, b_, g, tm_);
   }
 
-  using Oracle<T>::certify;
-  using Oracle<T>::certify_kept;
-  // The CPU engine always evaluates in float64 (the target is not used).
-  Certificate certify(double eps, const T* f, const T* g, double target) override {
-    return certify_decided(eps, f, g, false, target);
-  }
-  Certificate certify_kept(double eps, const T* f, const T* g, double target) override {
-    return certify_decided(eps, f, g, true, target);
-  }
-
- private:
-  // The fp32 certificate first when a target is given and it applies (float potentials, a
-  // squared-Euclidean cost, d <= 6); float64 when it does not decide (Oracle::certify).
-  Certificate certify_decided(double eps, const T* f, const T* g, bool kept, double target) {
+  Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32) override {
     const BlockList* l0 = kept ? this->block_list(0) : nullptr;
     const BlockList* l1 = kept ? this->block_list(1) : nullptr;
-    if (target > 0 && sizeof(T) == 4 && this->classes_ == 0 && dim() <= 6) {
-      const CertificateSide rows =
-          certify_side_fast(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0);
-      const CertificateSide cols =
-          certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
-      Certificate c = certificate_bound(rows, cols, n(), m(), dim(), eps);
-      c.fp32 = true;
-      if (certificate_decides(c, target)) return c;
-    }
+    const auto side = fp32 ? &CpuOracle::certify_side_fast : &CpuOracle::certify_side;
     const CertificateSide rows =
-        certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0);
+        (this->*side)(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0);
     const CertificateSide cols =
-        certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
+        (this->*side)(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
     return certificate_bound(rows, cols, n(), m(), dim(), eps);
   }
 
+ private:
   // One side of the fp32 certificate (the model: lib/core/certificate.hpp, fast_row_slack, with
   // K_S = 8.31 (no FMA assumed), K_T = 100: exp2 32 u, the weight and the product 2 u, the float
   // sum of 64 terms 63 u). Row blocks of the list's row tile (128 without a list) share the

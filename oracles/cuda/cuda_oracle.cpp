@@ -385,31 +385,9 @@ class CudaOracle final : public OracleBase<T> {
                        sizeof(T) * std::size_t(m_));
     symmetric_step(eps, T(1), f_tmp_.data(), g_tmp_.data(), out);
   }
-  using Oracle<T>::certify;
-  using Oracle<T>::certify_kept;
-  Certificate certify(double eps, const T* f, const T* g, double target) override {
-    return certify_decided(eps, f, g, false, target);
-  }
-  Certificate certify_kept(double eps, const T* f, const T* g, double target) override {
-    return certify_decided(eps, f, g, true, target);
-  }
-
- private:
-  // The fp32 certificate first when a target is given and it applies; float64 when it does not
-  // decide (Oracle::certify).
-  Certificate certify_decided(double eps, const T* f, const T* g, bool kept, double target) {
-    if (target > 0 && sizeof(T) == 4 && !this->label_cost() && d_ <= cuda::kCertifyFastMaxDim) {
-      const Certificate c = certify_pairs(eps, f, g, kept, true);
-      if (c.bound <= target) return c;
-      if (std::isfinite(c.computed) && std::isfinite(c.slack) && c.computed - c.slack > target)
-        return c;
-    }
-    return certify_pairs(eps, f, g, kept, false);
-  }
-
   // The certificate over every pair, or (kept) over the pairs of the current block lists; fast =
   // the fp32 path (lib/cuda/certify.cu).
-  Certificate certify_pairs(double eps, const T* f, const T* g, bool kept, bool fast) {
+  Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fast) override {
     constexpr int kOut = cuda::kCertifyOutputs;
     cuda::memset_async(cert_out_.data(), 0, 2 * kOut * sizeof(double), stream_);
     cuda::CertifySide<T> rows;
@@ -472,11 +450,10 @@ class CudaOracle final : public OracleBase<T> {
       sd.extra = h[std::size_t(o + 8)];
       return sd;
     };
-    Certificate c = certificate_bound(side(0), side(kOut), n_, m_, d_, eps);
-    c.fp32 = fast;
-    return c;
+    return certificate_bound(side(0), side(kOut), n_, m_, d_, eps);
   }
 
+ private:
   cuda::PassTraits traits(bool block_list) const {
     cuda::PassTraits t;
     t.precision = precision_;
