@@ -53,7 +53,7 @@ else
         filter="${KANTOR_MEMCHECK_FILTER:-Cuda*:-CudaLarge.*}"
         extra=(--leak-check full) ;;
       racecheck)
-        filter="${KANTOR_RACECHECK_FILTER:-CudaCertificate.KernelMatchesTheCpuEngineOnOddSizes:CudaSinkhorn.DeviceResidentProblemMatchesHost:CudaSinkhorn.Bf16AccuracyAgainstUnroundedFp64:CudaSinkhorn.Tf32AccuracyAgainstUnroundedFp64:CudaValuesMma.*}"
+        filter="${KANTOR_RACECHECK_FILTER:-CudaCertificate.KernelMatchesTheCpuEngineOnOddSizes:CudaCertificate.Fp32PathSmallCases:CudaSinkhorn.DeviceResidentProblemMatchesHost:CudaSinkhorn.Bf16AccuracyAgainstUnroundedFp64:CudaSinkhorn.Tf32AccuracyAgainstUnroundedFp64:CudaValuesMma.*}"
         extra=(--racecheck-report all) ;;
       memcheck-policies)
         binary="$bin/kantor_test_oracles"; filter="$policy_filter"; extra=(--leak-check full) ;;

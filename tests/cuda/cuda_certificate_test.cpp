@@ -177,5 +177,12 @@ TEST(CudaCertificate, Fp32PathBoundsTheTrueErrorAndFallsBack) {
   check_fp32_certificate(Context(ContextOptions{Backend::kCuda}));
 }
 
+// The small cases alone (no solves): what scripts/gpu-check.sh runs under compute-sanitizer
+// racecheck and memcheck.
+TEST(CudaCertificate, Fp32PathSmallCases) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible (or a CPU-only build)";
+  check_fp32_certificate(Context(ContextOptions{Backend::kCuda}), true);
+}
+
 }  // namespace
 }  // namespace kantor::testing

@@ -57,7 +57,9 @@ inline void fp32_check_morton_sort(std::vector<double>* v, std::int64_t d) {
   *v = out;
 }
 
-inline void check_fp32_certificate(const Context& ctx) {
+/// small_only: only the cases without a solve and below 1000 points a side (for
+/// compute-sanitizer, which slows every kernel down by orders of magnitude).
+inline void check_fp32_certificate(const Context& ctx, bool small_only = false) {
   std::mt19937_64 rng(14);
   std::normal_distribution<double> nd(0, 1);
   struct Shape {
@@ -74,6 +76,7 @@ inline void check_fp32_certificate(const Context& ctx) {
                          Shape{400, 380, 3, 1e-2, 0, 50, true},
                          Shape{300, 300, 4, 0.02, 0, 0, false}, Shape{257, 129, 5, 0.5, 3, 0, true},
                          Shape{4096, 4096, 2, 0.01, 0, 0, true, true}}) {
+    if (small_only && (sh.solved || sh.n > 1000)) continue;
     std::vector<double> x = fp32_check_cloud(rng, sh.n, sh.d, 1.0);
     std::vector<double> y = fp32_check_cloud(rng, sh.m, sh.d, 1.0);
     for (double& v : x) v += sh.offset;
@@ -146,7 +149,7 @@ inline void check_fp32_certificate(const Context& ctx) {
       EXPECT_NEAR(c.bound, c64.bound, 1e-12 * c64.bound) << what;
     }
   }
-  EXPECT_EQ(decided_tight, 1);
+  EXPECT_EQ(decided_tight, small_only ? 0 : 1);
 }
 
 }  // namespace kantor::testing
