@@ -3,12 +3,33 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "kantor/error.hpp"
 #include "lib/cuda/runtime.hpp"
 
 namespace kantor {
 namespace {
+
+/// body(t, begin, end) over [0, count) in one contiguous chunk per host thread (a single call for
+/// fewer than 2^16 items: setup of small problems stays serial); returns the chunk count.
+template <class Body>
+int for_chunks(std::int64_t count, const Body& body) {
+  constexpr std::int64_t kGrain = std::int64_t(1) << 16;
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const int t = int(std::max<std::int64_t>(1, std::min<std::int64_t>(hw, count / kGrain)));
+  if (t == 1) {
+    body(0, std::int64_t(0), count);
+    return 1;
+  }
+  const std::int64_t per = (count + t - 1) / t;
+  std::vector<std::thread> pool;
+  for (int k = 0; k < t; ++k)
+    pool.emplace_back([&, k] { body(k, k * per, std::min(count, (k + 1) * per)); });
+  for (auto& th : pool) th.join();
+  return t;
+}
 
 /// The weights in double: uniform 1/count for an empty view; normalized to mass 1 unless `as_given`
 /// (unbalanced problems use the caller's masses).
@@ -95,10 +116,22 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity());
   std::vector<double> hi(std::size_t(d), -std::numeric_limits<double>::infinity());
   auto extend = [&](const MatrixView<const T>& v) {
-    for (std::int64_t i = 0; i < v.rows; ++i)
+    // Per-chunk extents (at most 1024 chunks), merged in chunk order.
+    std::vector<double> clo(std::size_t(1024 * d), std::numeric_limits<double>::infinity());
+    std::vector<double> chi(std::size_t(1024 * d), -std::numeric_limits<double>::infinity());
+    const int used = for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
+      double* l = clo.data() + std::int64_t(t) * d;
+      double* h = chi.data() + std::int64_t(t) * d;
+      for (std::int64_t i = b; i < e; ++i)
+        for (std::int64_t k = 0; k < d; ++k) {
+          l[k] = std::min(l[k], double(v(i, k)));
+          h[k] = std::max(h[k], double(v(i, k)));
+        }
+    });
+    for (int t = 0; t < used; ++t)
       for (std::int64_t k = 0; k < d; ++k) {
-        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], double(v(i, k)));
-        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], double(v(i, k)));
+        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], clo[std::size_t(t * d + k)]);
+        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], chi[std::size_t(t * d + k)]);
       }
   };
   extend(p.x);
@@ -112,9 +145,11 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   out.diameter = std::sqrt(diag2);
   auto copy_centred = [&](const MatrixView<const T>& v, std::vector<T>* dst) {
     dst->resize(std::size_t(v.rows * d));
-    for (std::int64_t i = 0; i < v.rows; ++i)
-      for (std::int64_t k = 0; k < d; ++k)
-        (*dst)[std::size_t(i * d + k)] = T(double(v(i, k)) - out.center[std::size_t(k)]);
+    for_chunks(v.rows, [&](int, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i)
+        for (std::int64_t k = 0; k < d; ++k)
+          (*dst)[std::size_t(i * d + k)] = T(double(v(i, k)) - out.center[std::size_t(k)]);
+    });
   };
   copy_centred(p.x, &out.x);
   copy_centred(p.y, &out.y);
@@ -130,27 +165,40 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   // masked key and never as a NaN source).
   auto logs = [](const std::vector<T>& w) {
     std::vector<T> l(w.size());
-    for (std::size_t i = 0; i < w.size(); ++i)
-      l[i] = w[i] > 0 ? std::log(w[i]) : -std::numeric_limits<T>::infinity();
+    for_chunks(std::int64_t(w.size()), [&](int, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i)
+        l[std::size_t(i)] = w[std::size_t(i)] > 0 ? std::log(w[std::size_t(i)])
+                                                  : -std::numeric_limits<T>::infinity();
+    });
     return l;
   };
   out.la = logs(out.a);
   out.lb = logs(out.b);
-  for (const std::vector<T>* c : {&out.x, &out.y})
-    for (std::size_t i = 0; i * std::size_t(d) < c->size(); ++i) {
-      double s2 = 0;
-      for (std::int64_t k = 0; k < d; ++k) {
-        const double v = double((*c)[i * std::size_t(d) + std::size_t(k)]);
-        s2 += v * v;
-      }
-      out.max_sq_norm = std::max(out.max_sq_norm, s2);
-    }
+  for (const std::vector<T>* c : {&out.x, &out.y}) {
+    std::vector<double> cmax(1024, 0.0);
+    const int used = for_chunks(std::int64_t(c->size()) / std::max<std::int64_t>(d, 1),
+                                [&](int t, std::int64_t b, std::int64_t e) {
+                                  double m = 0;
+                                  for (std::int64_t i = b; i < e; ++i) {
+                                    double s2 = 0;
+                                    for (std::int64_t k = 0; k < d; ++k) {
+                                      const double v = double((*c)[std::size_t(i * d + k)]);
+                                      s2 += v * v;
+                                    }
+                                    m = std::max(m, s2);
+                                  }
+                                  cmax[std::size_t(t)] = m;
+                                });
+    for (int t = 0; t < used; ++t) out.max_sq_norm = std::max(out.max_sq_norm, cmax[std::size_t(t)]);
+  }
   // The certificate's copies: exact (a float converts to double exactly), uncentred.
   auto exact = [&](const MatrixView<const T>& v, const MatrixView<const double>& ref) {
     std::vector<double> e(std::size_t(v.rows * d));
-    for (std::int64_t i = 0; i < v.rows; ++i)
-      for (std::int64_t k = 0; k < d; ++k)
-        e[std::size_t(i * d + k)] = ref.data ? ref(i, k) : double(v(i, k));
+    for_chunks(v.rows, [&](int, std::int64_t b, std::int64_t end) {
+      for (std::int64_t i = b; i < end; ++i)
+        for (std::int64_t k = 0; k < d; ++k)
+          e[std::size_t(i * d + k)] = ref.data ? ref(i, k) : double(v(i, k));
+    });
     return e;
   };
   out.x_ref = exact(p.x, problem.reference_x);
