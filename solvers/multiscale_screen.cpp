@@ -39,7 +39,9 @@ void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t
   extend(x, n);
   extend(y, m);
   const int axes = std::min(d, 63);
-  const int bits = std::max(1, 63 / d);
+  // At most 52 bits: top = 2^bits - 1 must be exact in double (with 63 bits it rounds to 2^63 and
+  // the largest coordinate would wrap to key 0).
+  const int bits = std::max(1, std::min(52, 63 / d));
   const double top = std::ldexp(1.0, bits) - 1;
   std::vector<double> scale(std::size_t(d), 0.0);
   for (int k = 0; k < d; ++k) {

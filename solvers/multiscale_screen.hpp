@@ -12,7 +12,7 @@
 namespace kantor::multiscale {
 
 /// The permutation that sorts the points of x (n x d) and y (m x d), row-major float64, by one
-/// joint Morton (Z-order) key on their joint bounding box: floor(63 / d) bits per axis (at least
+/// joint Morton (Z-order) key on their joint bounding box: min(52, floor(63 / d)) bits per axis (at least
 /// one; axes beyond the 63rd do not enter the key). order_x[k] = the input index of the k-th
 /// sorted point. Ties keep the input order (stable).
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,

@@ -107,6 +107,35 @@ TEST(MultiscaleScreen, MortonOrderIsAStablePermutationThatGroupsNeighbours) {
   for (std::int64_t i = 0; i < 8; ++i) EXPECT_EQ(od[std::size_t(i)], i);
 }
 
+// Large enough for the parallel radix sort (each host thread sorts 2^16 keys or more): the same
+// permutation as one thread, on clouds with many exact duplicates (ties keep the input order),
+// in d = 1 and d = 3, and the keys' order matches a direct comparison of quantized coordinates
+// along a 1-D cloud.
+TEST(MultiscaleScreen, ParallelMortonOrderEqualsTheSerialOne) {
+  Rng rng(4);
+  for (const std::int64_t d : {1, 3}) {
+    const std::int64_t n = 300000, m = 200000;
+    std::vector<double> x = uniform_cloud(rng, n, d), y = uniform_cloud(rng, m, d);
+    // A third of the points on 64 grid values: many equal keys.
+    for (std::int64_t i = 0; i < n; i += 3)
+      for (std::int64_t a = 0; a < d; ++a)
+        x[std::size_t(i * d + a)] = std::floor(x[std::size_t(i * d + a)] * 4) / 4;
+    std::vector<std::int64_t> o1x, o1y, o4x, o4y;
+    morton_order(x.data(), n, y.data(), m, int(d), &o1x, &o1y, 1);
+    morton_order(x.data(), n, y.data(), m, int(d), &o4x, &o4y, 4);
+    EXPECT_EQ(o1x, o4x) << "d = " << d;
+    EXPECT_EQ(o1y, o4y) << "d = " << d;
+    for (std::int64_t k = 1; k < n; ++k) {
+      const std::int64_t i = o4x[std::size_t(k - 1)], j = o4x[std::size_t(k)];
+      bool same = true;
+      for (std::int64_t a = 0; a < d; ++a)
+        same = same && x[std::size_t(i * d + a)] == x[std::size_t(j * d + a)];
+      if (same) ASSERT_LT(i, j) << "ties must keep the input order (d = " << d << ")";
+      if (d == 1) ASSERT_LE(x[std::size_t(i)], x[std::size_t(j)]) << "1-D order";
+    }
+  }
+}
+
 TEST(MultiscaleScreen, PairBoundIsAnUpperBoundOverEveryPairOfCells) {
   for (const std::int64_t d : {1, 2, 3, 6}) {
     Rng rng(10 + std::uint64_t(d));
