@@ -384,7 +384,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   build_mask();
   const double first_screen = seconds_screen;
   double seconds_cert = 0;
-  int level_certs = 0;
+  int level_certs = 0, fp32_certs = 0;  // certificates on this level; decided in fp32
   const bool dense_fine = !coarse_level && sc.kept_fraction > mo.max_density;
   if (dense_fine) {
     // Fallback: the screen keeps too much (high dimension, large eps): dense passes on the
@@ -505,6 +505,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         cert = oracle->certify_kept(eps, f.data(), g.data(), std::max(0.0, s.tolerance - tail));
         seconds_cert += seconds_since(t_cert);
         ++level_certs;
+        fp32_certs += cert.fp32 ? 1 : 0;
         ++s.certificates;
         cert_iteration = fine_iterations;
         rec.certified_error = cert.bound + tail;
@@ -568,6 +569,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       cert = oracle->certify_kept(eps, f.data(), g.data(), std::max(0.0, s.tolerance - tail));
       seconds_cert += seconds_since(t_cert);
       ++level_certs;
+      fp32_certs += cert.fp32 ? 1 : 0;
       ++s.certificates;
     }
     s.truncation_bound = tail;
@@ -606,7 +608,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
        << "% kept; seconds: order " << t_setup << ", lift " << seconds_lift << ", screen "
        << seconds_screen << ", passes "
        << s.seconds_iterations - (seconds_screen - first_screen) - seconds_cert
-       << ", certificates " << seconds_cert << " (" << level_certs << "), values "
+       << ", certificates " << seconds_cert << " (" << level_certs << ", " << fp32_certs
+       << " in fp32), values "
        << s.seconds_costs;
     s.solver_note = os.str();
   }
