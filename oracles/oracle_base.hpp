@@ -91,7 +91,9 @@ class OracleBase : public Oracle<T> {
   /// certificate"); fp32 is asked for only where fp32_certificate_applies().
   virtual Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32) = 0;
   /// The fp32 path's domain: fp32 potentials, a squared-Euclidean cost, d <= 6.
-  bool fp32_certificate_applies() const { return sizeof(T) == 4 && classes_ == 0 && d_ <= 6; }
+  bool fp32_certificate_applies() const {
+    return sizeof(T) == 4 && classes_ == 0 && d_ <= kFastCertificateMaxDim;
+  }
 
   std::int64_t n_ = 0, m_ = 0, d_ = 0, classes_ = 0;
 

@@ -118,6 +118,9 @@ inline double certificate_exp(double z) {
 /// Summed over the tiles, with rho_max = a_max + (1 + a_max) 4.02 u Z+ < 1/2:
 ///   |R - R^| <= (sum_t a_t T^_t + (1 + a_max) 4.02 u Z+ R^ + c0) / (1 - rho_max),
 /// c0 = (1 + a_max) 4.02 u m_b / e + keys * underflow. Far tiles, whose sums are ~0, cost nothing.
+/// Largest dimension of the fp32 paths (both engines; their kernels are instantiated per d).
+constexpr int kFastCertificateMaxDim = 6;
+
 struct FastCertificateModel {
   double k_s;        ///< K_S
   double k_t;        ///< K_T

@@ -35,6 +35,33 @@ struct KeyRanges {
   }
 };
 
+// Adds one side's row sums to p.out (kCertifyOutputs doubles): warp shuffles, then one atomic
+// per warp and field (the max as an unsigned 64-bit max on the bits of a non-negative double).
+__device__ void add_side(const CertificateSide& s, double* out) {
+  double v[7] = {s.error, s.mass, s.weighted_t, s.cost, s.potentials, s.weight,
+                 s.target_exposure};
+  double xs = s.extra;
+  unsigned long long mt = __double_as_longlong(s.max_t);
+  for (int off = 16; off > 0; off >>= 1) {
+#pragma unroll
+    for (int k = 0; k < 7; ++k) v[k] += __shfl_down_sync(0xffffffffu, v[k], off);
+    xs += __shfl_down_sync(0xffffffffu, xs, off);
+    const unsigned long long o = __shfl_down_sync(0xffffffffu, mt, off);
+    mt = o > mt ? o : mt;
+  }
+  if ((threadIdx.x & 31) == 0) {
+    atomicAdd(out + 0, v[0]);
+    atomicAdd(out + 1, v[1]);
+    atomicAdd(out + 2, v[2]);
+    atomicMax(reinterpret_cast<unsigned long long*>(out + 3), mt);
+    atomicAdd(out + 4, v[3]);
+    atomicAdd(out + 5, v[4]);
+    atomicAdd(out + 6, v[5]);
+    atomicAdd(out + 7, v[6]);
+    atomicAdd(out + 8, xs);
+  }
+}
+
 template <class T>
 __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T> p) {
   __shared__ double qs[kRows][kChunk + 1];
@@ -98,31 +125,7 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
   }
   CertificateSide s;
   if (row_ok) certificate_row(p.query_w[i], pi, p.rho_inv, row, &s);
-  // Block reduction: warp shuffles, then one atomic per warp.
-  double e = s.error, ms = s.mass, wt = s.weighted_t, co = s.cost, po = s.potentials,
-         wsum = s.weight, tx = s.target_exposure;
-  unsigned long long mt = __double_as_longlong(s.max_t);
-  for (int off = 16; off > 0; off >>= 1) {
-    e += __shfl_down_sync(0xffffffffu, e, off);
-    ms += __shfl_down_sync(0xffffffffu, ms, off);
-    wt += __shfl_down_sync(0xffffffffu, wt, off);
-    co += __shfl_down_sync(0xffffffffu, co, off);
-    po += __shfl_down_sync(0xffffffffu, po, off);
-    wsum += __shfl_down_sync(0xffffffffu, wsum, off);
-    tx += __shfl_down_sync(0xffffffffu, tx, off);
-    const unsigned long long o = __shfl_down_sync(0xffffffffu, mt, off);
-    mt = o > mt ? o : mt;
-  }
-  if ((t & 31) == 0) {
-    atomicAdd(p.out + 0, e);
-    atomicAdd(p.out + 1, ms);
-    atomicAdd(p.out + 2, wt);
-    atomicMax(reinterpret_cast<unsigned long long*>(p.out + 3), mt);
-    atomicAdd(p.out + 4, co);
-    atomicAdd(p.out + 5, po);
-    atomicAdd(p.out + 6, wsum);
-    atomicAdd(p.out + 7, tx);
-  }
+  add_side(s, p.out);
 }
 
 // ---- The fp32 certificate ----
@@ -138,14 +141,13 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 //   (<= 64 terms), the tiles' sums in double.
 //
 // Rounding model: lib/core/certificate.hpp (fast_tile_exposure, fast_row_slack), with K_S = 6.31
-// (c sq inside an FMA),
-// K_T = 70 (exp2f within 2 ulp by the CUDA Math API: 4 u for normal results; fl(b_j) and the
+// (c sq inside an FMA), K_T = 70 (exp2f within 2 ulp by the CUDA Math API: 4 u for normal results; fl(b_j) and the
 // product 2 u; the float sum of <= 64 terms 63 u) and 2^-146 per key for results below the
 // normal range (exp2f and the product are then off by at most 2^-147 each). S is bounded per key
 // tile by the block's and the tile's largest |coordinate| per axis (computed on the rounded
 // copies; the model's (1 + 1e-6) covers the difference), and each tile's sum is weighted by its
-// own exposure. out[8] accumulates w_i |R - R^| over the rows. A non-finite sum (an exponent above 128) makes the bound non-finite, and the oracle falls
-// back to float64.
+// own exposure. out[8] accumulates w_i |R - R^| over the rows. A non-finite sum (an exponent
+// above 128) makes the bound non-finite, and the oracle falls back to float64.
 constexpr int kFastKeys = 64;
 
 template <int D, bool kStats>
@@ -250,26 +252,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
     s.extra = fast_row_slack(kModel, wi, sum, weighted, a_max, double(zmax), p.key_mass,
                              double(p.nk));
   }
-  double e = s.error, ms = s.mass, co = s.cost, po = s.potentials, wsum = s.weight,
-         tx = s.target_exposure, xs = s.extra;
-  for (int off = 16; off > 0; off >>= 1) {
-    e += __shfl_down_sync(0xffffffffu, e, off);
-    ms += __shfl_down_sync(0xffffffffu, ms, off);
-    co += __shfl_down_sync(0xffffffffu, co, off);
-    po += __shfl_down_sync(0xffffffffu, po, off);
-    wsum += __shfl_down_sync(0xffffffffu, wsum, off);
-    tx += __shfl_down_sync(0xffffffffu, tx, off);
-    xs += __shfl_down_sync(0xffffffffu, xs, off);
-  }
-  if ((t & 31) == 0) {
-    atomicAdd(p.out + 0, e);
-    atomicAdd(p.out + 1, ms);
-    atomicAdd(p.out + 4, co);
-    atomicAdd(p.out + 5, po);
-    atomicAdd(p.out + 6, wsum);
-    atomicAdd(p.out + 7, tx);
-    atomicAdd(p.out + 8, xs);
-  }
+  add_side(s, p.out);
 }
 
 template <int D>
@@ -289,7 +272,7 @@ void launch_fast(const CertifySide<float>& p, unsigned blocks, cudaStream_t stre
     case 5: launch_fast_dim<5>(p, blocks, stream); break;
     default: launch_fast_dim<6>(p, blocks, stream); break;
   }
-  static_assert(kCertifyFastMaxDim == 6, "launch_fast covers d = 1..6");
+  static_assert(kFastCertificateMaxDim == 6, "launch_fast covers d = 1..6");
 }
 
 void launch_fast(const CertifySide<double>&, unsigned, cudaStream_t) {}

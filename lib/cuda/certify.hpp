@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "lib/core/certificate.hpp"
+
 namespace kantor::cuda {
 
 template <class T>
@@ -50,14 +52,11 @@ struct CertifySide {
 
 /// Doubles per side in CertifySide::out.
 constexpr int kCertifyOutputs = 9;
-/// Largest dimension of the fp32 path.
-constexpr int kCertifyFastMaxDim = 6;
-
 /// Whether the fp32 path can evaluate a side: float potentials, a squared-Euclidean cost,
-/// d <= kCertifyFastMaxDim.
+/// d <= kFastCertificateMaxDim (lib/core/certificate.hpp).
 template <class T>
 bool certify_fast_applies(const CertifySide<T>& p) {
-  return sizeof(T) == 4 && p.pair == nullptr && p.d >= 1 && p.d <= kCertifyFastMaxDim;
+  return sizeof(T) == 4 && p.pair == nullptr && p.d >= 1 && p.d <= kFastCertificateMaxDim;
 }
 
 /// Rows per block of the certificate kernel: the row tile its block lists must have.

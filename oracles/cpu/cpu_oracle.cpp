@@ -245,7 +245,7 @@ class CpuOracle final : public OracleBase<T> {
                                     const std::vector<double>& k, const std::vector<double>& wq,
                                     const std::vector<double>& wk, const T* pq, const T* pk,
                                     std::int64_t nq, std::int64_t nk, const BlockList* list) {
-    constexpr int kC = int(kCertChunk), kMaxD = 6;
+    constexpr int kC = int(kCertChunk), kMaxD = kFastCertificateMaxDim;
     constexpr FastCertificateModel kModel{8.31, 100.0, 0x1.0p-125};
     const int d = int(dim());
     const std::int64_t block = list ? list->row_tile : 128;

@@ -132,13 +132,8 @@ TEST(CudaCertificate, KernelMatchesTheCpuEngineOnOddSizes) {
                          Shape{77, 5, 8}, Shape{300, 300, 9}}) {
     const std::vector<double> x = uniform_cloud(rng, sh.n, sh.d, 2.0);
     const std::vector<double> y = uniform_cloud(rng, sh.m, sh.d, 2.0);
-    std::vector<double> a(std::size_t(sh.n), 1.0), b(std::size_t(sh.m), 1.0);
-    if (sh.n > 2) a[1] = 0;
-    if (sh.m > 2) b[0] = 0, b[2] = 0;
-    double sa = 0, sb = 0;
-    for (double v : a) sa += v;
-    for (double v : b) sb += v;
-    for (double& v : b) v *= sa / sb;
+    std::vector<double> a, b;
+    masked_test_weights(sh.n, sh.m, &a, &b);
     std::vector<double> f(std::size_t(sh.n)), g(std::size_t(sh.m));
     for (double& v : f) v = 0.5 * nd(rng);
     for (double& v : g) v = 0.5 * nd(rng);

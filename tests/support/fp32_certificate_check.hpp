@@ -36,6 +36,20 @@ inline std::vector<float> fp32_check_cast(const std::vector<double>& v) {
   return std::vector<float>(v.begin(), v.end());
 }
 
+// Uniform weights with row 1 and keys 0 and 2 masked (zero) where they exist, b scaled to a's
+// total (a balanced problem with masked points on both sides).
+inline void masked_test_weights(std::int64_t n, std::int64_t m, std::vector<double>* a,
+                                std::vector<double>* b) {
+  a->assign(std::size_t(n), 1.0);
+  b->assign(std::size_t(m), 1.0);
+  if (n > 2) (*a)[1] = 0;
+  if (m > 2) (*b)[0] = 0, (*b)[2] = 0;
+  double sa = 0, sb = 0;
+  for (double v : *a) sa += v;
+  for (double v : *b) sb += v;
+  for (double& v : *b) v *= sa / sb;
+}
+
 // Sorts the rows of v (n x d, values in [0, 1]) by a Z-order key of 10 bits per axis.
 inline void fp32_check_morton_sort(std::vector<double>* v, std::int64_t d) {
   const std::int64_t n = std::int64_t(v->size()) / d;
@@ -85,13 +99,8 @@ inline void check_fp32_certificate(const Context& ctx, bool small_only = false) 
       fp32_check_morton_sort(&x, sh.d);
       fp32_check_morton_sort(&y, sh.d);
     }
-    std::vector<double> a(std::size_t(sh.n), 1.0), b(std::size_t(sh.m), 1.0);
-    if (sh.n > 2) a[1] = 0;
-    if (sh.m > 2) b[0] = 0, b[2] = 0;
-    double sa = 0, sb = 0;
-    for (double v : a) sa += v;
-    for (double v : b) sb += v;
-    for (double& v : b) v *= sa / sb;
+    std::vector<double> a, b;
+    masked_test_weights(sh.n, sh.m, &a, &b);
     const std::vector<float> xf = fp32_check_cast(x), yf = fp32_check_cast(y), af = fp32_check_cast(a),
                              bf = fp32_check_cast(b);
     Problem<float> p;
