@@ -274,6 +274,7 @@ int cmd_otdd(const std::vector<std::string>& args) {
   std::string source_classes, target_classes, target_relabel;
   std::string label_distance = "gaussian", mode_name = "compatible", normalization = "auto";
   std::string backend = "auto", precision_name = "fp32", table_path, heatmap_path;
+  std::string kernel = "auto";
   double epsilon = 0.1, tolerance = 5e-2, inner_epsilon = 0.1, target_noise = 0, relaxation = 1;
   std::int64_t max_samples = 0, max_iterations = 20000, max_class_samples = 0;
   std::uint64_t seed = 0;
@@ -323,6 +324,9 @@ int cmd_otdd(const std::vector<std::string>& args) {
       "backend", po::value(&backend), "cpu | cuda | auto (default auto)")(
       "precision", po::value(&precision_name), "fp32 | fp64 | tf32 (default fp32)")(
       "threads", po::value(&threads), "CPU threads (default: all cores)")(
+      "kernel", po::value(&kernel),
+      "auto | exact | mma | tf32-chunked | gemm | gemm-fp32 | gemm-3xtf32: force a CUDA kernel family of "
+      "the dispatch table (default auto; for comparisons)")(
       "output-label-distances", po::value(&table_path)->value_name("FILE"),
       "write the label table over both datasets' classes (.npy or .csv)")(
       "output-heatmap", po::value(&heatmap_path)->value_name("FILE"),
@@ -413,6 +417,7 @@ int cmd_otdd(const std::vector<std::string>& args) {
   ContextOptions co;
   co.backend = parse_backend(backend, "--backend");
   co.threads = threads;
+  co.kernel = parse_kernel_choice(kernel, "--kernel");
   co.cancel = &g_cancel;
   const Context ctx = make_context(co);
   if (ctx.backend() == Backend::kCpu &&
@@ -505,6 +510,7 @@ int cmd_otdd(const std::vector<std::string>& args) {
         .add("label_scale", main_run.label_scale)
         .add("backend", to_string(ctx.backend()))
         .add("precision", to_string(main_run.precision))
+        .add("kernel", kernel)
         .add("distance", main_run.distance)
         .add("distance_compatible", compat ? compat->distance : std::nan(""))
         .add("distance_converged", conv ? conv->distance : std::nan(""));
@@ -548,6 +554,8 @@ int cmd_otdd(const std::vector<std::string>& args) {
         .add_raw("label_table", json_matrix(table, false))
         .add("seconds_read", seconds_read)
         .add("seconds_labels", main_run.seconds_labels)
+        .add("seconds_setup", main_run.seconds_setup)
+        .add("seconds_ot", main_run.seconds_ot)
         .add("seconds", seconds);
     std::cout << o.str() << std::endl;
   } else {

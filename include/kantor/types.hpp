@@ -23,13 +23,17 @@ enum class Precision { kFp32, kTf32, kBf16, kFp64 };
 /// the message says why). CUDA engine: kExact = CUDA cores, exact differences (fp32, fp64 and
 /// the fallback of every other family); kMma = the pipelined mma.sync kernel (tf32 d <= 64,
 /// bf16 d <= 128); kTf32Chunked = TF32 in 32-wide d chunks (any d); kGemm = cuBLAS TF32 score
-/// blocks + row LSE (dense schedule, squared-Euclidean cost). The CPU engine has one family and
-/// accepts only kAuto and kExact.
-enum class KernelChoice { kAuto, kExact, kMma, kTf32Chunked, kGemm };
+/// blocks + row LSE (tf32, dense schedule); kGemmFp32 = the same path with cuBLAS float32
+/// score blocks (CUDA cores, round-to-nearest; fp32, dense schedule); kGemm3xTf32 = the same path
+/// for fp32 with each dot product as three TF32 products of split operands (x = hi + lo:
+/// lo.hi + hi.lo + hi.hi) on the tensor cores: products to float32 accuracy, but the tensor
+/// cores' accumulation truncates, so long sums of large terms drift (docs/numerics.md); opt-in.
+/// The CPU engine has one family and accepts only kAuto and kExact.
+enum class KernelChoice { kAuto, kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32 };
 
 std::string to_string(Backend b);
 std::string to_string(KernelChoice k);
-/// Parse "auto" | "exact" | "mma" | "tf32-chunked" | "gemm".
+/// Parse "auto" | "exact" | "mma" | "tf32-chunked" | "gemm" | "gemm-fp32" | "gemm-3xtf32".
 KernelChoice parse_kernel_choice(const std::string& s, const std::string& what = "kernel");
 std::string to_string(MemorySpace s);
 std::string to_string(Precision p);

@@ -30,16 +30,19 @@ std::string to_string(KernelChoice k) {
     case KernelChoice::kMma: return "mma";
     case KernelChoice::kTf32Chunked: return "tf32-chunked";
     case KernelChoice::kGemm: return "gemm";
+    case KernelChoice::kGemmFp32: return "gemm-fp32";
+    case KernelChoice::kGemm3xTf32: return "gemm-3xtf32";
   }
   return "?";
 }
 
 KernelChoice parse_kernel_choice(const std::string& s, const std::string& what) {
   for (KernelChoice k : {KernelChoice::kAuto, KernelChoice::kExact, KernelChoice::kMma,
-                         KernelChoice::kTf32Chunked, KernelChoice::kGemm})
+                         KernelChoice::kTf32Chunked, KernelChoice::kGemm, KernelChoice::kGemmFp32,
+                         KernelChoice::kGemm3xTf32})
     if (s == to_string(k)) return k;
   throw InvalidArgument(what + ": unknown value '" + s +
-                        "' (expected auto, exact, mma, tf32-chunked or gemm)");
+                        "' (expected auto, exact, mma, tf32-chunked, gemm, gemm-fp32 or gemm-3xtf32)");
 }
 
 std::string to_string(MemorySpace s) { return s == MemorySpace::kHost ? "host" : "device"; }

@@ -13,6 +13,8 @@ std::string to_string(LseFamily f) {
     case LseFamily::kMma: return "mma";
     case LseFamily::kTf32Chunked: return "tf32-chunked";
     case LseFamily::kGemm: return "gemm";
+    case LseFamily::kGemmFp32: return "gemm-fp32";
+    case LseFamily::kGemm3xTf32: return "gemm-3xtf32";
   }
   return "?";
 }
@@ -57,7 +59,16 @@ bool can_implement(LseFamily family, const PassTraits& p, std::string* why_not) 
       return true;
     case LseFamily::kGemm:
       if (p.precision != Precision::kTf32) return no("the cuBLAS path needs precision tf32");
-      if (p.label_cost) return no("the cuBLAS path has no label pair term");
+      if (p.block_list) return no("the cuBLAS path computes dense score blocks only");
+      return true;  // label pair term: gathered by the row-LSE kernel
+    case LseFamily::kGemmFp32:
+      if (p.precision != Precision::kFp32)
+        return no("the float32 cuBLAS path needs precision fp32");
+      if (p.block_list) return no("the cuBLAS path computes dense score blocks only");
+      return true;
+    case LseFamily::kGemm3xTf32:
+      if (p.precision != Precision::kFp32)
+        return no("the 3xTF32 cuBLAS path needs precision fp32 (it emulates float32 dot products)");
       if (p.block_list) return no("the cuBLAS path computes dense score blocks only");
       return true;
   }
@@ -69,7 +80,9 @@ Dispatch dispatch_lse(const PassTraits& p, KernelChoice choice) {
     const LseFamily f = choice == KernelChoice::kExact         ? LseFamily::kExact
                         : choice == KernelChoice::kMma         ? LseFamily::kMma
                         : choice == KernelChoice::kTf32Chunked ? LseFamily::kTf32Chunked
-                                                               : LseFamily::kGemm;
+                        : choice == KernelChoice::kGemm        ? LseFamily::kGemm
+                        : choice == KernelChoice::kGemmFp32    ? LseFamily::kGemmFp32
+                                                               : LseFamily::kGemm3xTf32;
     std::string why;
     if (!can_implement(f, p, &why))
       throw InvalidArgument("kernel " + kantor::to_string(choice) + " cannot serve this pass (" +
@@ -78,6 +91,17 @@ Dispatch dispatch_lse(const PassTraits& p, KernelChoice choice) {
                             (p.block_list ? ", block list" : "") + "): " + why);
     return {f, "forced by ContextOptions::kernel"};
   }
+  // fp32 stays on the exact kernel in the table although the cuBLAS families are faster from
+  // d = 17 on (H200, n = m = 50k, fp32, 10 alternating iterations, eps = 0.1, ms, exact /
+  // gemm-fp32 / gemm-3xtf32: 97.8 / 140.3 / 112.2 at d = 16, 364.0 / 171.5 / 116.4 at d = 32,
+  // 708.6 / 255.6 / 129.6 at d = 64; d = 784, 2 iterations: 1313.3 / 310.8 / 147.9): their
+  // scores are norm expansions, c(|x|^2 + |y|^2 - 2<x, y>), whose float32 rounding grows with
+  // |x|^2, not with the cost. On Fashion-MNIST (60k x 10k, d = 784, eps = 0.1, converged OTDD,
+  // 150 iterations) the float64 certificate of their potentials was 0.155 (gemm-fp32) and 0.170
+  // (gemm-3xtf32) where the engine's residual was 0.108; with exact differences the two agree
+  // (0.0839 / 0.0837 at 300 iterations): a floor that a tolerance near it never gets under.
+  // Both are opt-in (ContextOptions::kernel) for looser tolerances (docs/cuda-engine.md, "fp32 at
+  // large d").
   if (p.precision == Precision::kFp32 || p.precision == Precision::kFp64)
     return {LseFamily::kExact,
             "fp32 / fp64: exact differences on the CUDA cores (the only family without rounded "
@@ -92,13 +116,13 @@ Dispatch dispatch_lse(const PassTraits& p, KernelChoice choice) {
     // and block lists run its policy variant (docs/benchmarks.md, "Engine redesign").
     return {LseFamily::kMma, std::string("tf32 d <= 64 / bf16 d <= 128: the pipelined mma.sync kernel") +
                                  (p.label_cost || p.block_list ? " (policy variant)" : "")};
-  if (p.label_cost || p.block_list)
-    // The tensor-core families do not have these policies yet: the exact kernel serves them
+  if (p.block_list || (p.label_cost && tf32_width(p.dim) < kGemmMinPaddedDim))
+    // The wide tensor-core families do not have these policies: the exact kernel serves them
     // (fp32 exact differences: more accurate than asked, slower).
     return {LseFamily::kExact,
             std::string("no tensor-core family has the ") +
-                (p.label_cost ? "label pair term" : "block-list schedule") +
-                " at this width yet: exact differences"};
+                (p.block_list ? "block-list schedule" : "label pair term") +
+                " at this width: exact differences"};
   if (p.precision == Precision::kTf32 && tf32_width(p.dim) >= kGemmMinPaddedDim)
     return {LseFamily::kGemm, "tf32 padded d >= 128: cuBLAS score blocks beat the chunked kernel"};
   return {LseFamily::kTf32Chunked, "tf32 64 < d < 128 (padded 96): the chunked TF32 kernel"};

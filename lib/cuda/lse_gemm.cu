@@ -29,22 +29,43 @@ __global__ void gemm_bias_kernel(LseSide<float> sd, float eps, float inv_2c, std
       j < sd.nkeys ? (sd.key_pot[j] - sd.key_norm[j] + eps * sd.key_logw[j]) * inv_2c : -INFINITY;
 }
 
-/// One warp per row r of the chunk: u_j = S_rj + beta_j over all keys (16-byte loads of S and
-/// beta from global), online (max, sum) per lane, merged across the warp; writes the row's
-/// partial (split 0).
+/// The label pair term of a chunk's rows (LabelAugmented): row r subtracts
+/// pair[qlab[r] * classes + klab[j]] from u_j (the table c_w W in the shifted form's units, / 2c).
+struct RowPair {
+  const std::int32_t* qlab = nullptr;  ///< the chunk's query labels
+  const std::int32_t* klab = nullptr;  ///< nkeys key labels
+  const float* pair = nullptr;
+  int classes = 0;
+  std::int64_t nkeys = 0;
+};
+
+/// One warp per row r of the chunk: u_j = S_rj + beta_j (- the pair term) over all keys (16-byte
+/// loads of S and beta from global), online (max, sum) per lane, merged across the warp; writes
+/// the row's partial (split 0). kPair: the pair term, one gather from the row's table row per
+/// score (the table and the key labels stay in L1 / L2: S is the only stream from memory).
+template <bool kPair>
 __global__ void __launch_bounds__(256)
     gemm_row_lse_kernel(const float* __restrict__ S, std::int64_t rows, std::int64_t ld_s,
-                        const float* __restrict__ beta, float alpha, float* part_max,
+                        const float* __restrict__ beta, float alpha, RowPair rp, float* part_max,
                         float* part_sum) {
   const std::int64_t r = std::int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together
   const float4* srow = reinterpret_cast<const float4*>(S + r * ld_s);
   const float4* b4 = reinterpret_cast<const float4*>(beta);
+  const float* prow = kPair ? rp.pair + std::int64_t(rp.qlab[r]) * rp.classes : nullptr;
   float m = -INFINITY, s = 0.f;
   for (std::int64_t q = lane; q < ld_s / 4; q += 32) {
     const float4 sv = srow[q], bv = b4[q];
-    const float u0 = sv.x + bv.x, u1 = sv.y + bv.y, u2 = sv.z + bv.z, u3 = sv.w + bv.w;
+    float u0 = sv.x + bv.x, u1 = sv.y + bv.y, u2 = sv.z + bv.z, u3 = sv.w + bv.w;
+    if (kPair) {
+      // Padding keys (j >= nkeys) have beta = -inf: no pair term needed there.
+      const std::int64_t j = 4 * q;
+      if (j + 0 < rp.nkeys) u0 -= prow[rp.klab[j + 0]];
+      if (j + 1 < rp.nkeys) u1 -= prow[rp.klab[j + 1]];
+      if (j + 2 < rp.nkeys) u2 -= prow[rp.klab[j + 2]];
+      if (j + 3 < rp.nkeys) u3 -= prow[rp.klab[j + 3]];
+    }
     const float tmax = fmaxf(fmaxf(u0, u1), fmaxf(u2, u3));
     if (tmax > m) {  // guard: tmax = -inf (all masked) never passes; m = -inf gives 0 * 0
       s *= fast_exp2(alpha * (m - tmax));
@@ -69,7 +90,8 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
-LseGemm::LseGemm(void* stream, std::int64_t n, std::int64_t m) : stream_(stream) {
+LseGemm::LseGemm(void* stream, std::int64_t n, std::int64_t m, bool tf32)
+    : stream_(stream), tf32_(tf32) {
   ld_scores_ = (std::max(n, m) + 3) / 4 * 4;  // 16-byte aligned rows of S
   chunk_rows_ = std::max<std::int64_t>(128, kScoreBudget / ld_scores_ / 128 * 128);
   chunk_rows_ = std::min(chunk_rows_, (std::max(n, m) + 127) / 128 * 128);
@@ -121,10 +143,19 @@ void LseGemm::side_partials(const LseSide<float>& sd, int ld, float eps, float c
     cublas_check(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N,
                               int(sd.nkeys), int(rows), ld, &one, sd.keys, CUDA_R_32F, ld,
                               sd.queries + r0 * ld, CUDA_R_32F, ld, &zero, scores_, CUDA_R_32F,
-                              int(ld_s), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx (TF32 scores)");
-    gemm_row_lse_kernel<<<unsigned((rows + 7) / 8), 256, 0, st>>>(
-        scores_, rows, ld_s, beta_, alpha, sd.part_max + r0, sd.part_sum + r0);
+                              int(ld_s), tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (scores)");
+    const unsigned grid = unsigned((rows + 7) / 8);
+    if (sd.pair) {
+      const RowPair rp{sd.query_labels + r0, sd.key_labels, sd.pair, sd.classes, sd.nkeys};
+      gemm_row_lse_kernel<true><<<grid, 256, 0, st>>>(scores_, rows, ld_s, beta_, alpha, rp,
+                                                       sd.part_max + r0, sd.part_sum + r0);
+    } else {
+      gemm_row_lse_kernel<false><<<grid, 256, 0, st>>>(scores_, rows, ld_s, beta_, alpha,
+                                                        RowPair{}, sd.part_max + r0,
+                                                        sd.part_sum + r0);
+    }
     KANTOR_CUDA_CHECK_LAUNCH();
   }
 }

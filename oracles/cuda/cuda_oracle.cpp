@@ -190,7 +190,22 @@ class CudaOracle final : public OracleBase<T> {
     la_ = upload(prep.la);
     lb_ = upload(prep.lb);
     const bool tensor_copies = dense_.family != LseFamily::kExact;
-    if (tensor_copies && tensor_ == LseKernel::kTf32) {
+    if (dense_.family == LseFamily::kGemmFp32) {
+      // fp32 cuBLAS score blocks: the GEMM reads the exact kernel's unrounded copies (xs_, ys_);
+      // c|x|^2 of the same values.
+      ld_upd_ = ld_simt_;
+      xn_ = upload(norms(prep.x, n_, int(d_)));
+      yn_ = upload(norms(prep.y, m_, int(d_)));
+    } else if (dense_.family == LseFamily::kGemm3xTf32) {
+      // fp32 as 3xTF32: split copies of width 3 ld (x: [lo, hi, hi], y: [hi, lo, hi], so that
+      // one TF32 GEMM sums lo.hi + hi.lo + hi.hi in either role, the small terms first, while
+      // the accumulator is small) and c|x|^2 of the unrounded values (lib/cuda/lse_gemm.hpp).
+      ld_upd_ = int((d_ + 7) / 8 * 8);  // 32-byte rows; cuBLAS needs no wider padding
+      xt_ = upload(split3(prep.x, n_, ld_upd_, /*x_side=*/true));
+      yt_ = upload(split3(prep.y, m_, ld_upd_, /*x_side=*/false));
+      xn_ = upload(norms(prep.x, n_, int(d_)));
+      yn_ = upload(norms(prep.y, m_, int(d_)));
+    } else if (tensor_copies && tensor_ == LseKernel::kTf32) {
       // TF32-rounded copies and c|x~|^2 from the same rounded values (docs/numerics.md 2).
       ld_upd_ = cuda::tf32_padded_dim(int(d_));
       const std::vector<T> xt = padded(prep.x, n_, ld_upd_, Rounding::kTf32);
@@ -213,10 +228,11 @@ class CudaOracle final : public OracleBase<T> {
       ld_upd_ = ld_simt_;
     }
 
-    if (dense_.family == LseFamily::kGemm) {
-      // Large d on tf32: cuBLAS score blocks + row-LSE (lib/cuda/lse_gemm.hpp), no split-K.
+    if (gemm_family(dense_.family)) {
+      // Large d on tf32 / fp32: cuBLAS score blocks + row-LSE (lib/cuda/lse_gemm.hpp), no split-K.
       if constexpr (std::is_same<T, float>::value)
-        gemm_ = std::make_unique<cuda::LseGemm>(stream_, n_, m_);
+        gemm_ = std::make_unique<cuda::LseGemm>(stream_, n_, m_,
+                                                /*tf32=*/dense_.family != LseFamily::kGemmFp32);
     }
     err_partials_ = Buffer<double>(ctx_, cuda::finalize_blocks(n_ + m_));
     stat_partials_ = Buffer<double>(ctx_, 3 * cuda::value_pass_blocks(std::max(n_, m_)));
@@ -232,6 +248,12 @@ class CudaOracle final : public OracleBase<T> {
     if (f == LseFamily::kGemm)
       os << "cuda lse tf32 cuBLAS score blocks of " << gemm_->rows_per_chunk()
          << " rows + row-LSE, d padded to " << ld_upd_;
+    else if (f == LseFamily::kGemmFp32)
+      os << "cuda lse fp32 cuBLAS float32 score blocks of " << gemm_->rows_per_chunk()
+         << " rows + row-LSE, d padded to " << ld_upd_;
+    else if (f == LseFamily::kGemm3xTf32)
+      os << "cuda lse fp32 as 3xTF32 (split operands) cuBLAS score blocks of "
+         << gemm_->rows_per_chunk() << " rows + row-LSE, d padded to " << ld_upd_ << " (x3)";
     else if (f != LseFamily::kExact && tensor_ == LseKernel::kTf32)
       os << "cuda lse tf32 " << (f == LseFamily::kMma ? "mma.sync m16n8k8 128x64" : "chunked")
          << ", d padded to " << ld_upd_;
@@ -482,7 +504,7 @@ class CudaOracle final : public OracleBase<T> {
   /// row block scans are those of its list's tiles on average (all keys when dense).
   void plan_splits() {
     splits_f_ = splits_g_ = splits_sym_ = 1;
-    if (dispatch_.family != LseFamily::kGemm) {
+    if (!gemm_family(dispatch_.family)) {
       constexpr bool kDouble = std::is_same<T, double>::value;
       const LseKernel k = family_kernel();
       const int ld = k == LseKernel::kSimt ? ld_simt_ : ld_upd_;
@@ -600,12 +622,17 @@ class CudaOracle final : public OracleBase<T> {
     return ones_.data();
   }
   /// The LseKernel of the current family.
+  static bool gemm_family(LseFamily f) {
+    return f == LseFamily::kGemm || f == LseFamily::kGemmFp32 || f == LseFamily::kGemm3xTf32;
+  }
+  /// Whether the current family's passes use the shifted form (u = beta + <x, y>, norms apart).
+  bool shifted() const { return dispatch_.family != LseFamily::kExact; }
   LseKernel family_kernel() const {
     return dispatch_.family == LseFamily::kExact ? LseKernel::kSimt : tensor_;
   }
   void run(const LsePass<T>& p) {
     if constexpr (std::is_same<T, float>::value) {
-      if (dispatch_.family == LseFamily::kGemm) {
+      if (gemm_family(dispatch_.family)) {
         gemm_->run(p);
         return;
       }
@@ -644,6 +671,24 @@ class CudaOracle final : public OracleBase<T> {
     }
     return out;
   }
+  /// rows x 3 ld: [lo, hi, hi] per row (x_side) or [hi, lo, hi], hi = the TF32 rounding of the
+  /// value, lo = value - hi (exact in float); zero padding columns.
+  static std::vector<T> split3(const std::vector<T>& src, std::int64_t rows, int ld,
+                               bool x_side) {
+    const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
+    const std::int64_t w = 3 * std::int64_t(ld);
+    std::vector<T> out(std::size_t(rows * w), T(0));
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t k = 0; k < d; ++k) {
+        const float v = float(src[std::size_t(i * d + k)]);
+        const float hi = round_tf32(v), lo = v - hi;
+        T* o = out.data() + i * w + k;
+        o[0] = T(x_side ? lo : hi);
+        o[ld] = T(x_side ? hi : lo);
+        o[2 * ld] = T(hi);
+      }
+    return out;
+  }
   std::vector<T> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
     std::vector<T> out(static_cast<std::size_t>(rows));
     for (std::int64_t i = 0; i < rows; ++i) {
@@ -654,8 +699,11 @@ class CudaOracle final : public OracleBase<T> {
     }
     return out;
   }
-  const T* upd_x() const { return family_kernel() != LseKernel::kSimt ? xt_.data() : xs_.data(); }
-  const T* upd_y() const { return family_kernel() != LseKernel::kSimt ? yt_.data() : ys_.data(); }
+  /// The update passes' copies: rounded or split on the tensor-core families, else the exact
+  /// kernel's (also the float32 GEMM's operands).
+  bool own_copies() const { return shifted() && dispatch_.family != LseFamily::kGemmFp32; }
+  const T* upd_x() const { return own_copies() ? xt_.data() : xs_.data(); }
+  const T* upd_y() const { return own_copies() ? yt_.data() : ys_.data(); }
 
   /// The side's policies: block list (side s: 0 = rows x, 1 = rows y) and pair term in the units
   /// of the exact (u = beta - C / c) or shifted (u = beta + <x, y> - C / 2c) form.
@@ -717,7 +765,9 @@ class CudaOracle final : public OracleBase<T> {
 
   LsePass<T> pass(T eps, T relax, double* err, int splits) {
     LsePass<T> p;
-    p.ld = family_kernel() == LseKernel::kSimt ? ld_simt_ : ld_upd_;
+    p.ld = !shifted()                                      ? ld_simt_
+           : dispatch_.family == LseFamily::kGemm3xTf32 ? 3 * ld_upd_
+                                                          : ld_upd_;
     p.splits = splits;
     p.eps = eps;
     p.cost_scale = T(c_);
@@ -729,7 +779,7 @@ class CudaOracle final : public OracleBase<T> {
   // One side of an update. f side: queries x, keys y with potential g, writes f. g side: the
   // clouds' roles swapped.
   LseSide<T> side(bool f_side, const T* key_pot, T* pot) {
-    const bool tf32 = family_kernel() != LseKernel::kSimt;  // shifted form: tf32 and bf16
+    const bool tf32 = shifted();  // shifted form: tf32, bf16 and 3xTF32
     LseSide<T> s;
     s.queries = f_side ? upd_x() : upd_y();
     s.keys = f_side ? upd_y() : upd_x();

@@ -76,6 +76,28 @@ TEST(Context, InvalidOptions) {
   EXPECT_THROW(Context{o}, InvalidArgument);
 }
 
+TEST(Context, CpuEngineRefusesCudaKernelFamilies) {
+  for (KernelChoice k : {KernelChoice::kMma, KernelChoice::kTf32Chunked, KernelChoice::kGemm,
+                         KernelChoice::kGemm3xTf32}) {
+    ContextOptions o;
+    o.backend = Backend::kCpu;
+    o.kernel = k;
+    try {
+      Context c(o);
+      ADD_FAILURE() << to_string(k) << " accepted on the CPU engine";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(to_string(k)), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("CPU"), std::string::npos) << e.what();
+    }
+  }
+  for (KernelChoice k : {KernelChoice::kAuto, KernelChoice::kExact}) {
+    ContextOptions o;
+    o.backend = Backend::kCpu;
+    o.kernel = k;
+    EXPECT_EQ(Context(o).kernel(), k);
+  }
+}
+
 TEST(Context, MoveKeepsTheState) {
   Context a(ContextOptions{Backend::kCpu, 2});
   Context b(std::move(a));

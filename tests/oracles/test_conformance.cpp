@@ -405,6 +405,15 @@ std::vector<Conf> all_cases() {
   out.push_back({Backend::kCuda, Precision::kTf32, CostKind::kSqEuclidean, Schedule::kDense, 300, 257, 3, KernelChoice::kExact});
   out.push_back({Backend::kCuda, Precision::kTf32, CostKind::kLabels100, Schedule::kRandom, 300, 257, 3, KernelChoice::kExact});
   out.push_back({Backend::kCuda, Precision::kBf16, CostKind::kSqEuclidean, Schedule::kDense, 300, 257, 17, KernelChoice::kMma});
+  // The cuBLAS families with the label pair term (gathered per score: unsorted and sorted
+  // labels), fp32 on float32 cuBLAS and as 3xTF32 (both opt-in: forced).
+  out.push_back({Backend::kCuda, Precision::kTf32, CostKind::kLabels100, Schedule::kDense, 200, 150, 130, KernelChoice::kGemm});
+  out.push_back({Backend::kCuda, Precision::kTf32, CostKind::kLabels3Sorted, Schedule::kDense, 700, 500, 130});
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 200, 150, 130, KernelChoice::kGemm3xTf32});
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 1, 70, 100, KernelChoice::kGemmFp32});
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels100, Schedule::kDense, 200, 150, 5, KernelChoice::kGemmFp32});
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels100, Schedule::kDense, 300, 257, 70, KernelChoice::kGemmFp32});
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels3Sorted, Schedule::kDense, 700, 500, 130, KernelChoice::kGemm3xTf32});
 #endif
   return out;
 }

@@ -1,0 +1,83 @@
+// The CUDA engine's dispatch table (lib/cuda/dispatch.cpp) as plain C++: every kAuto entry and
+// the refusals of forced families, without a GPU (the kernels themselves are run by the
+// conformance suite, tests/oracles, each entry forced once on a GPU).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "kantor/config.hpp"
+#include "kantor/error.hpp"
+
+#if KANTOR_CUDA_ENABLED
+#include "lib/cuda/dispatch.hpp"
+
+namespace kantor::cuda {
+namespace {
+
+PassTraits pass(Precision p, int d, bool labels = false, bool list = false) {
+  PassTraits t;
+  t.precision = p;
+  t.dim = d;
+  t.label_cost = labels;
+  t.block_list = list;
+  return t;
+}
+
+LseFamily pick(const PassTraits& t) { return dispatch_lse(t, KernelChoice::kAuto).family; }
+
+TEST(CudaDispatchTable, EveryAutoEntry) {
+  // fp64: always exact differences.
+  EXPECT_EQ(pick(pass(Precision::kFp64, 3)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp64, 784, true)), LseFamily::kExact);
+  // fp32: exact differences at every width (the cuBLAS families' norm expansion is opt-in).
+  EXPECT_EQ(pick(pass(Precision::kFp32, 3)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 17)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 784)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 784, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 784, false, true)), LseFamily::kExact);
+  // tf32: mma up to 64, chunked at padded 96, cuBLAS from 128 (labels included there).
+  EXPECT_EQ(pick(pass(Precision::kTf32, 64)), LseFamily::kMma);
+  EXPECT_EQ(pick(pass(Precision::kTf32, 64, true, true)), LseFamily::kMma);
+  EXPECT_EQ(pick(pass(Precision::kTf32, 80)), LseFamily::kTf32Chunked);
+  EXPECT_EQ(pick(pass(Precision::kTf32, 80, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kTf32, 130)), LseFamily::kGemm);
+  EXPECT_EQ(pick(pass(Precision::kTf32, 784, true)), LseFamily::kGemm);
+  EXPECT_EQ(pick(pass(Precision::kTf32, 784, false, true)), LseFamily::kExact);
+  // bf16: mma up to 128, refused above.
+  EXPECT_EQ(pick(pass(Precision::kBf16, 128)), LseFamily::kMma);
+  EXPECT_THROW(pick(pass(Precision::kBf16, 129)), InvalidArgument);
+  // Every entry says why.
+  EXPECT_FALSE(dispatch_lse(pass(Precision::kFp32, 784), KernelChoice::kAuto).why.empty());
+}
+
+TEST(CudaDispatchTable, ForcedFamiliesAreCheckedWithTheReason) {
+  auto refusal = [](const PassTraits& t, KernelChoice k) {
+    try {
+      (void)dispatch_lse(t, k);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(dispatch_lse(pass(Precision::kFp32, 3), KernelChoice::kGemm3xTf32).family,
+            LseFamily::kGemm3xTf32);
+  EXPECT_EQ(dispatch_lse(pass(Precision::kFp32, 784), KernelChoice::kExact).family,
+            LseFamily::kExact);
+  EXPECT_NE(refusal(pass(Precision::kTf32, 130), KernelChoice::kGemm3xTf32).find("needs precision fp32"),
+            std::string::npos);
+  EXPECT_NE(refusal(pass(Precision::kFp32, 130, false, true), KernelChoice::kGemm3xTf32)
+                .find("dense score blocks only"),
+            std::string::npos);
+  EXPECT_NE(refusal(pass(Precision::kFp32, 130), KernelChoice::kGemm).find("needs precision tf32"),
+            std::string::npos);
+  EXPECT_EQ(dispatch_lse(pass(Precision::kFp32, 3, true), KernelChoice::kGemmFp32).family,
+            LseFamily::kGemmFp32);
+  EXPECT_NE(refusal(pass(Precision::kTf32, 130), KernelChoice::kGemmFp32).find("needs precision fp32"),
+            std::string::npos);
+  EXPECT_NE(refusal(pass(Precision::kFp32, 3), KernelChoice::kMma).find("tf32 or bf16"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kantor::cuda
+#endif
