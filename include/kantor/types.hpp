@@ -28,12 +28,17 @@ enum class Precision { kFp32, kTf32, kBf16, kFp64 };
 /// for fp32 with each dot product as three TF32 products of split operands (x = hi + lo:
 /// lo.hi + hi.lo + hi.hi) on the tensor cores: products to float32 accuracy, but the tensor
 /// cores' accumulation truncates, so long sums of large terms drift (docs/numerics.md); opt-in.
+/// kGemmFp64 = the same path for fp32 data with float64 score blocks (cuBLAS DGEMM on the FP64
+/// tensor cores) and double row maxima: the norm expansion without its float32 rounding; opt-in.
 /// The CPU engine has one family and accepts only kAuto and kExact.
-enum class KernelChoice { kAuto, kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32 };
+enum class KernelChoice {
+  kAuto, kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32, kGemmFp64
+};
 
 std::string to_string(Backend b);
 std::string to_string(KernelChoice k);
-/// Parse "auto" | "exact" | "mma" | "tf32-chunked" | "gemm" | "gemm-fp32" | "gemm-3xtf32".
+/// Parse "auto" | "exact" | "mma" | "tf32-chunked" | "gemm" | "gemm-fp32" | "gemm-3xtf32" |
+/// "gemm-fp64".
 KernelChoice parse_kernel_choice(const std::string& s, const std::string& what = "kernel");
 std::string to_string(MemorySpace s);
 std::string to_string(Precision p);

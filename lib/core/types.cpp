@@ -32,6 +32,7 @@ std::string to_string(KernelChoice k) {
     case KernelChoice::kGemm: return "gemm";
     case KernelChoice::kGemmFp32: return "gemm-fp32";
     case KernelChoice::kGemm3xTf32: return "gemm-3xtf32";
+    case KernelChoice::kGemmFp64: return "gemm-fp64";
   }
   return "?";
 }
@@ -39,10 +40,10 @@ std::string to_string(KernelChoice k) {
 KernelChoice parse_kernel_choice(const std::string& s, const std::string& what) {
   for (KernelChoice k : {KernelChoice::kAuto, KernelChoice::kExact, KernelChoice::kMma,
                          KernelChoice::kTf32Chunked, KernelChoice::kGemm, KernelChoice::kGemmFp32,
-                         KernelChoice::kGemm3xTf32})
+                         KernelChoice::kGemm3xTf32, KernelChoice::kGemmFp64})
     if (s == to_string(k)) return k;
   throw InvalidArgument(what + ": unknown value '" + s +
-                        "' (expected auto, exact, mma, tf32-chunked, gemm, gemm-fp32 or gemm-3xtf32)");
+                        "' (expected auto, exact, mma, tf32-chunked, gemm, gemm-fp32, gemm-3xtf32 or gemm-fp64)");
 }
 
 std::string to_string(MemorySpace s) { return s == MemorySpace::kHost ? "host" : "device"; }

@@ -15,6 +15,7 @@ std::string to_string(LseFamily f) {
     case LseFamily::kGemm: return "gemm";
     case LseFamily::kGemmFp32: return "gemm-fp32";
     case LseFamily::kGemm3xTf32: return "gemm-3xtf32";
+    case LseFamily::kGemmFp64: return "gemm-fp64";
   }
   return "?";
 }
@@ -61,6 +62,11 @@ bool can_implement(LseFamily family, const PassTraits& p, std::string* why_not) 
       if (p.precision != Precision::kTf32) return no("the cuBLAS path needs precision tf32");
       if (p.block_list) return no("the cuBLAS path computes dense score blocks only");
       return true;  // label pair term: gathered by the row-LSE kernel
+    case LseFamily::kGemmFp64:
+      if (p.precision != Precision::kFp32)
+        return no("the float64-score cuBLAS path needs precision fp32 (float data)");
+      if (p.block_list) return no("the cuBLAS path computes dense score blocks only");
+      return true;
     case LseFamily::kGemmFp32:
       if (p.precision != Precision::kFp32)
         return no("the float32 cuBLAS path needs precision fp32");
@@ -82,7 +88,8 @@ Dispatch dispatch_lse(const PassTraits& p, KernelChoice choice) {
                         : choice == KernelChoice::kTf32Chunked ? LseFamily::kTf32Chunked
                         : choice == KernelChoice::kGemm        ? LseFamily::kGemm
                         : choice == KernelChoice::kGemmFp32    ? LseFamily::kGemmFp32
-                                                               : LseFamily::kGemm3xTf32;
+                        : choice == KernelChoice::kGemm3xTf32  ? LseFamily::kGemm3xTf32
+                                                               : LseFamily::kGemmFp64;
     std::string why;
     if (!can_implement(f, p, &why))
       throw InvalidArgument("kernel " + kantor::to_string(choice) + " cannot serve this pass (" +

@@ -18,7 +18,7 @@ struct PassTraits {
 };
 
 /// The families (lib/cuda/lse_*.cu).
-enum class LseFamily { kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32 };
+enum class LseFamily { kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32, kGemmFp64 };
 
 struct Dispatch {
   LseFamily family = LseFamily::kExact;

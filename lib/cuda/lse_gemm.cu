@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_common.cuh"
@@ -17,16 +18,28 @@ void cublas_check(cublasStatus_t s, const char* what) {
     throw CudaError(std::string("cuBLAS error ") + std::to_string(int(s)) + " in " + what);
 }
 
-/// Score workspace budget: 2^28 floats (1 GiB) per chunk of rows.
-constexpr std::int64_t kScoreBudget = std::int64_t(1) << 28;
+/// Score workspace budget: 1 GiB per chunk of rows (2^28 floats, 2^27 doubles).
+constexpr std::int64_t kScoreBudgetBytes = std::int64_t(1) << 30;
 
 /// beta_j = (g_j - c|y~_j|^2 + eps log b_j) / (2c) for j < nkeys; -inf on the padding (masked).
-__global__ void gemm_bias_kernel(LseSide<float> sd, float eps, float inv_2c, std::int64_t ld_s,
-                                 float* beta) {
+/// B = double (gemm-fp64): the same from the float inputs, in double.
+template <class B>
+__global__ void gemm_bias_kernel(LseSide<float> sd, B eps, B inv_2c, std::int64_t ld_s, B* beta) {
   const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= ld_s) return;
-  beta[j] =
-      j < sd.nkeys ? (sd.key_pot[j] - sd.key_norm[j] + eps * sd.key_logw[j]) * inv_2c : -INFINITY;
+  beta[j] = j < sd.nkeys ? (B(sd.key_pot[j]) - B(sd.key_norm[j]) + eps * B(sd.key_logw[j])) * inv_2c
+                         : B(-INFINITY);
+}
+
+/// Four consecutive entries q*4 .. q*4+3 of a 16-byte aligned row.
+__device__ __forceinline__ void load4(const float* p, std::int64_t q, float u[4]) {
+  const float4 v = reinterpret_cast<const float4*>(p)[q];
+  u[0] = v.x, u[1] = v.y, u[2] = v.z, u[3] = v.w;
+}
+__device__ __forceinline__ void load4(const double* p, std::int64_t q, double u[4]) {
+  const double2 a = reinterpret_cast<const double2*>(p)[2 * q];
+  const double2 b = reinterpret_cast<const double2*>(p)[2 * q + 1];
+  u[0] = a.x, u[1] = a.y, u[2] = b.x, u[3] = b.y;
 }
 
 /// The label pair term of a chunk's rows (LabelAugmented): row r subtracts
@@ -43,57 +56,82 @@ struct RowPair {
 /// loads of S and beta from global), online (max, sum) per lane, merged across the warp; writes
 /// the row's partial (split 0). kPair: the pair term, one gather from the row's table row per
 /// score (the table and the key labels stay in L1 / L2: S is the only stream from memory).
-template <bool kPair>
+///
+/// ST = double (gemm-fp64): S, beta, u and the running maximum in double (u_ij - m is exact
+/// enough however large u is), each exponent rounded to float once; the row maximum is written
+/// as a float and the sum rescaled by the exact difference, so (m, s) stay consistent.
+template <bool kPair, class ST>
 __global__ void __launch_bounds__(256)
-    gemm_row_lse_kernel(const float* __restrict__ S, std::int64_t rows, std::int64_t ld_s,
-                        const float* __restrict__ beta, float alpha, RowPair rp, float* part_max,
+    gemm_row_lse_kernel(const ST* __restrict__ S, std::int64_t rows, std::int64_t ld_s,
+                        const ST* __restrict__ beta, float alpha, RowPair rp, float* part_max,
                         float* part_sum) {
+  constexpr bool kF64 = std::is_same<ST, double>::value;
   const std::int64_t r = std::int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
   if (r >= rows) return;  // whole warps leave together
-  const float4* srow = reinterpret_cast<const float4*>(S + r * ld_s);
-  const float4* b4 = reinterpret_cast<const float4*>(beta);
+  const ST* srow = S + r * ld_s;
   const float* prow = kPair ? rp.pair + std::int64_t(rp.qlab[r]) * rp.classes : nullptr;
-  float m = -INFINITY, s = 0.f;
+  const ST a = ST(alpha);
+  ST m = -INFINITY;
+  float s = 0.f;
   for (std::int64_t q = lane; q < ld_s / 4; q += 32) {
-    const float4 sv = srow[q], bv = b4[q];
-    float u0 = sv.x + bv.x, u1 = sv.y + bv.y, u2 = sv.z + bv.z, u3 = sv.w + bv.w;
-    if (kPair) {
+    ST u[4], bv[4];
+    load4(srow, q, u);
+    load4(beta, q, bv);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      u[t] += bv[t];
       // Padding keys (j >= nkeys) have beta = -inf: no pair term needed there.
-      const std::int64_t j = 4 * q;
-      if (j + 0 < rp.nkeys) u0 -= prow[rp.klab[j + 0]];
-      if (j + 1 < rp.nkeys) u1 -= prow[rp.klab[j + 1]];
-      if (j + 2 < rp.nkeys) u2 -= prow[rp.klab[j + 2]];
-      if (j + 3 < rp.nkeys) u3 -= prow[rp.klab[j + 3]];
+      if (kPair && 4 * q + t < rp.nkeys) u[t] -= ST(prow[rp.klab[4 * q + t]]);
     }
-    const float tmax = fmaxf(fmaxf(u0, u1), fmaxf(u2, u3));
+    const ST tmax = fmax(fmax(u[0], u[1]), fmax(u[2], u[3]));
     if (tmax > m) {  // guard: tmax = -inf (all masked) never passes; m = -inf gives 0 * 0
-      s *= fast_exp2(alpha * (m - tmax));
+      s *= fast_exp2(float(a * (m - tmax)));
       m = tmax;
     }
-    if (m != -INFINITY) {  // guard: no exp2(-inf - -inf)
-      const float nam = -alpha * m;
-      s += (fast_exp2(fmaf(alpha, u0, nam)) + fast_exp2(fmaf(alpha, u1, nam))) +
-           (fast_exp2(fmaf(alpha, u2, nam)) + fast_exp2(fmaf(alpha, u3, nam)));
+    if (m != ST(-INFINITY)) {  // guard: no exp2(-inf - -inf)
+      if constexpr (kF64) {
+        s += (fast_exp2(float(a * (u[0] - m))) + fast_exp2(float(a * (u[1] - m)))) +
+             (fast_exp2(float(a * (u[2] - m))) + fast_exp2(float(a * (u[3] - m))));
+      } else {
+        const float nam = -alpha * m;
+        s += (fast_exp2(fmaf(alpha, u[0], nam)) + fast_exp2(fmaf(alpha, u[1], nam))) +
+             (fast_exp2(fmaf(alpha, u[2], nam)) + fast_exp2(fmaf(alpha, u[3], nam)));
+      }
     }
   }
-  for (int o = 16; o > 0; o >>= 1) {
-    const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
-    const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    merge_max_sum(m, s, m2, s2, alpha);
+  if constexpr (kF64) {
+    for (int o = 16; o > 0; o >>= 1) {
+      const double m2 = __shfl_xor_sync(0xffffffffu, m, o);
+      const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+      const double mm = fmax(m, m2);
+      if (mm != -INFINITY)  // guard: both empty stays (-inf, 0)
+        s = s * fast_exp2(float(a * (m - mm))) + s2 * fast_exp2(float(a * (m2 - mm)));
+      m = mm;
+    }
+  } else {
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+      const float s2 = __shfl_xor_sync(0xffffffffu, s, o);
+      merge_max_sum(m, s, m2, s2, alpha);
+    }
   }
   if (lane == 0) {
-    part_max[r] = m;
+    const float mf = float(m);
+    if (kF64 && m != -INFINITY) s *= fast_exp2(float(a * (m - ST(mf))));
+    part_max[r] = mf;
     part_sum[r] = s;
   }
 }
 
 }  // namespace
 
-LseGemm::LseGemm(void* stream, std::int64_t n, std::int64_t m, bool tf32)
-    : stream_(stream), tf32_(tf32) {
-  ld_scores_ = (std::max(n, m) + 3) / 4 * 4;  // 16-byte aligned rows of S
-  chunk_rows_ = std::max<std::int64_t>(128, kScoreBudget / ld_scores_ / 128 * 128);
+LseGemm::LseGemm(void* stream, std::int64_t n, std::int64_t m, Scores scores)
+    : stream_(stream), mode_(scores) {
+  const std::size_t elem = mode_ == Scores::kFp64 ? sizeof(double) : sizeof(float);
+  ld_scores_ = (std::max(n, m) + 3) / 4 * 4;  // 16-byte aligned rows of S (4 entries)
+  chunk_rows_ =
+      std::max<std::int64_t>(128, kScoreBudgetBytes / std::int64_t(elem) / ld_scores_ / 128 * 128);
   chunk_rows_ = std::min(chunk_rows_, (std::max(n, m) + 127) / 128 * 128);
   // Guard: a failure part-way releases what was acquired (the destructor does not run).
   try {
@@ -102,15 +140,14 @@ LseGemm::LseGemm(void* stream, std::int64_t n, std::int64_t m, bool tf32)
     handle_ = h;
     cublas_check(cublasSetStream(h, static_cast<cudaStream_t>(stream)), "cublasSetStream");
     void* p = nullptr;
-    KANTOR_CUDA_TRY(cudaMalloc(&p, sizeof(float) * std::size_t(chunk_rows_ * ld_scores_)));
-    scores_ = static_cast<float*>(p);
+    KANTOR_CUDA_TRY(cudaMalloc(&p, elem * std::size_t(chunk_rows_ * ld_scores_)));
+    scores_ = p;
     // Guard: the padding columns of S are never written by the GEMM; zeros there (finite) plus
     // beta = -inf stay -inf, where uninitialized NaN bits would poison the row sums.
-    KANTOR_CUDA_TRY(cudaMemsetAsync(scores_, 0,
-                                    sizeof(float) * std::size_t(chunk_rows_ * ld_scores_),
+    KANTOR_CUDA_TRY(cudaMemsetAsync(scores_, 0, elem * std::size_t(chunk_rows_ * ld_scores_),
                                     static_cast<cudaStream_t>(stream)));
-    KANTOR_CUDA_TRY(cudaMalloc(&p, sizeof(float) * std::size_t(ld_scores_)));
-    beta_ = static_cast<float*>(p);
+    KANTOR_CUDA_TRY(cudaMalloc(&p, elem * std::size_t(ld_scores_)));
+    beta_ = p;
   } catch (...) {
     release();
     throw;
@@ -129,42 +166,78 @@ void LseGemm::release() noexcept {
 
 LseGemm::~LseGemm() { release(); }
 
-void LseGemm::side_partials(const LseSide<float>& sd, int ld, float eps, float cost_scale,
-                            float alpha) {
-  auto st = static_cast<cudaStream_t>(stream_);
-  const std::int64_t ld_s = (sd.nkeys + 3) / 4 * 4;
-  gemm_bias_kernel<<<unsigned((ld_s + 255) / 256), 256, 0, st>>>(sd, eps, 0.5f / cost_scale, ld_s,
-                                                                 beta_);
+namespace {
+
+/// The row-LSE of a chunk over its score block (float or double scores).
+template <class ST>
+void row_lse(const LseSide<float>& sd, const ST* S, std::int64_t r0, std::int64_t rows,
+             std::int64_t ld_s, const ST* beta, float alpha, cudaStream_t st) {
+  const unsigned grid = unsigned((rows + 7) / 8);
+  if (sd.pair) {
+    const RowPair rp{sd.query_labels + r0, sd.key_labels, sd.pair, sd.classes, sd.nkeys};
+    gemm_row_lse_kernel<true, ST><<<grid, 256, 0, st>>>(S, rows, ld_s, beta, alpha, rp,
+                                                         sd.part_max + r0, sd.part_sum + r0);
+  } else {
+    gemm_row_lse_kernel<false, ST><<<grid, 256, 0, st>>>(S, rows, ld_s, beta, alpha, RowPair{},
+                                                          sd.part_max + r0, sd.part_sum + r0);
+  }
   KANTOR_CUDA_CHECK_LAUNCH();
-  const float one = 1.f, zero = 0.f;
+}
+
+}  // namespace
+
+void LseGemm::side_partials(const LseSide<float>& sd, int ld, float eps, float cost_scale,
+                            float alpha, const double* q64, const double* k64, int ld64) {
+  auto st = static_cast<cudaStream_t>(stream_);
+  auto h = static_cast<cublasHandle_t>(handle_);
+  const std::int64_t ld_s = (sd.nkeys + 3) / 4 * 4;
+  const unsigned bias_grid = unsigned((ld_s + 255) / 256);
+  if (mode_ == Scores::kFp64) {
+    gemm_bias_kernel<double><<<bias_grid, 256, 0, st>>>(
+        sd, double(eps), 0.5 / double(cost_scale), ld_s, static_cast<double*>(beta_));
+  } else {
+    gemm_bias_kernel<float><<<bias_grid, 256, 0, st>>>(sd, eps, 0.5f / cost_scale, ld_s,
+                                                       static_cast<float*>(beta_));
+  }
+  KANTOR_CUDA_CHECK_LAUNCH();
   for (std::int64_t r0 = 0; r0 < sd.rows; r0 += chunk_rows_) {
     const std::int64_t rows = std::min(chunk_rows_, sd.rows - r0);
     // S (rows x nkeys, row stride ld_s) = X~[r0 : r0+rows] Y~^T; column-major view: S^T = Y~ X~^T.
-    cublas_check(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N,
-                              int(sd.nkeys), int(rows), ld, &one, sd.keys, CUDA_R_32F, ld,
-                              sd.queries + r0 * ld, CUDA_R_32F, ld, &zero, scores_, CUDA_R_32F,
-                              int(ld_s), tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx (scores)");
-    const unsigned grid = unsigned((rows + 7) / 8);
-    if (sd.pair) {
-      const RowPair rp{sd.query_labels + r0, sd.key_labels, sd.pair, sd.classes, sd.nkeys};
-      gemm_row_lse_kernel<true><<<grid, 256, 0, st>>>(scores_, rows, ld_s, beta_, alpha, rp,
-                                                       sd.part_max + r0, sd.part_sum + r0);
+    if (mode_ == Scores::kFp64) {
+      const double one = 1.0, zero = 0.0;
+      cublas_check(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(sd.nkeys), int(rows), ld64, &one,
+                               k64, ld64, q64 + r0 * ld64, ld64, &zero,
+                               static_cast<double*>(scores_), int(ld_s)),
+                   "cublasDgemm (scores)");
+      row_lse(sd, static_cast<const double*>(scores_), r0, rows, ld_s,
+              static_cast<const double*>(beta_), alpha, st);
     } else {
-      gemm_row_lse_kernel<false><<<grid, 256, 0, st>>>(scores_, rows, ld_s, beta_, alpha,
-                                                        RowPair{}, sd.part_max + r0,
-                                                        sd.part_sum + r0);
+      const float one = 1.f, zero = 0.f;
+      cublas_check(
+          cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(sd.nkeys), int(rows), ld, &one, sd.keys,
+                       CUDA_R_32F, ld, sd.queries + r0 * ld, CUDA_R_32F, ld, &zero, scores_,
+                       CUDA_R_32F, int(ld_s),
+                       mode_ == Scores::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx (scores)");
+      row_lse(sd, static_cast<const float*>(scores_), r0, rows, ld_s,
+              static_cast<const float*>(beta_), alpha, st);
     }
-    KANTOR_CUDA_CHECK_LAUNCH();
   }
 }
 
-void LseGemm::run(const LsePass<float>& p) {
+void LseGemm::run(const LsePass<float>& p, const GemmFp64Operands* f64, const int* side_of) {
   if (p.splits != 1) throw InvalidArgument("LseGemm::run: the GEMM path takes splits = 1");
+  if (mode_ == Scores::kFp64 && (!f64 || !side_of))
+    throw InvalidArgument("LseGemm::run: float64 scores need the double operands");
   LsePass<float> q = p;
   q.alpha = float(2.0 * kLog2e * double(p.cost_scale) / double(p.eps));
-  for (int s = 0; s < q.nsides; ++s) side_partials(q.side[s], q.ld, q.eps, q.cost_scale, q.alpha);
+  for (int s = 0; s < q.nsides; ++s) {
+    const int k = side_of ? side_of[s] : 0;
+    side_partials(q.side[s], q.ld, q.eps, q.cost_scale, q.alpha,
+                  f64 ? f64->queries[k] : nullptr, f64 ? f64->keys[k] : nullptr,
+                  f64 ? f64->ld : 0);
+  }
   finish_lse_pass(q, stream_);
 }
 

@@ -190,7 +190,17 @@ class CudaOracle final : public OracleBase<T> {
     la_ = upload(prep.la);
     lb_ = upload(prep.lb);
     const bool tensor_copies = dense_.family != LseFamily::kExact;
-    if (dense_.family == LseFamily::kGemmFp32) {
+    if (dense_.family == LseFamily::kGemmFp64) {
+      // Float64 score blocks: double copies of the centred float data (exact conversions), c|x|^2
+      // of the same values; the exact kernel's copies stay the LseSide operands (unused there).
+      ld_upd_ = ld_simt_;
+      if constexpr (std::is_same<T, float>::value) {
+        x64_ = upload(std::vector<double>(prep.x.begin(), prep.x.end()));
+        y64_ = upload(std::vector<double>(prep.y.begin(), prep.y.end()));
+      }
+      xn_ = upload(norms(prep.x, n_, int(d_)));
+      yn_ = upload(norms(prep.y, m_, int(d_)));
+    } else if (dense_.family == LseFamily::kGemmFp32) {
       // fp32 cuBLAS score blocks: the GEMM reads the exact kernel's unrounded copies (xs_, ys_);
       // c|x|^2 of the same values.
       ld_upd_ = ld_simt_;
@@ -231,8 +241,11 @@ class CudaOracle final : public OracleBase<T> {
     if (gemm_family(dense_.family)) {
       // Large d on tf32 / fp32: cuBLAS score blocks + row-LSE (lib/cuda/lse_gemm.hpp), no split-K.
       if constexpr (std::is_same<T, float>::value)
-        gemm_ = std::make_unique<cuda::LseGemm>(stream_, n_, m_,
-                                                /*tf32=*/dense_.family != LseFamily::kGemmFp32);
+        gemm_ = std::make_unique<cuda::LseGemm>(
+            stream_, n_, m_,
+            dense_.family == LseFamily::kGemmFp32   ? cuda::LseGemm::Scores::kFp32
+            : dense_.family == LseFamily::kGemmFp64 ? cuda::LseGemm::Scores::kFp64
+                                                    : cuda::LseGemm::Scores::kTf32);
     }
     err_partials_ = Buffer<double>(ctx_, cuda::finalize_blocks(n_ + m_));
     stat_partials_ = Buffer<double>(ctx_, 3 * cuda::value_pass_blocks(std::max(n_, m_)));
@@ -248,6 +261,9 @@ class CudaOracle final : public OracleBase<T> {
     if (f == LseFamily::kGemm)
       os << "cuda lse tf32 cuBLAS score blocks of " << gemm_->rows_per_chunk()
          << " rows + row-LSE, d padded to " << ld_upd_;
+    else if (f == LseFamily::kGemmFp64)
+      os << "cuda lse fp32 data, cuBLAS float64 score blocks (DGEMM) of "
+         << gemm_->rows_per_chunk() << " rows + row-LSE with double maxima, d = " << d_;
     else if (f == LseFamily::kGemmFp32)
       os << "cuda lse fp32 cuBLAS float32 score blocks of " << gemm_->rows_per_chunk()
          << " rows + row-LSE, d padded to " << ld_upd_;
@@ -623,7 +639,8 @@ class CudaOracle final : public OracleBase<T> {
   }
   /// The LseKernel of the current family.
   static bool gemm_family(LseFamily f) {
-    return f == LseFamily::kGemm || f == LseFamily::kGemmFp32 || f == LseFamily::kGemm3xTf32;
+    return f == LseFamily::kGemm || f == LseFamily::kGemmFp32 || f == LseFamily::kGemm3xTf32 ||
+           f == LseFamily::kGemmFp64;
   }
   /// Whether the current family's passes use the shifted form (u = beta + <x, y>, norms apart).
   bool shifted() const { return dispatch_.family != LseFamily::kExact; }
@@ -632,6 +649,17 @@ class CudaOracle final : public OracleBase<T> {
   }
   void run(const LsePass<T>& p) {
     if constexpr (std::is_same<T, float>::value) {
+      if (dispatch_.family == LseFamily::kGemmFp64) {
+        // Each side's double operands: side 0 reads rows x (queries xs_), side 1 rows y.
+        cuda::GemmFp64Operands ops;
+        ops.queries[0] = ops.keys[1] = x64_.data();
+        ops.queries[1] = ops.keys[0] = y64_.data();
+        ops.ld = int(d_);
+        int side_of[2] = {0, 1};
+        for (int k = 0; k < p.nsides; ++k) side_of[k] = p.side[k].queries == xs_.data() ? 0 : 1;
+        gemm_->run(p, &ops, side_of);
+        return;
+      }
       if (gemm_family(dispatch_.family)) {
         gemm_->run(p);
         return;
@@ -701,7 +729,10 @@ class CudaOracle final : public OracleBase<T> {
   }
   /// The update passes' copies: rounded or split on the tensor-core families, else the exact
   /// kernel's (also the float32 GEMM's operands).
-  bool own_copies() const { return shifted() && dispatch_.family != LseFamily::kGemmFp32; }
+  bool own_copies() const {
+    return shifted() && dispatch_.family != LseFamily::kGemmFp32 &&
+           dispatch_.family != LseFamily::kGemmFp64;
+  }
   const T* upd_x() const { return own_copies() ? xt_.data() : xs_.data(); }
   const T* upd_y() const { return own_copies() ? yt_.data() : ys_.data(); }
 
@@ -857,6 +888,7 @@ class CudaOracle final : public OracleBase<T> {
   int class_splits_f_ = 0, class_splits_g_ = 0, class_splits_sym_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
   Buffer<T> xs_, ys_, xs_values_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
+  Buffer<double> x64_, y64_;  // gemm-fp64: the centred clouds in double (rows x d)
   Buffer<T> ones_;                 // ones(): the values of a mass pass
   Buffer<double> value_partials_;  // split-K states of the exact value passes
   Buffer<T> pm_f_, ps_f_, pm_g_, ps_g_, f_tmp_, g_tmp_;

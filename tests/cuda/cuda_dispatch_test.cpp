@@ -74,6 +74,13 @@ TEST(CudaDispatchTable, ForcedFamiliesAreCheckedWithTheReason) {
             LseFamily::kGemmFp32);
   EXPECT_NE(refusal(pass(Precision::kTf32, 130), KernelChoice::kGemmFp32).find("needs precision fp32"),
             std::string::npos);
+  EXPECT_EQ(dispatch_lse(pass(Precision::kFp32, 784, true), KernelChoice::kGemmFp64).family,
+            LseFamily::kGemmFp64);
+  EXPECT_NE(refusal(pass(Precision::kFp64, 784), KernelChoice::kGemmFp64).find("needs precision fp32"),
+            std::string::npos);
+  EXPECT_NE(refusal(pass(Precision::kFp32, 784, false, true), KernelChoice::kGemmFp64)
+                .find("dense score blocks only"),
+            std::string::npos);
   EXPECT_NE(refusal(pass(Precision::kFp32, 3), KernelChoice::kMma).find("tf32 or bf16"),
             std::string::npos);
 }
