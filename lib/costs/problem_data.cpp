@@ -7,29 +7,13 @@
 #include <vector>
 
 #include "kantor/error.hpp"
+#include "lib/core/for_chunks.hpp"
 #include "lib/cuda/runtime.hpp"
 
 namespace kantor {
 namespace {
 
-/// body(t, begin, end) over [0, count) in one contiguous chunk per host thread (a single call for
-/// fewer than 2^16 items: setup of small problems stays serial); returns the chunk count.
-template <class Body>
-int for_chunks(std::int64_t count, const Body& body) {
-  constexpr std::int64_t kGrain = std::int64_t(1) << 16;
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const int t = int(std::max<std::int64_t>(1, std::min<std::int64_t>(hw, count / kGrain)));
-  if (t == 1) {
-    body(0, std::int64_t(0), count);
-    return 1;
-  }
-  const std::int64_t per = (count + t - 1) / t;
-  std::vector<std::thread> pool;
-  for (int k = 0; k < t; ++k)
-    pool.emplace_back([&, k] { body(k, k * per, std::min(count, (k + 1) * per)); });
-  for (auto& th : pool) th.join();
-  return t;
-}
+using detail::for_chunks;
 
 /// The weights in double: uniform 1/count for an empty view; normalized to mass 1 unless `as_given`
 /// (unbalanced problems use the caller's masses).
@@ -113,6 +97,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   out.m = p.y.rows;
   out.d = p.x.cols;
   const std::int64_t d = out.d;
+  const std::int64_t grain = detail::row_grain(d);  // rows per chunk of the loops below
   std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity());
   std::vector<double> hi(std::size_t(d), -std::numeric_limits<double>::infinity());
   auto extend = [&](const MatrixView<const T>& v) {
@@ -127,7 +112,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
           l[k] = std::min(l[k], double(v(i, k)));
           h[k] = std::max(h[k], double(v(i, k)));
         }
-    });
+    }, grain);
     for (int t = 0; t < used; ++t)
       for (std::int64_t k = 0; k < d; ++k) {
         lo[std::size_t(k)] = std::min(lo[std::size_t(k)], clo[std::size_t(t * d + k)]);
@@ -149,7 +134,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
       for (std::int64_t i = b; i < e; ++i)
         for (std::int64_t k = 0; k < d; ++k)
           (*dst)[std::size_t(i * d + k)] = T(double(v(i, k)) - out.center[std::size_t(k)]);
-    });
+    }, grain);
   };
   copy_centred(p.x, &out.x);
   copy_centred(p.y, &out.y);
@@ -188,7 +173,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
                                     m = std::max(m, s2);
                                   }
                                   cmax[std::size_t(t)] = m;
-                                });
+                                }, grain);
     for (int t = 0; t < used; ++t) out.max_sq_norm = std::max(out.max_sq_norm, cmax[std::size_t(t)]);
   }
   // The certificate's copies: exact (a float converts to double exactly), uncentred.
@@ -198,7 +183,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
       for (std::int64_t i = b; i < end; ++i)
         for (std::int64_t k = 0; k < d; ++k)
           e[std::size_t(i * d + k)] = ref.data ? ref(i, k) : double(v(i, k));
-    });
+    }, grain);
     return e;
   };
   out.x_ref = exact(p.x, problem.reference_x);

@@ -21,6 +21,7 @@
 #include "kantor/buffer.hpp"
 #include "kantor/error.hpp"
 #include "lib/core/certificate.hpp"
+#include "lib/core/for_chunks.hpp"
 #include "lib/costs/problem_data.hpp"
 #include "lib/cuda/certify.hpp"
 #include "lib/cuda/dispatch.hpp"
@@ -195,8 +196,16 @@ class CudaOracle final : public OracleBase<T> {
       // of the same values; the exact kernel's copies stay the LseSide operands (unused there).
       ld_upd_ = ld_simt_;
       if constexpr (std::is_same<T, float>::value) {
-        x64_ = upload(std::vector<double>(prep.x.begin(), prep.x.end()));
-        y64_ = upload(std::vector<double>(prep.y.begin(), prep.y.end()));
+        auto to_double = [](const std::vector<T>& v, std::int64_t rows) {
+          std::vector<double> o(v.size());
+          const std::int64_t w = rows > 0 ? std::int64_t(v.size()) / rows : 0;
+          detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
+            std::copy(v.begin() + b * w, v.begin() + e * w, o.begin() + b * w);
+          }, detail::row_grain(w));
+          return o;
+        };
+        x64_ = upload(to_double(prep.x, n_));
+        y64_ = upload(to_double(prep.y, m_));
       }
       xn_ = upload(norms(prep.x, n_, int(d_)));
       yn_ = upload(norms(prep.y, m_, int(d_)));
@@ -677,13 +686,15 @@ class CudaOracle final : public OracleBase<T> {
   static std::vector<T> padded(const std::vector<T>& src, std::int64_t rows, int ld, Rounding r) {
     const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
     std::vector<T> out(std::size_t(rows * ld), T(0));
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t k = 0; k < d; ++k) {
-        const T v = src[std::size_t(i * d + k)];
-        out[std::size_t(i * ld + k)] = r == Rounding::kTf32   ? T(round_tf32(float(v)))
-                                       : r == Rounding::kBf16 ? T(bf16::round(float(v)))
-                                                              : v;
-      }
+    detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i)
+        for (std::int64_t k = 0; k < d; ++k) {
+          const T v = src[std::size_t(i * d + k)];
+          out[std::size_t(i * ld + k)] = r == Rounding::kTf32   ? T(round_tf32(float(v)))
+                                         : r == Rounding::kBf16 ? T(bf16::round(float(v)))
+                                                                : v;
+        }
+    }, detail::row_grain(ld));
     return out;
   }
   /// bf16-valued rows x ld (ld even) -> rows x ld/2 words, word w = bf16(v[2w]) | bf16(v[2w+1])
@@ -706,25 +717,29 @@ class CudaOracle final : public OracleBase<T> {
     const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
     const std::int64_t w = 3 * std::int64_t(ld);
     std::vector<T> out(std::size_t(rows * w), T(0));
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (std::int64_t k = 0; k < d; ++k) {
-        const float v = float(src[std::size_t(i * d + k)]);
-        const float hi = round_tf32(v), lo = v - hi;
-        T* o = out.data() + i * w + k;
-        o[0] = T(x_side ? lo : hi);
-        o[ld] = T(x_side ? hi : lo);
-        o[2 * ld] = T(hi);
-      }
+    detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i)
+        for (std::int64_t k = 0; k < d; ++k) {
+          const float v = float(src[std::size_t(i * d + k)]);
+          const float hi = round_tf32(v), lo = v - hi;
+          T* o = out.data() + i * w + k;
+          o[0] = T(x_side ? lo : hi);
+          o[ld] = T(x_side ? hi : lo);
+          o[2 * ld] = T(hi);
+        }
+    }, detail::row_grain(w));
     return out;
   }
   std::vector<T> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
     std::vector<T> out(static_cast<std::size_t>(rows));
-    for (std::int64_t i = 0; i < rows; ++i) {
-      double s = 0;
-      for (int k = 0; k < ld; ++k)
-        s += double(xt[std::size_t(i * ld + k)]) * xt[std::size_t(i * ld + k)];
-      out[std::size_t(i)] = T(c_ * s);
-    }
+    detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        double s = 0;
+        for (int k = 0; k < ld; ++k)
+          s += double(xt[std::size_t(i * ld + k)]) * xt[std::size_t(i * ld + k)];
+        out[std::size_t(i)] = T(c_ * s);
+      }
+    }, detail::row_grain(ld));
     return out;
   }
   /// The update passes' copies: rounded or split on the tensor-core families, else the exact

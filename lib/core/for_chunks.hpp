@@ -1,0 +1,38 @@
+// Host loops of the setup split over the host threads: body(t, begin, end) over [0, count) in one
+// contiguous chunk per thread. Used by the cost preparation and the engines' setup copies
+// (padding, rounding, norms): plain loops over the clouds that would otherwise run on one core.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+namespace kantor::detail {
+
+/// body(t, begin, end) over [0, count), one contiguous chunk per host thread, at least `grain`
+/// items each (a single call for fewer than 2 grains: small problems stay serial); returns the
+/// chunk count. Chunks write disjoint ranges; body must not throw.
+template <class Body>
+int for_chunks(std::int64_t count, const Body& body, std::int64_t grain = std::int64_t(1) << 16) {
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const int t = int(std::max<std::int64_t>(1, std::min<std::int64_t>(hw, count / grain)));
+  if (t == 1) {
+    body(0, std::int64_t(0), count);
+    return 1;
+  }
+  const std::int64_t per = (count + t - 1) / t;
+  std::vector<std::thread> pool;
+  for (int k = 0; k < t; ++k)
+    pool.emplace_back([&, k] { body(k, k * per, std::min(count, (k + 1) * per)); });
+  for (auto& th : pool) th.join();
+  return t;
+}
+
+/// The grain in rows for rows of `width` values: about 2^16 values per chunk (a row of d = 784
+/// is as much work as 261 rows of d = 3), at least 16 rows.
+inline std::int64_t row_grain(std::int64_t width) {
+  return std::max<std::int64_t>(16, (std::int64_t(1) << 16) / std::max<std::int64_t>(width, 1));
+}
+
+}  // namespace kantor::detail
