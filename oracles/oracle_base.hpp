@@ -46,9 +46,19 @@ class OracleBase : public Oracle<T> {
   void set_block_lists(const BlockList* f_side, const BlockList* g_side) override {
     if (f_side) validate_block_list(*f_side, n_, m_, shape_, "f side: rows x, keys y");
     if (g_side) validate_block_list(*g_side, m_, n_, shape_, "g side: rows y, keys x");
+    std::optional<BlockList> old[2] = {std::move(lists_[0]), std::move(lists_[1])};
     lists_[0] = f_side ? std::optional<BlockList>(*f_side) : std::nullopt;
     lists_[1] = g_side ? std::optional<BlockList>(*g_side) : std::nullopt;
-    block_lists_changed();
+    try {
+      block_lists_changed();
+    } catch (...) {
+      // Refused by the engine (a forced kernel family without lists): the oracle keeps the
+      // schedule it had, passes and certificates alike.
+      lists_[0] = std::move(old[0]);
+      lists_[1] = std::move(old[1]);
+      block_lists_changed();
+      throw;
+    }
   }
 
  protected:

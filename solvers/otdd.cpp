@@ -172,11 +172,14 @@ SqrtFactor sqrt_factor_from_samples(const MatrixView<const double>& x,
 double trace_term(const SqrtFactor& a, const SqrtFactor& b) {
   if (a.L.cols() == 0 || b.L.cols() == 0) return 0;
   const RowMatrix K = a.L.transpose() * b.L;
-  Eigen::MatrixXd G;
+  // G = K K^T (or K^T K, the smaller): symmetric, so only its lower triangle is formed (a rank
+  // update, half a GEMM); the eigensolver reads the lower triangle alone.
+  const Eigen::Index r = std::min(K.rows(), K.cols());
+  Eigen::MatrixXd G = Eigen::MatrixXd::Zero(r, r);
   if (K.rows() <= K.cols())
-    G = K * K.transpose();
+    G.selfadjointView<Eigen::Lower>().rankUpdate(K);
   else
-    G = K.transpose() * K;
+    G.selfadjointView<Eigen::Lower>().rankUpdate(K.transpose());
   Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> es(G, Eigen::EigenvaluesOnly);
   if (es.info() != Eigen::Success) throw Error("bures: the eigensolver did not converge");
   // Eigenvalues at the rounding level of the largest are zeros (their square roots would add

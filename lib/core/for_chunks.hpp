@@ -10,12 +10,16 @@
 
 namespace kantor::detail {
 
-/// body(t, begin, end) over [0, count), one contiguous chunk per host thread, at least `grain`
-/// items each (a single call for fewer than 2 grains: small problems stay serial); returns the
-/// chunk count. Chunks write disjoint ranges; body must not throw.
+/// At most this many chunks (callers size per-chunk arrays by it).
+constexpr int kMaxChunks = 1024;
+
+/// body(t, begin, end) over [0, count), one contiguous chunk per host thread (at most
+/// kMaxChunks), at least `grain` items each (a single call for fewer than 2 grains: small
+/// problems stay serial); returns the chunk count. Chunks write disjoint ranges; body must not
+/// throw.
 template <class Body>
 int for_chunks(std::int64_t count, const Body& body, std::int64_t grain = std::int64_t(1) << 16) {
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned hw = std::min(unsigned(kMaxChunks), std::max(1u, std::thread::hardware_concurrency()));
   const int t = int(std::max<std::int64_t>(1, std::min<std::int64_t>(hw, count / grain)));
   if (t == 1) {
     body(0, std::int64_t(0), count);

@@ -102,8 +102,8 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   std::vector<double> hi(std::size_t(d), -std::numeric_limits<double>::infinity());
   auto extend = [&](const MatrixView<const T>& v) {
     // Per-chunk extents (at most 1024 chunks), merged in chunk order.
-    std::vector<double> clo(std::size_t(1024 * d), std::numeric_limits<double>::infinity());
-    std::vector<double> chi(std::size_t(1024 * d), -std::numeric_limits<double>::infinity());
+    std::vector<double> clo(std::size_t(detail::kMaxChunks * d), std::numeric_limits<double>::infinity());
+    std::vector<double> chi(std::size_t(detail::kMaxChunks * d), -std::numeric_limits<double>::infinity());
     const int used = for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
       double* l = clo.data() + std::int64_t(t) * d;
       double* h = chi.data() + std::int64_t(t) * d;
@@ -160,7 +160,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   out.la = logs(out.a);
   out.lb = logs(out.b);
   for (const std::vector<T>* c : {&out.x, &out.y}) {
-    std::vector<double> cmax(1024, 0.0);
+    std::vector<double> cmax(detail::kMaxChunks, 0.0);
     const int used = for_chunks(std::int64_t(c->size()) / std::max<std::int64_t>(d, 1),
                                 [&](int t, std::int64_t b, std::int64_t e) {
                                   double m = 0;

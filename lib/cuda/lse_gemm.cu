@@ -1,4 +1,4 @@
-// LseGemm: cuBLAS TF32 score blocks + streaming row-LSE (lib/cuda/lse_gemm.hpp).
+// LseGemm: cuBLAS score blocks + streaming row-LSE (lib/cuda/lse_gemm.hpp).
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -22,12 +22,14 @@ void cublas_check(cublasStatus_t s, const char* what) {
 constexpr std::int64_t kScoreBudgetBytes = std::int64_t(1) << 30;
 
 /// beta_j = (g_j - c|y~_j|^2 + eps log b_j) / (2c) for j < nkeys; -inf on the padding (masked).
-/// B = double (gemm-fp64): the same from the float inputs, in double.
+/// B = double (gemm-fp64): the same in double, with the keys' norms in double (norm64).
 template <class B>
-__global__ void gemm_bias_kernel(LseSide<float> sd, B eps, B inv_2c, std::int64_t ld_s, B* beta) {
+__global__ void gemm_bias_kernel(LseSide<float> sd, B eps, B inv_2c, std::int64_t ld_s,
+                                 const double* norm64, B* beta) {
   const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= ld_s) return;
-  beta[j] = j < sd.nkeys ? (B(sd.key_pot[j]) - B(sd.key_norm[j]) + eps * B(sd.key_logw[j])) * inv_2c
+  const B norm = j < sd.nkeys ? (norm64 ? B(norm64[j]) : B(sd.key_norm[j])) : B(0);
+  beta[j] = j < sd.nkeys ? (B(sd.key_pot[j]) - norm + eps * B(sd.key_logw[j])) * inv_2c
                          : B(-INFINITY);
 }
 
@@ -187,16 +189,17 @@ void row_lse(const LseSide<float>& sd, const ST* S, std::int64_t r0, std::int64_
 }  // namespace
 
 void LseGemm::side_partials(const LseSide<float>& sd, int ld, float eps, float cost_scale,
-                            float alpha, const double* q64, const double* k64, int ld64) {
+                            float alpha, const double* q64, const double* k64, const double* kn64,
+                            int ld64) {
   auto st = static_cast<cudaStream_t>(stream_);
   auto h = static_cast<cublasHandle_t>(handle_);
   const std::int64_t ld_s = (sd.nkeys + 3) / 4 * 4;
   const unsigned bias_grid = unsigned((ld_s + 255) / 256);
   if (mode_ == Scores::kFp64) {
     gemm_bias_kernel<double><<<bias_grid, 256, 0, st>>>(
-        sd, double(eps), 0.5 / double(cost_scale), ld_s, static_cast<double*>(beta_));
+        sd, double(eps), 0.5 / double(cost_scale), ld_s, kn64, static_cast<double*>(beta_));
   } else {
-    gemm_bias_kernel<float><<<bias_grid, 256, 0, st>>>(sd, eps, 0.5f / cost_scale, ld_s,
+    gemm_bias_kernel<float><<<bias_grid, 256, 0, st>>>(sd, eps, 0.5f / cost_scale, ld_s, nullptr,
                                                        static_cast<float*>(beta_));
   }
   KANTOR_CUDA_CHECK_LAUNCH();
@@ -236,7 +239,7 @@ void LseGemm::run(const LsePass<float>& p, const GemmFp64Operands* f64, const in
     const int k = side_of ? side_of[s] : 0;
     side_partials(q.side[s], q.ld, q.eps, q.cost_scale, q.alpha,
                   f64 ? f64->queries[k] : nullptr, f64 ? f64->keys[k] : nullptr,
-                  f64 ? f64->ld : 0);
+                  f64 ? f64->key_norms[k] : nullptr, f64 ? f64->ld : 0);
   }
   finish_lse_pass(q, stream_);
 }

@@ -1,11 +1,12 @@
-// The large-d TF32 path: scores of a block of query rows against all keys by a cuBLAS TF32 GEMM
-// (S = X~ Y~^T into a workspace, tensor cores via wgmma on sm_90), then a streaming row-LSE over
-// S with the key bias (and the label pair term, gathered per score). Used when the padded
-// dimension is large enough that the GEMM's arithmetic intensity hides writing and re-reading S
-// (rule and evidence: docs/cuda-engine.md). Two families run it: tf32 (the TF32-rounded clouds)
-// and fp32 as 3xTF32, where the oracle hands it split clouds of width 3 ld, queries
-// [hi, hi, lo] and keys [hi, lo, hi] with x = hi + lo (hi TF32-rounded), so that one TF32 GEMM
-// sums hi.hi + hi.lo + lo.hi: the dot product to float32 accuracy (docs/numerics.md). Plain C++.
+// The cuBLAS score-block path: scores of a block of query rows against all keys by one cuBLAS
+// GEMM (S = X~ Y~^T into a workspace), then a streaming row-LSE over S with the key bias (and the
+// label pair term, gathered per score). Used when the padded dimension is large enough that the
+// GEMM's arithmetic intensity hides writing and re-reading S (rule and evidence:
+// docs/cuda-engine.md sections 3 and 7). Four families run it: tf32 (the TF32-rounded clouds,
+// tensor cores), gemm-fp32 (float32 SGEMM), gemm-3xtf32 (the oracle hands it split clouds of
+// width 3 ld, x = hi + lo with hi TF32-rounded, x as [lo, hi, hi] and y as [hi, lo, hi], so that
+// one TF32 GEMM sums lo.hi + hi.lo + hi.hi) and gemm-fp64 (DGEMM on double copies, double beta
+// and maxima). Plain C++.
 #pragma once
 
 #include <cstdint>
@@ -14,18 +15,20 @@
 
 namespace kantor::cuda {
 
+/// The float64 operands of the gemm-fp64 family: per side of a pass (0: rows x, 1: rows y) the
+/// queries and keys as double rows of stride ld (the float data, converted exactly), and the
+/// keys' c|y|^2 in double.
+struct GemmFp64Operands {
+  const double* queries[2] = {nullptr, nullptr};
+  const double* keys[2] = {nullptr, nullptr};
+  const double* key_norms[2] = {nullptr, nullptr};
+  int ld = 0;
+};
+
 /// Owns a cuBLAS handle bound to `stream`, the score workspace (rows_per_chunk x keys) and the
 /// bias vector. Sized once for a problem with n and m points; run() allocates nothing. GEMM and
 /// row-LSE run one after the other: overlapping them on two streams (two half-size workspaces)
 /// was slower on the H200, 260.7 against 211.4 ms at 50k, d = 512 (docs/cuda-engine.md).
-/// The float64 operands of the gemm-fp64 family: per side of a pass (0: rows x, 1: rows y) the
-/// queries and keys as double rows of stride ld (the float data, converted exactly).
-struct GemmFp64Operands {
-  const double* queries[2] = {nullptr, nullptr};
-  const double* keys[2] = {nullptr, nullptr};
-  int ld = 0;
-};
-
 class LseGemm {
  public:
   /// How the score blocks are computed: kTf32 = TF32 tensor-core GEMMs
@@ -45,7 +48,7 @@ class LseGemm {
 
  private:
   void side_partials(const LseSide<float>& sd, int ld, float eps, float cost_scale, float alpha,
-                     const double* q64, const double* k64, int ld64);
+                     const double* q64, const double* k64, const double* kn64, int ld64);
   void release() noexcept;
   void* stream_;
   void* handle_ = nullptr;

@@ -206,6 +206,22 @@ class CudaOracle final : public OracleBase<T> {
         };
         x64_ = upload(to_double(prep.x, n_));
         y64_ = upload(to_double(prep.y, m_));
+        auto norms64 = [&](const std::vector<T>& v, std::int64_t rows) {
+          std::vector<double> o(static_cast<std::size_t>(rows));
+          detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
+            for (std::int64_t i = b; i < e; ++i) {
+              double s = 0;
+              for (std::int64_t k = 0; k < d_; ++k) {
+                const double u = double(v[std::size_t(i * d_ + k)]);
+                s += u * u;
+              }
+              o[std::size_t(i)] = c_ * s;
+            }
+          }, detail::row_grain(d_));
+          return o;
+        };
+        xn64_ = upload(norms64(prep.x, n_));
+        yn64_ = upload(norms64(prep.y, m_));
       }
       xn_ = upload(norms(prep.x, n_, int(d_)));
       yn_ = upload(norms(prep.y, m_, int(d_)));
@@ -663,9 +679,11 @@ class CudaOracle final : public OracleBase<T> {
         cuda::GemmFp64Operands ops;
         ops.queries[0] = ops.keys[1] = x64_.data();
         ops.queries[1] = ops.keys[0] = y64_.data();
+        ops.key_norms[0] = yn64_.data();
+        ops.key_norms[1] = xn64_.data();
         ops.ld = int(d_);
         int side_of[2] = {0, 1};
-        for (int k = 0; k < p.nsides; ++k) side_of[k] = p.side[k].queries == xs_.data() ? 0 : 1;
+        for (int k = 0; k < p.nsides; ++k) side_of[k] = p.side[k].query_w == a_.data() ? 0 : 1;
         gemm_->run(p, &ops, side_of);
         return;
       }
@@ -903,7 +921,8 @@ class CudaOracle final : public OracleBase<T> {
   int class_splits_f_ = 0, class_splits_g_ = 0, class_splits_sym_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
   Buffer<T> xs_, ys_, xs_values_, ys_values_, xt_, yt_, xn_, yn_, a_, b_, la_, lb_;
-  Buffer<double> x64_, y64_;  // gemm-fp64: the centred clouds in double (rows x d)
+  Buffer<double> x64_, y64_;    // gemm-fp64: the centred clouds in double (rows x d)
+  Buffer<double> xn64_, yn64_;  // gemm-fp64: c|x|^2, c|y|^2 in double
   Buffer<T> ones_;                 // ones(): the values of a mass pass
   Buffer<double> value_partials_;  // split-K states of the exact value passes
   Buffer<T> pm_f_, ps_f_, pm_g_, ps_g_, f_tmp_, g_tmp_;

@@ -457,6 +457,32 @@ TEST(ConformanceDispatch, ForcedFamilyThatCannotServeIsRefused) {
   }
 }
 
+// A forced family without the block-list schedule refuses lists, and the oracle keeps its dense
+// schedule (passes, certificates and description alike).
+TEST(ConformanceDispatch, RefusedBlockListsLeaveTheDenseSchedule) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::int64_t n = 200, m = 150, d = 130;
+  Rng rng(11);
+  std::vector<float> x(std::size_t(n * d)), y(std::size_t(m * d));
+  std::normal_distribution<float> g(0.f, 1.f);
+  for (float& v : x) v = g(rng);
+  for (float& v : y) v = g(rng);
+  Problem<float> p;
+  p.features().x = host_matrix<const float>(x.data(), n, d);
+  p.features().y = host_matrix<const float>(y.data(), m, d);
+  ContextOptions co;
+  co.backend = Backend::kCuda;
+  co.kernel = KernelChoice::kGemmFp32;
+  Context ctx(co);
+  auto o = make_oracle(ctx, p, Precision::kFp32);
+  const BlockList l = make_list(Schedule::kRandom, n, m, o->block_shape(), rng);
+  EXPECT_THROW(o->set_block_lists(&l, nullptr), InvalidArgument);
+  EXPECT_EQ(o->description().find("block-list"), std::string::npos) << o->description();
+  Buffer<float> f(ctx, n), gpot = to_buffer(ctx, std::vector<float>(std::size_t(m), 0.f));
+  o->update_f(0.5f, gpot.data(), f.data(), nullptr);
+  for (float v : to_host(ctx, f.cview())) ASSERT_TRUE(std::isfinite(v));
+}
+
 // Block lists are validated at the API boundary, naming the defect.
 TEST(ConformanceBlockList, DefectsAreNamed) {
   std::vector<double> x(60), y(90);
