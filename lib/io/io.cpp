@@ -537,6 +537,12 @@ Array read_idx(const std::string& path, const std::string& bytes) {
   out.data.resize(std::size_t(count));
   const char* src = bytes.data() + header;
   const std::size_t item = type->item;
+  if (code == 0x08) {
+    // Unsigned bytes (MNIST images): a plain conversion loop (vectorized), no per-item dispatch.
+    const unsigned char* u8 = reinterpret_cast<const unsigned char*>(src);
+    for (std::size_t i = 0; i < std::size_t(count); ++i) out.data[i] = double(u8[i]);
+    return out;
+  }
   for (std::size_t i = 0; i < std::size_t(count); ++i) {
     const std::uint64_t u = read_be(src + i * item, item);
     double v = 0;
