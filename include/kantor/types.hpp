@@ -26,8 +26,8 @@ enum class Precision { kFp32, kTf32, kBf16, kFp64 };
 /// blocks + row LSE (tf32, dense schedule); kGemmFp32 = the same path with cuBLAS float32
 /// score blocks (CUDA cores, round-to-nearest; fp32, dense schedule); kGemm3xTf32 = the same path
 /// for fp32 with each dot product as three TF32 products of split operands (x = hi + lo:
-/// lo.hi + hi.lo + hi.hi) on the tensor cores: products to float32 accuracy, but the tensor
-/// cores' accumulation truncates, so long sums of large terms drift (docs/numerics.md); opt-in.
+/// lo.hi + hi.lo + hi.hi) on the tensor cores. Both are opt-in: their scores are float32 norm
+/// expansions, whose rounding scales with |x|^2 (docs/numerics.md section 3).
 /// kGemmFp64 = the same path for fp32 data with float64 score blocks (cuBLAS DGEMM on the FP64
 /// tensor cores) and double row maxima: the norm expansion without its float32 rounding; opt-in.
 /// The CPU engine has one family and accepts only kAuto and kExact.

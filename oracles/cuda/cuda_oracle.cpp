@@ -196,32 +196,10 @@ class CudaOracle final : public OracleBase<T> {
       // of the same values; the exact kernel's copies stay the LseSide operands (unused there).
       ld_upd_ = ld_simt_;
       if constexpr (std::is_same<T, float>::value) {
-        auto to_double = [](const std::vector<T>& v, std::int64_t rows) {
-          std::vector<double> o(v.size());
-          const std::int64_t w = rows > 0 ? std::int64_t(v.size()) / rows : 0;
-          detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
-            std::copy(v.begin() + b * w, v.begin() + e * w, o.begin() + b * w);
-          }, detail::row_grain(w));
-          return o;
-        };
-        x64_ = upload(to_double(prep.x, n_));
-        y64_ = upload(to_double(prep.y, m_));
-        auto norms64 = [&](const std::vector<T>& v, std::int64_t rows) {
-          std::vector<double> o(static_cast<std::size_t>(rows));
-          detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
-            for (std::int64_t i = b; i < e; ++i) {
-              double s = 0;
-              for (std::int64_t k = 0; k < d_; ++k) {
-                const double u = double(v[std::size_t(i * d_ + k)]);
-                s += u * u;
-              }
-              o[std::size_t(i)] = c_ * s;
-            }
-          }, detail::row_grain(d_));
-          return o;
-        };
-        xn64_ = upload(norms64(prep.x, n_));
-        yn64_ = upload(norms64(prep.y, m_));
+        x64_ = upload(padded<double>(prep.x, n_, int(d_), Rounding::kNone));
+        y64_ = upload(padded<double>(prep.y, m_, int(d_), Rounding::kNone));
+        xn64_ = upload(norms<double>(prep.x, n_, int(d_)));
+        yn64_ = upload(norms<double>(prep.y, m_, int(d_)));
       }
       xn_ = upload(norms(prep.x, n_, int(d_)));
       yn_ = upload(norms(prep.y, m_, int(d_)));
@@ -662,13 +640,13 @@ class CudaOracle final : public OracleBase<T> {
     }
     return ones_.data();
   }
-  /// The LseKernel of the current family.
   static bool gemm_family(LseFamily f) {
     return f == LseFamily::kGemm || f == LseFamily::kGemmFp32 || f == LseFamily::kGemm3xTf32 ||
            f == LseFamily::kGemmFp64;
   }
   /// Whether the current family's passes use the shifted form (u = beta + <x, y>, norms apart).
   bool shifted() const { return dispatch_.family != LseFamily::kExact; }
+  /// The LseKernel of the current family.
   LseKernel family_kernel() const {
     return dispatch_.family == LseFamily::kExact ? LseKernel::kSimt : tensor_;
   }
@@ -701,16 +679,18 @@ class CudaOracle final : public OracleBase<T> {
                        sizeof(U) * h.size());
     return buf;
   }
-  static std::vector<T> padded(const std::vector<T>& src, std::int64_t rows, int ld, Rounding r) {
+  /// src (rows x d) as rows x ld values of type U (zero padding), rounded as r says.
+  template <class U = T>
+  static std::vector<U> padded(const std::vector<T>& src, std::int64_t rows, int ld, Rounding r) {
     const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
-    std::vector<T> out(std::size_t(rows * ld), T(0));
+    std::vector<U> out(std::size_t(rows * ld), U(0));
     detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i)
         for (std::int64_t k = 0; k < d; ++k) {
           const T v = src[std::size_t(i * d + k)];
-          out[std::size_t(i * ld + k)] = r == Rounding::kTf32   ? T(round_tf32(float(v)))
-                                         : r == Rounding::kBf16 ? T(bf16::round(float(v)))
-                                                                : v;
+          out[std::size_t(i * ld + k)] = r == Rounding::kTf32   ? U(round_tf32(float(v)))
+                                         : r == Rounding::kBf16 ? U(bf16::round(float(v)))
+                                                                : U(v);
         }
     }, detail::row_grain(ld));
     return out;
@@ -748,14 +728,16 @@ class CudaOracle final : public OracleBase<T> {
     }, detail::row_grain(w));
     return out;
   }
-  std::vector<T> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
-    std::vector<T> out(static_cast<std::size_t>(rows));
+  /// c |row|^2 of each row of xt (rows x ld), accumulated in double, stored as U.
+  template <class U = T>
+  std::vector<U> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
+    std::vector<U> out(static_cast<std::size_t>(rows));
     detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
         double s = 0;
         for (int k = 0; k < ld; ++k)
           s += double(xt[std::size_t(i * ld + k)]) * xt[std::size_t(i * ld + k)];
-        out[std::size_t(i)] = T(c_ * s);
+        out[std::size_t(i)] = U(c_ * s);
       }
     }, detail::row_grain(ld));
     return out;
@@ -843,7 +825,7 @@ class CudaOracle final : public OracleBase<T> {
   // One side of an update. f side: queries x, keys y with potential g, writes f. g side: the
   // clouds' roles swapped.
   LseSide<T> side(bool f_side, const T* key_pot, T* pot) {
-    const bool tf32 = shifted();  // shifted form: tf32, bf16 and 3xTF32
+    const bool tf32 = shifted();  // shifted form: every family but the exact one
     LseSide<T> s;
     s.queries = f_side ? upd_x() : upd_y();
     s.keys = f_side ? upd_y() : upd_x();

@@ -163,6 +163,12 @@ TEST_F(CliOtddTest, BadInputExitsTwoNamingTheProblemAndWritesNothing) {
       {"otdd --source " + path("missing.npy") + " --source-labels " + la + " --target " + xa +
            " --target-labels " + la + out,
        {"missing.npy"}},
+      {"otdd --source " + xa + " --source-labels " + la + " --target " + xa + " --target-labels " + la +
+           " --kernel fastest" + out,
+       {"--kernel", "fastest"}},
+      {"otdd --source " + xa + " --source-labels " + la + " --target " + xa + " --target-labels " + la +
+           " --backend cpu --kernel gemm-fp64" + out,
+       {"gemm-fp64", "CPU"}},
   };
   for (const BadCase& c : cases) {
     const Result r = run(c.args);
