@@ -420,6 +420,8 @@ int cmd_otdd(const std::vector<std::string>& args) {
   co.kernel = parse_kernel_choice(kernel, "--kernel");
   co.cancel = &g_cancel;
   const Context ctx = make_context(co);
+  const double seconds_context =
+      std::chrono::duration<double>(Clock::now() - t0).count() - seconds_read;
   if (ctx.backend() == Backend::kCpu &&
       (*options.precision == Precision::kTf32 || *options.precision == Precision::kBf16))
     throw InvalidArgument("--precision " + to_string(*options.precision) + " needs --backend cuda");
@@ -450,8 +452,8 @@ int cmd_otdd(const std::vector<std::string>& args) {
     options.mode = mode_name == "compatible" ? otdd::Mode::kCompatible : otdd::Mode::kConverged;
     otdd::LabelTable table =
         otdd::label_distances(ctx, da, db, otdd::effective_label_options(options), progress);
-    const double seconds_labels =
-        std::chrono::duration<double>(Clock::now() - t0).count() - seconds_read;
+    const double seconds_labels = std::chrono::duration<double>(Clock::now() - t0).count() -
+                                  seconds_read - seconds_context;
     options.table = &table;
     std::vector<otdd::Mode> modes;
     if (mode_name != "converged") modes.push_back(otdd::Mode::kCompatible);
@@ -553,9 +555,12 @@ int cmd_otdd(const std::vector<std::string>& args) {
         .add_raw("label_distances", json_matrix(table, true))
         .add_raw("label_table", json_matrix(table, false))
         .add("seconds_read", seconds_read)
+        .add("seconds_context", seconds_context)
         .add("seconds_labels", main_run.seconds_labels)
+        .add("seconds_prepare", main_run.seconds_prepare)
         .add("seconds_setup", main_run.seconds_setup)
         .add("seconds_ot", main_run.seconds_ot)
+        .add("seconds_certificate", main_run.seconds_certificate)
         .add("seconds", seconds);
     std::cout << o.str() << std::endl;
   } else {

@@ -31,6 +31,7 @@ double seconds_since(Clock::time_point t) {
 }
 
 using detail::parallel_for;
+using detail::parallel_ranges;
 using detail::thread_count;
 
 void check_dataset(const Dataset& x, const std::string& what) {
@@ -432,7 +433,7 @@ struct Sorted {
 
 template <class T>
 Sorted<T> sort_by_class(const Dataset& data, const std::vector<std::int32_t>& classes,
-                        std::int32_t offset) {
+                        std::int32_t offset, int threads) {
   Sorted<T> s;
   s.n = data.features.rows;
   s.d = data.features.cols;
@@ -444,15 +445,19 @@ Sorted<T> sort_by_class(const Dataset& data, const std::vector<std::int32_t>& cl
   s.x.resize(std::size_t(s.n * s.d));
   s.ref.resize(std::size_t(s.n * s.d));
   s.labels.resize(std::size_t(s.n));
-  for (std::int64_t r = 0; r < s.n; ++r) {
-    const std::int64_t i = order[std::size_t(r)];
-    for (std::int64_t k = 0; k < s.d; ++k) {
-      s.ref[std::size_t(r * s.d + k)] = data.features(i, k);
-      s.x[std::size_t(r * s.d + k)] = T(data.features(i, k));
+  // Rows in parallel chunks of about 1 MB of output (the copies are memory bound).
+  const std::int64_t grain = std::max<std::int64_t>(64, (std::int64_t(1) << 17) / std::max<std::int64_t>(s.d, 1));
+  parallel_ranges(s.n, threads, grain, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t r = b; r < e; ++r) {
+      const std::int64_t i = order[std::size_t(r)];
+      for (std::int64_t k = 0; k < s.d; ++k) {
+        s.ref[std::size_t(r * s.d + k)] = data.features(i, k);
+        s.x[std::size_t(r * s.d + k)] = T(data.features(i, k));
+      }
+      const auto it = std::lower_bound(classes.begin(), classes.end(), data.labels.data[i]);
+      s.labels[std::size_t(r)] = offset + std::int32_t(it - classes.begin());
     }
-    const auto it = std::lower_bound(classes.begin(), classes.end(), data.labels.data[i]);
-    s.labels[std::size_t(r)] = offset + std::int32_t(it - classes.begin());
-  }
+  });
   return s;
 }
 
@@ -478,14 +483,27 @@ Problem<T> make_problem(const Sorted<T>& x, const Sorted<T>& y, const LabelTable
 /// The Euclidean diameter GeomLoss computes on otdd's augmented samples: the features plus one
 /// column holding the union label index (max_diameter over the union of both sets).
 template <class T>
-double augmented_diameter(const Sorted<T>& a, const Sorted<T>& b) {
+double augmented_diameter(const Sorted<T>& a, const Sorted<T>& b, int threads) {
   const std::int64_t d = a.d;
   Extent box(d + 1);
-  for (const Sorted<T>* s : {&a, &b})
-    for (std::int64_t i = 0; i < s->n; ++i) {
-      for (std::int64_t k = 0; k < d; ++k) box.add(k, s->ref[std::size_t(i * d + k)]);
-      box.add(d, s->labels[std::size_t(i)]);
-    }
+  // Per-chunk boxes (min and max are exact: the merge order does not matter).
+  const std::int64_t grain = std::max<std::int64_t>(256, (std::int64_t(1) << 16) / (d + 1));
+  for (const Sorted<T>* s : {&a, &b}) {
+    const std::int64_t chunks = (s->n + grain - 1) / grain;
+    std::vector<Extent> part(std::size_t(chunks), Extent(d + 1));
+    parallel_for(chunks, threads, [&](std::int64_t c) {
+      Extent& e = part[std::size_t(c)];
+      for (std::int64_t i = c * grain; i < std::min(s->n, (c + 1) * grain); ++i) {
+        for (std::int64_t k = 0; k < d; ++k) e.add(k, s->ref[std::size_t(i * d + k)]);
+        e.add(d, s->labels[std::size_t(i)]);
+      }
+    });
+    for (const Extent& e : part)
+      for (std::size_t k = 0; k <= std::size_t(d); ++k) {
+        box.lo[k] = std::min(box.lo[k], e.lo[k]);
+        box.hi[k] = std::max(box.hi[k], e.hi[k]);
+      }
+  }
   return box.diagonal();
 }
 
@@ -551,6 +569,7 @@ void compatible(const Context& ctx, const Problem<T>& pxy, const Problem<T>& pxx
   s->ot_yy = read_scalar(ctx, sc, 2);
   s->distance = s->ot_xy - 0.5 * s->ot_xx - 0.5 * s->ot_yy;
   s->seconds_ot = seconds_since(t_ot);
+  const auto t_cert = Clock::now();
   const double eps = sched.back();
   s->marginal_error_xy = oxy->certify(eps, f.data(), g.data()).bound;
   // The self-problems report the engine's residual (two passes each, not float64 certificate
@@ -561,6 +580,7 @@ void compatible(const Context& ctx, const Problem<T>& pxy, const Problem<T>& pxx
   oyy->marginal_error(T(eps), ga.data(), ga.data(), res.data() + 1);
   s->marginal_error_xx = read_scalar(ctx, res, 0);
   s->marginal_error_yy = read_scalar(ctx, res, 1);
+  s->seconds_certificate = seconds_since(t_cert);
   s->converged = false;
   std::ostringstream os;
   os << "compatible mode: " << steps << " fixed steps (not a convergence test); certified L1 "
@@ -610,16 +630,19 @@ void converged(const Context& ctx, const Problem<T>& pxy, Precision prec, const 
 template <class T>
 void run(const Context& ctx, const Dataset& a, const Dataset& b, const OtddOptions& o,
          Precision prec, OtddSummary* s, const ProgressCallback& progress) {
-  const Sorted<T> sa = sort_by_class<T>(a, s->table.classes_a, 0);
-  const Sorted<T> sb =
-      sort_by_class<T>(b, s->table.classes_b, std::int32_t(s->table.classes_a.size()));
+  const auto t_prepare = Clock::now();
+  const Sorted<T> sa = sort_by_class<T>(a, s->table.classes_a, 0, ctx.threads());
+  const Sorted<T> sb = sort_by_class<T>(b, s->table.classes_b,
+                                        std::int32_t(s->table.classes_a.size()), ctx.threads());
   const Problem<T> pxy = make_problem(sa, sb, s->table, o);
   if (o.mode == Mode::kCompatible) {
-    s->diameter = augmented_diameter(sa, sb);
+    s->diameter = augmented_diameter(sa, sb, ctx.threads());
     s->schedule = geomloss_schedule(s->diameter, o.epsilon, o.scaling);
+    s->seconds_prepare = seconds_since(t_prepare);
     compatible(ctx, pxy, make_problem(sa, sa, s->table, o), make_problem(sb, sb, s->table, o),
                prec, s, progress);
   } else {
+    s->seconds_prepare = seconds_since(t_prepare);
     converged(ctx, pxy, prec, o, s);
   }
 }

@@ -198,6 +198,9 @@ struct OtddSummary {
   bool converged = false;  ///< converged mode: all three certified below the tolerance
   std::string message;
   double seconds_labels = 0, seconds_setup = 0, seconds_ot = 0, seconds_total = 0;
+  /// Sorting the rows by class and building the problems (host copies); compatible mode: the
+  /// certificate of the cross problem and the self-problems' residuals after the loop.
+  double seconds_prepare = 0, seconds_certificate = 0;
 
   std::string brief_report() const;
   std::string full_report() const;

@@ -136,8 +136,15 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
           (*dst)[std::size_t(i * d + k)] = T(double(v(i, k)) - out.center[std::size_t(k)]);
     }, grain);
   };
+  const auto same_view = [](const auto& u, const auto& v) {
+    return u.data == v.data && u.rows == v.rows && u.cols == v.cols && u.stride == v.stride;
+  };
+  out.same_clouds = same_view(p.x, p.y) && same_view(problem.reference_x, problem.reference_y);
   copy_centred(p.x, &out.x);
-  copy_centred(p.y, &out.y);
+  if (out.same_clouds)
+    out.y = out.x;
+  else
+    copy_centred(p.y, &out.y);
   out.rho_a = problem.rho_a;
   out.rho_b = problem.rho_b;
   out.a_ref = exact_weights(problem.a, out.n, problem.unbalanced());
@@ -187,7 +194,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
     return e;
   };
   out.x_ref = exact(p.x, problem.reference_x);
-  out.y_ref = exact(p.y, problem.reference_y);
+  out.y_ref = out.same_clouds ? out.x_ref : exact(p.y, problem.reference_y);
   if (lab) {
     out.classes = lab->table.rows;
     out.labels_x.assign(lab->labels_x.data, lab->labels_x.data + out.n);

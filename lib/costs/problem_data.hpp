@@ -36,6 +36,10 @@ struct PreparedProblem {
   // normalized in double (as given for an unbalanced problem).
   std::vector<double> x_ref, y_ref;
   std::vector<double> a_ref, b_ref;
+  // The problem's two clouds are one view (x and y, and their references, the same memory and
+  // shape: a debiased divergence's self-problems): y, y_ref equal x, x_ref, and an engine may keep
+  // one copy of them.
+  bool same_clouds = false;
 };
 
 /// Validates (kantor::validate) and prepares. Problem views must be host memory (InvalidArgument

@@ -28,6 +28,10 @@ namespace {
 // 120.1 at d = 128, 290.8 / 150.0 at d = 256, 667.1 / 213.4 at d = 512.
 constexpr int kGemmMinPaddedDim = 128;
 
+// Widest fp32 dense pass the exact kernel serves in the table (above: gemm-fp64; evidence at
+// the entry in dispatch_lse).
+constexpr int kExactFp32MaxDim = 16;
+
 int tf32_width(int d) { return tf32_padded_dim(d); }
 
 }  // namespace
@@ -98,21 +102,30 @@ Dispatch dispatch_lse(const PassTraits& p, KernelChoice choice) {
                             (p.block_list ? ", block list" : "") + "): " + why);
     return {f, "forced by ContextOptions::kernel"};
   }
-  // fp32 stays on the exact kernel in the table although the cuBLAS families are faster from
-  // d = 17 on (H200, n = m = 50k, fp32, 10 alternating iterations, eps = 0.1, ms, exact /
-  // gemm-fp32 / gemm-3xtf32: 97.8 / 140.3 / 112.2 at d = 16, 364.0 / 171.5 / 116.4 at d = 32,
-  // 708.6 / 255.6 / 129.6 at d = 64; d = 784, 2 iterations: 1313.3 / 310.8 / 147.9): their
-  // scores are norm expansions, c(|x|^2 + |y|^2 - 2<x, y>), whose float32 rounding grows with
-  // |x|^2, not with the cost. On Fashion-MNIST (60k x 10k, d = 784, eps = 0.1, converged OTDD,
-  // 150 iterations) the float64 certificate of their potentials was 0.155 (gemm-fp32) and 0.170
-  // (gemm-3xtf32) where the engine's residual was 0.108; with exact differences the two agree
-  // (0.0839 / 0.0837 at 300 iterations): a floor that a tolerance near it never gets under.
-  // Both are opt-in (ContextOptions::kernel) for looser tolerances (docs/cuda-engine.md, "fp32 at
-  // large d").
+  // fp32 above d = 16 (dense): float64 score blocks (DGEMM on exact double copies of the float
+  // data), the rest of the pass as the exact kernel's (float exponentials, double maxima). Its
+  // scores are at least as accurate as exact float differences (a norm expansion in float64
+  // loses ~2^-53 |x|^2, not ~2^-24 |x|^2 like the float32 / 3xTF32 expansions), and it is faster
+  // from d = 32 on. Evidence (H200, n = m = 50k, fp32, 10 alternating iterations, eps = 0.1, ms,
+  // exact / gemm-fp64; eighth session): 97.7 / 223.6 at d = 16, 363.9 / 247.3 at d = 32,
+  // 709.3 / 282.4 at d = 64, and per 2 iterations at d = 784 1317.5 / 309.8. The exact kernel
+  // pads d to a multiple of 16, so 17 <= d <= 32 all cost its d = 32 time. Accuracy on
+  // Fashion-MNIST (60k x 10k, d = 784, eps = 0.1, converged OTDD, 150 cross iterations): the
+  // float64 certificate of the potentials 0.10813 against the engine's residual 0.10798, the same
+  // iteration counts as the exact kernel (certificate 0.10823) in 21.6 s of solving instead of
+  // 58.5 s. The float32 expansions (gemm-fp32, gemm-3xtf32) stay opt-in: their certificate floor
+  // was 0.155 / 0.170 there (docs/cuda-engine.md, "fp32 at large d").
+  // fp64 stays exact: a DGEMM expansion of double data would lose relative accuracy where
+  // |x|^2 >> |x - y|^2, and fp64 is the precision asked for reference-grade results.
+  if (p.precision == Precision::kFp32 && !p.block_list && p.dim > kExactFp32MaxDim)
+    return {LseFamily::kGemmFp64,
+            "fp32 d > 16: cuBLAS float64 score blocks (as accurate as exact differences, faster)"};
   if (p.precision == Precision::kFp32 || p.precision == Precision::kFp64)
     return {LseFamily::kExact,
-            "fp32 / fp64: exact differences on the CUDA cores (the only family without rounded "
-            "dot products)"};
+            p.precision == Precision::kFp64
+                ? "fp64: exact differences on the CUDA cores"
+                : (p.block_list ? "fp32 block list: exact differences (the cuBLAS paths are dense)"
+                                : "fp32 d <= 16: exact differences on the CUDA cores")};
   if (p.precision == Precision::kBf16 && p.dim > kBf16MaxDim)
     throw InvalidArgument("precision bf16 on the CUDA engine serves d <= " +
                           std::to_string(kBf16MaxDim) + " (got d = " + std::to_string(p.dim) +

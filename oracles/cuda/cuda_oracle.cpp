@@ -1,7 +1,9 @@
 // CUDA point-cloud oracle. Setup (once): prepare_problem_data on the host (validation, centring,
-// normalized weights, labels), then device copies of the centred clouds zero-padded for the
-// kernels, log weights, TF32- or bf16-rounded copies and their norms (tf32, bf16), the label pair
-// tables in each kernel's units, and a workspace sized for the largest split-K pass. The kernel
+// normalized weights, labels), then one upload of each centred cloud, from which the device builds
+// the kernels' copies (lib/cuda/operands.hpp: zero-padded, TF32-rounded, 3xTF32 splits, float64,
+// row norms; bf16 rounding stays on the host); one cloud given as both sides (a self-problem) is
+// stored once. Then log weights, the label pair tables in each kernel's units, and a workspace
+// sized for the largest split-K pass. The kernel
 // family of the updates comes from the dispatch table (lib/cuda/dispatch.cpp). Passes:
 // lib/cuda/lse_params.hpp (conventions and policies), docs/cuda-engine.md (design); the vector
 // kernels of ops(): lib/cuda/vector_ops.hpp. Nothing here synchronizes; scalars are written as
@@ -28,6 +30,7 @@
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_params.hpp"
 #include "lib/cuda/lse_values.hpp"
+#include "lib/cuda/operands.hpp"
 #include "lib/cuda/runtime.hpp"
 #include "lib/cuda/vector_ops.hpp"
 #include "lib/runtime/context_impl.hpp"
@@ -139,9 +142,11 @@ class CudaOracle final : public OracleBase<T> {
               : precision == Precision::kBf16 ? LseKernel::kBf16
                                               : LseKernel::kSimt;
     center_ = prep.center;
+    // One view for both clouds (a self-problem): the y-side copies are the x side's (ys() etc.).
+    same_ = prep.same_clouds;
     // The certificate's data: the caller's coordinates (uncentred, unrounded) and weights, double.
     x_ref_ = upload(prep.x_ref);
-    y_ref_ = upload(prep.y_ref);
+    if (!same_) y_ref_ = upload(prep.y_ref);
     a_ref_ = upload(prep.a_ref);
     b_ref_ = upload(prep.b_ref);
     cert_out_ = Buffer<double>(ctx_, 2 * cuda::kCertifyOutputs);
@@ -179,12 +184,33 @@ class CudaOracle final : public OracleBase<T> {
                          : tensor_ == LseKernel::kBf16 ? Rounding::kBf16
                                                        : Rounding::kNone;
     ld_simt_ = cuda::simt_padded_dim(int(d_));
-    xs_ = upload(padded(prep.x, n_, ld_simt_, rnd));
-    ys_ = upload(padded(prep.y, m_, ld_simt_, rnd));
+    // The centred clouds, uploaded once; every copy below is built from them on the device
+    // (lib/cuda/operands.hpp; bf16 rounding and packing stay on the host).
+    const Buffer<T> x_dense = upload(prep.x);
+    const Buffer<T> y_dense = same_ ? Buffer<T>() : upload(prep.y);
+    const T* xd = x_dense.data();
+    const T* yd = same_ ? xd : y_dense.data();
+    auto build = [&](const T* src, const std::vector<T>& host, std::int64_t rows, int ld,
+                     Rounding r) {
+      if (r == Rounding::kBf16) return upload(padded(host, rows, ld, r));
+      Buffer<T> out(ctx_, rows * ld);
+      cuda::operand_padded<T, T>(src, rows, int(d_), out.data(), ld,
+                                 r == Rounding::kTf32 ? cuda::OperandRounding::kTf32
+                                                      : cuda::OperandRounding::kNone,
+                                 stream_);
+      return out;
+    };
+    auto row_norms = [&](const T* src, std::int64_t rows, int ld) {
+      Buffer<T> out(ctx_, rows);
+      cuda::operand_norms<T, T>(src, rows, ld, c_, out.data(), stream_);
+      return out;
+    };
+    xs_ = build(xd, prep.x, n_, ld_simt_, rnd);
+    if (!same_) ys_ = build(yd, prep.y, m_, ld_simt_, rnd);
     // Unrounded centred x and y: points() and the values of the barycentric map (y).
     if (rnd != Rounding::kNone) {
-      xs_values_ = upload(padded(prep.x, n_, ld_simt_, Rounding::kNone));
-      ys_values_ = upload(padded(prep.y, m_, ld_simt_, Rounding::kNone));
+      xs_values_ = build(xd, prep.x, n_, ld_simt_, Rounding::kNone);
+      if (!same_) ys_values_ = build(yd, prep.y, m_, ld_simt_, Rounding::kNone);
     }
     a_ = upload(prep.a);
     b_ = upload(prep.b);
@@ -196,47 +222,69 @@ class CudaOracle final : public OracleBase<T> {
       // of the same values; the exact kernel's copies stay the LseSide operands (unused there).
       ld_upd_ = ld_simt_;
       if constexpr (std::is_same<T, float>::value) {
-        x64_ = upload(padded<double>(prep.x, n_, int(d_), Rounding::kNone));
-        y64_ = upload(padded<double>(prep.y, m_, int(d_), Rounding::kNone));
-        xn64_ = upload(norms<double>(prep.x, n_, int(d_)));
-        yn64_ = upload(norms<double>(prep.y, m_, int(d_)));
+        auto to_double = [&](const T* src, std::int64_t rows) {
+          Buffer<double> out(ctx_, rows * d_);
+          cuda::operand_padded<T, double>(src, rows, int(d_), out.data(), int(d_),
+                                          cuda::OperandRounding::kNone, stream_);
+          return out;
+        };
+        auto norms64 = [&](const double* src, std::int64_t rows) {
+          Buffer<double> out(ctx_, rows);
+          cuda::operand_norms<double, double>(src, rows, int(d_), c_, out.data(), stream_);
+          return out;
+        };
+        x64_ = to_double(xd, n_);
+        if (!same_) y64_ = to_double(yd, m_);
+        xn64_ = norms64(x64_.data(), n_);
+        yn64_ = norms64(y64(), m_);
       }
-      xn_ = upload(norms(prep.x, n_, int(d_)));
-      yn_ = upload(norms(prep.y, m_, int(d_)));
+      xn_ = row_norms(xd, n_, int(d_));
+      yn_ = row_norms(yd, m_, int(d_));
     } else if (dense_.family == LseFamily::kGemmFp32) {
       // fp32 cuBLAS score blocks: the GEMM reads the exact kernel's unrounded copies (xs_, ys_);
       // c|x|^2 of the same values.
       ld_upd_ = ld_simt_;
-      xn_ = upload(norms(prep.x, n_, int(d_)));
-      yn_ = upload(norms(prep.y, m_, int(d_)));
+      xn_ = row_norms(xd, n_, int(d_));
+      yn_ = row_norms(yd, m_, int(d_));
     } else if (dense_.family == LseFamily::kGemm3xTf32) {
       // fp32 as 3xTF32: split copies of width 3 ld (x: [lo, hi, hi], y: [hi, lo, hi], so that
       // one TF32 GEMM sums lo.hi + hi.lo + hi.hi in either role, the small terms first, while
       // the accumulator is small) and c|x|^2 of the unrounded values (lib/cuda/lse_gemm.hpp).
       ld_upd_ = int((d_ + 7) / 8 * 8);  // 32-byte rows; cuBLAS needs no wider padding
-      xt_ = upload(split3(prep.x, n_, ld_upd_, /*x_side=*/true));
-      yt_ = upload(split3(prep.y, m_, ld_upd_, /*x_side=*/false));
-      xn_ = upload(norms(prep.x, n_, int(d_)));
-      yn_ = upload(norms(prep.y, m_, int(d_)));
+      if constexpr (std::is_same<T, float>::value) {
+        // The two sides' splits differ ([lo, hi, hi] against [hi, lo, hi]): both are built, also
+        // for one cloud.
+        auto split = [&](const T* src, std::int64_t rows, bool x_side) {
+          Buffer<T> out(ctx_, rows * 3 * ld_upd_);
+          cuda::operand_split3(src, rows, int(d_), out.data(), ld_upd_, x_side, stream_);
+          return out;
+        };
+        xt_ = split(xd, n_, /*x_side=*/true);
+        yt_ = split(yd, m_, /*x_side=*/false);
+      }
+      xn_ = row_norms(xd, n_, int(d_));
+      yn_ = row_norms(yd, m_, int(d_));
     } else if (tensor_copies && tensor_ == LseKernel::kTf32) {
       // TF32-rounded copies and c|x~|^2 from the same rounded values (docs/numerics.md 2).
       ld_upd_ = cuda::tf32_padded_dim(int(d_));
-      const std::vector<T> xt = padded(prep.x, n_, ld_upd_, Rounding::kTf32);
-      const std::vector<T> yt = padded(prep.y, m_, ld_upd_, Rounding::kTf32);
-      xt_ = upload(xt);
-      yt_ = upload(yt);
-      xn_ = upload(norms(xt, n_, ld_upd_));
-      yn_ = upload(norms(yt, m_, ld_upd_));
+      xt_ = build(xd, prep.x, n_, ld_upd_, Rounding::kTf32);
+      if (!same_) yt_ = build(yd, prep.y, m_, ld_upd_, Rounding::kTf32);
+      xn_ = row_norms(xt_.data(), n_, ld_upd_);
+      yn_ = row_norms(same_ ? xt_.data() : yt_.data(), m_, ld_upd_);
     } else if (tensor_copies && tensor_ == LseKernel::kBf16) {
       // bf16-rounded copies (ld/2 words of packed pairs per row, the MMA operands) and c|x~|^2
       // in double from the same rounded values; ld = 16, 32 or 64 (zero columns are exact).
       ld_upd_ = cuda::bf16_padded_dim(int(d_));
       const std::vector<T> xt = padded(prep.x, n_, ld_upd_, Rounding::kBf16);
-      const std::vector<T> yt = padded(prep.y, m_, ld_upd_, Rounding::kBf16);
       xt_ = upload(pack_bf16(xt));
-      yt_ = upload(pack_bf16(yt));
       xn_ = upload(norms(xt, n_, ld_upd_));
-      yn_ = upload(norms(yt, m_, ld_upd_));
+      if (same_) {
+        yn_ = upload(norms(xt, m_, ld_upd_));
+      } else {
+        const std::vector<T> yt = padded(prep.y, m_, ld_upd_, Rounding::kBf16);
+        yt_ = upload(pack_bf16(yt));
+        yn_ = upload(norms(yt, m_, ld_upd_));
+      }
     } else {
       ld_upd_ = ld_simt_;
     }
@@ -383,9 +431,8 @@ class CudaOracle final : public OracleBase<T> {
       throw InvalidArgument("points: side must be 0 (x) or 1 (y), got " + std::to_string(side));
     // The exact-difference copies are unrounded on fp32 / fp64; tf32 / bf16 keep separate
     // unrounded copies (xs_values_, ys_values_). Rows padded with zeros to ld_simt_ columns.
-    const Buffer<T>& unrounded = side == 0 ? (xs_values_.empty() ? xs_ : xs_values_)
-                                           : (ys_values_.empty() ? ys_ : ys_values_);
-    return {unrounded.data(), side == 0 ? n_ : m_, d_, ld_simt_, MemorySpace::kDevice};
+    return {side == 0 ? xs_vals() : ys_vals(), side == 0 ? n_ : m_, d_, ld_simt_,
+            MemorySpace::kDevice};
   }
   VectorOps<T>& ops() override { return ops_; }
   void barycentric_map(T eps, const T* f, const T* g, MatrixView<T> out) override {
@@ -395,7 +442,7 @@ class CudaOracle final : public OracleBase<T> {
     // T(x_i) = sum_j P_ij y_j / sum_j P_ij: the row factor cancels; values = centred y.
     for (std::int64_t c0 = 0; c0 < d_; c0 += cuda::kValueChunk) {
       LseValuePass<T> p = value_pass(eps, true, f, g, ValueMode::kBarycentric);
-      p.values = (ys_values_.empty() ? ys_.data() : ys_values_.data()) + c0;
+      p.values = ys_vals() + c0;
       p.vstride = ld_simt_;
       p.vcols = int(std::min<std::int64_t>(cuda::kValueChunk, d_ - c0));
       p.out = out.data + c0;
@@ -433,7 +480,7 @@ class CudaOracle final : public OracleBase<T> {
     cuda::memset_async(cert_out_.data(), 0, 2 * kOut * sizeof(double), stream_);
     cuda::CertifySide<T> rows;
     rows.queries = x_ref_.data();
-    rows.keys = y_ref_.data();
+    rows.keys = y_ref();
     rows.query_w = a_ref_.data();
     rows.key_w = b_ref_.data();
     rows.query_pot = f;
@@ -656,7 +703,7 @@ class CudaOracle final : public OracleBase<T> {
         // Each side's double operands: side 0 reads rows x (queries xs_), side 1 rows y.
         cuda::GemmFp64Operands ops;
         ops.queries[0] = ops.keys[1] = x64_.data();
-        ops.queries[1] = ops.keys[0] = y64_.data();
+        ops.queries[1] = ops.keys[0] = y64();
         ops.key_norms[0] = yn64_.data();
         ops.key_norms[1] = xn64_.data();
         ops.ld = int(d_);
@@ -708,26 +755,6 @@ class CudaOracle final : public OracleBase<T> {
     }
     return out;
   }
-  /// rows x 3 ld: [lo, hi, hi] per row (x_side) or [hi, lo, hi], hi = the TF32 rounding of the
-  /// value, lo = value - hi (exact in float); zero padding columns.
-  static std::vector<T> split3(const std::vector<T>& src, std::int64_t rows, int ld,
-                               bool x_side) {
-    const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
-    const std::int64_t w = 3 * std::int64_t(ld);
-    std::vector<T> out(std::size_t(rows * w), T(0));
-    detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
-      for (std::int64_t i = b; i < e; ++i)
-        for (std::int64_t k = 0; k < d; ++k) {
-          const float v = float(src[std::size_t(i * d + k)]);
-          const float hi = round_tf32(v), lo = v - hi;
-          T* o = out.data() + i * w + k;
-          o[0] = T(x_side ? lo : hi);
-          o[ld] = T(x_side ? hi : lo);
-          o[2 * ld] = T(hi);
-        }
-    }, detail::row_grain(w));
-    return out;
-  }
   /// c |row|^2 of each row of xt (rows x ld), accumulated in double, stored as U.
   template <class U = T>
   std::vector<U> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
@@ -749,7 +776,18 @@ class CudaOracle final : public OracleBase<T> {
            dispatch_.family != LseFamily::kGemmFp64;
   }
   const T* upd_x() const { return own_copies() ? xt_.data() : xs_.data(); }
-  const T* upd_y() const { return own_copies() ? yt_.data() : ys_.data(); }
+  const T* upd_y() const { return own_copies() ? yt() : ys(); }
+  /// The y side's copies: the x side's when both clouds are one view (same_).
+  const T* ys() const { return same_ ? xs_.data() : ys_.data(); }
+  const T* yt() const { return same_ && yt_.empty() ? xt_.data() : yt_.data(); }
+  const double* y64() const { return same_ ? x64_.data() : y64_.data(); }
+  const double* y_ref() const { return same_ ? x_ref_.data() : y_ref_.data(); }
+  /// The unrounded copies (points(), barycentric values): separate on tf32 / bf16.
+  const T* xs_vals() const { return xs_values_.empty() ? xs_.data() : xs_values_.data(); }
+  const T* ys_vals() const {
+    if (same_) return xs_vals();
+    return ys_values_.empty() ? ys_.data() : ys_values_.data();
+  }
 
   /// The side's policies: block list (side s: 0 = rows x, 1 = rows y) and pair term in the units
   /// of the exact (u = beta - C / c) or shifted (u = beta + <x, y> - C / 2c) form.
@@ -848,8 +886,8 @@ class CudaOracle final : public OracleBase<T> {
   LseValuePass<T> value_pass(T eps, bool f_side, const T* f, const T* g, ValueMode mode) {
     LseValuePass<T> p;
     LseSide<T>& s = p.side;
-    s.queries = f_side ? xs_.data() : ys_.data();
-    s.keys = f_side ? ys_.data() : xs_.data();
+    s.queries = f_side ? xs_.data() : ys();
+    s.keys = f_side ? ys() : xs_.data();
     s.key_pot = f_side ? g : f;
     s.key_logw = f_side ? lb_.data() : la_.data();
     s.pot = const_cast<T*>(f_side ? f : g);  // read only in value passes
@@ -898,6 +936,7 @@ class CudaOracle final : public OracleBase<T> {
   Buffer<std::int64_t> run_ptr_[2];
   Buffer<std::int32_t> runs_[2];
   Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data
+  bool same_ = false;  // one view for both clouds: the y-side copies are the x side's
   double mass_ref_[2] = {0, 0};  // the sums of a_ref_ and b_ref_ (the fp32 bound's m_b)
   int ld_simt_ = 0, ld_upd_ = 0;
   int class_splits_f_ = 0, class_splits_g_ = 0, class_splits_sym_ = 0;

@@ -29,12 +29,16 @@ TEST(CudaDispatchTable, EveryAutoEntry) {
   // fp64: always exact differences.
   EXPECT_EQ(pick(pass(Precision::kFp64, 3)), LseFamily::kExact);
   EXPECT_EQ(pick(pass(Precision::kFp64, 784, true)), LseFamily::kExact);
-  // fp32: exact differences at every width (the cuBLAS families' norm expansion is opt-in).
+  // fp32: exact differences up to d = 16 and for block lists; float64 score blocks above (the
+  // float32 norm expansions are opt-in).
   EXPECT_EQ(pick(pass(Precision::kFp32, 3)), LseFamily::kExact);
-  EXPECT_EQ(pick(pass(Precision::kFp32, 17)), LseFamily::kExact);
-  EXPECT_EQ(pick(pass(Precision::kFp32, 784)), LseFamily::kExact);
-  EXPECT_EQ(pick(pass(Precision::kFp32, 784, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 16)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 16, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 17)), LseFamily::kGemmFp64);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 784)), LseFamily::kGemmFp64);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 784, true)), LseFamily::kGemmFp64);
   EXPECT_EQ(pick(pass(Precision::kFp32, 784, false, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 17, true, true)), LseFamily::kExact);
   // tf32: mma up to 64, chunked at padded 96, cuBLAS from 128 (labels included there).
   EXPECT_EQ(pick(pass(Precision::kTf32, 64)), LseFamily::kMma);
   EXPECT_EQ(pick(pass(Precision::kTf32, 64, true, true)), LseFamily::kMma);

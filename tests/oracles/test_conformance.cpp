@@ -48,6 +48,9 @@ struct Conf {
   Schedule schedule;
   std::int64_t n, m, d;
   KernelChoice kernel = KernelChoice::kAuto;
+  // One cloud for both sides (y is x's view, labels too; m = n): a divergence's self-problem,
+  // whose copies an engine may share between the sides.
+  bool same = false;
 };
 
 const char* name(CostKind c) {
@@ -71,6 +74,7 @@ std::string case_name(const Conf& c) {
   os << to_string(c.backend) << "_" << to_string(c.precision) << "_" << name(c.cost) << "_"
      << name(c.schedule) << "_" << c.n << "x" << c.m << "x" << c.d;
   if (c.kernel != KernelChoice::kAuto) os << "_" << to_string(c.kernel);
+  if (c.same) os << "_samecloud";
   std::string s = os.str();
   for (char& ch : s)
     if (ch == '-') ch = '_';
@@ -137,6 +141,7 @@ void run_case(const Conf& c) {
           std::uint64_t(c.schedule) * 10000);
   std::vector<double> x = gaussian_cloud(rng, c.n, c.d, 0.0, 1.0);
   std::vector<double> y = gaussian_cloud(rng, c.m, c.d, 0.4, 1.0);
+  if (c.same) y = x;
   std::vector<double> a = with_zeros(random_weights(rng, c.n), 2, 7);
   std::vector<double> b = same_mass(with_zeros(random_weights(rng, c.m), 1, 5), a);
   PointData<T> data = make_point_data<T>(c.d, x, y, a, b, 0.5, 0.7);
@@ -158,13 +163,15 @@ void run_case(const Conf& c) {
       for (std::int64_t j = 0; j < c.m; ++j) ly[std::size_t(j)] = std::int32_t(j * L / c.m);
     }
     for (auto& e : W) e = u(rng);
+    if (c.same) ly = lx;
   }
   Problem<T> prob = data.problem();
+  if (c.same) prob.features().y = prob.features().x;  // one view
   if (L > 0) {
     LabelAugmented<T> la;
     la.features = prob.features();
     la.labels_x = host_vector<const std::int32_t>(lx.data(), c.n);
-    la.labels_y = host_vector<const std::int32_t>(ly.data(), c.m);
+    la.labels_y = c.same ? la.labels_x : host_vector<const std::int32_t>(ly.data(), c.m);
     la.table = host_matrix<const double>(W.data(), L, L);
     la.table_scale = c_w;
     prob.cost = la;
@@ -396,6 +403,14 @@ std::vector<Conf> all_cases() {
   for (const auto& e : engines)
     for (Schedule sch : {Schedule::kDense, Schedule::kRandom})
       out.push_back({e.first, e.second, CostKind::kLabels3Sorted, sch, 700, 500, 5});
+  // One cloud on both sides (the engines may share its copies): every engine at a narrow and a
+  // wide d, a label cost, and a block-list schedule.
+  for (const auto& e : engines) {
+    const std::int64_t wide = e.second == Precision::kBf16 ? 100 : 130;
+    out.push_back({e.first, e.second, CostKind::kSqEuclidean, Schedule::kDense, 150, 150, 3, KernelChoice::kAuto, true});
+    out.push_back({e.first, e.second, CostKind::kLabels100, Schedule::kDense, 150, 150, wide, KernelChoice::kAuto, true});
+    out.push_back({e.first, e.second, CostKind::kSqEuclidean, Schedule::kRandom, 300, 300, 5, KernelChoice::kAuto, true});
+  }
 #if KANTOR_CUDA_ENABLED
   // Each dispatch entry forced once where it can serve (tf32: the mma kernel d <= 64, chunked
   // d = 80, cuBLAS d = 130; bf16 mma; exact on tf32 data).
@@ -419,6 +434,11 @@ std::vector<Conf> all_cases() {
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 1, 70, 3, KernelChoice::kGemmFp64});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels100, Schedule::kDense, 300, 257, 70, KernelChoice::kGemmFp64});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels3Sorted, Schedule::kDense, 700, 500, 17, KernelChoice::kGemmFp64});
+  // One cloud with the families whose two sides' copies differ (3xTF32: [lo, hi, hi] and
+  // [hi, lo, hi]) or are float32 norm expansions.
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 200, 200, 130, KernelChoice::kGemm3xTf32, true});
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels3Sorted, Schedule::kDense, 200, 200, 40, KernelChoice::kGemmFp32, true});
+  out.push_back({Backend::kCuda, Precision::kTf32, CostKind::kSqEuclidean, Schedule::kDense, 200, 200, 80, KernelChoice::kTf32Chunked, true});
 #endif
   return out;
 }

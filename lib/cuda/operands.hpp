@@ -1,0 +1,34 @@
+// Device-side preparation of the CUDA oracle's operand copies (oracles/cuda/cuda_oracle.cpp):
+// from one upload of the centred cloud (rows x d, row-major, T), the padded, TF32-rounded, split
+// (3xTF32) and float64 copies and the row norms the kernel families read. Done on the host these
+// were a second and third full pass over the data plus an upload each (at 60,000 x 784 and three
+// problems, seconds of OTDD setup; docs/cuda-engine.md section 7). Plain C++ interface, streams
+// are opaque cudaStream_t pointers; every call is asynchronous on `stream`.
+//
+// The arithmetic is the host versions' (exact conversions; TF32 rounding to nearest, ties away
+// from zero, as cvt.rna.tf32.f32; lo = v - hi exact in float; norms c sum_k v_k^2 accumulated in
+// double in column order and rounded once).
+#pragma once
+
+#include <cstdint>
+
+namespace kantor::cuda {
+
+enum class OperandRounding { kNone, kTf32 };
+
+/// dst (rows x ld, U) = src (rows x d, T) rounded as r says (kTf32: float data only), zero columns
+/// d..ld-1. ld >= d.
+template <class T, class U>
+void operand_padded(const T* src, std::int64_t rows, int d, U* dst, int ld, OperandRounding r,
+                    void* stream);
+
+/// dst (rows x 3 ld, float) = [lo, hi, hi] per row (x_side) or [hi, lo, hi], hi = TF32(v),
+/// lo = v - hi; zero padding columns.
+void operand_split3(const float* src, std::int64_t rows, int d, float* dst, int ld, bool x_side,
+                    void* stream);
+
+/// out_i = U(c sum_{k < ld} src_ik^2), the sum in double.
+template <class T, class U>
+void operand_norms(const T* src, std::int64_t rows, int ld, double c, U* out, void* stream);
+
+}  // namespace kantor::cuda
