@@ -286,10 +286,13 @@ class CoarseCorrection {
 };
 
 // The iteration loop on an existing oracle. `pot` receives the potentials (warm start when it
-// holds vectors of sizes n and m).
+// holds vectors of sizes n and m). `self_problem`: the oracle's problem is a self-problem (y = x,
+// b = a, same labels, symmetric table): from f = g (a cold start) the symmetric schedule's two
+// sides are one computation, so only the f side runs and g copies it.
 template <class T>
-SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsilon, const SinkhornOptions& options, Potentials<T>* pot,
-                             Clock::time_point t_start) {
+SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsilon,
+                             const SinkhornOptions& options, Potentials<T>* pot,
+                             Clock::time_point t_start, bool self_problem = false) {
   SinkhornSummary s;
   s.n = oracle.n();
   s.m = oracle.m();
@@ -308,6 +311,9 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   s.tolerance = options.tolerance > 0 ? options.tolerance : default_tolerance(s.precision);
 
   const bool warm = pot->f.size() == s.n && pot->g.size() == s.m;
+  // One side per symmetric step (a self-problem from f = g = 0): half the passes, the same
+  // iterates; the step's residual (rows + columns of the pair before it) is twice the rows'.
+  const bool one_side = self_problem && !warm && options.schedule == Schedule::kSymmetric;
   if (!warm) {
     pot->f = Buffer<T>(ctx, s.n);
     pot->g = Buffer<T>(ctx, s.m);
@@ -484,6 +490,15 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
       oracle.update_f(e, g, f, nullptr);
       oracle.update_g(e, f, g, err);  // err: column error of the plan after the f-update
       relaxed_step = false;
+    } else if (one_side) {
+      // The symmetric step on a self-problem with f = g: f <- T(g) (its row error is the
+      // residual's half), averaged with the old f (= g) after the first step, then g <- f.
+      VectorOps<T>& ops = oracle.ops();
+      const MatrixView<T> fv{f, s.n, 1, 1, ctx.memory_space()};
+      const MatrixView<T> gv{g, s.m, 1, 1, ctx.memory_space()};
+      oracle.update_f(e, g, f, err);
+      if (!first) ops.axpby(0.5, gv, 0.5, fv);
+      ops.axpby(1.0, fv, 0.0, gv);
     } else {
       // GeomLoss: a full (unaveraged) step first, then averaged steps.
       oracle.symmetric_step(e, first ? T(1) : T(0.5), f, g, err);
@@ -501,7 +516,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
     oracle.dual_value(f, g, scalars.data() + 2);
     const std::vector<double> head3 =
         to_host(ctx, VectorView<const double>{scalars.data(), 3, scalars.space()});
-    const double merr = relaxed_step ? head3[0] + head3[1] : head3[0];
+    const double merr = relaxed_step ? head3[0] + head3[1] : (one_side ? 2 * head3[0] : head3[0]);
     last_residual = merr;
     // Over-relaxation control (SinkhornOptions::relaxation) at the target eps. The relaxed
     // iteration is only locally convergent: far from the fixed point it can oscillate and blow
@@ -830,10 +845,10 @@ SinkhornSummary SinkhornSolver<T>::solve_from(const SinkhornOptions& options, Po
     return s;
   }
   SinkhornOptions run_options = options;
-  if (options.symmetric_self_problems && is_self_problem(problem_))
-    run_options.schedule = Schedule::kSymmetric;
+  const bool self_problem = options.symmetric_self_problems && is_self_problem(problem_);
+  if (self_problem) run_options.schedule = Schedule::kSymmetric;
   SinkhornSummary s = run_sinkhorn(*ctx_, *oracle_, problem_.epsilon, run_options,
-                                   pot ? pot : &local, t0);
+                                   pot ? pot : &local, t0, self_problem);
   s.solver_note = why;
   return s;
 }
@@ -911,13 +926,14 @@ DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& opti
   // (a correction would shift the two sides apart) and converge fast without one.
   self.coarse_blocks_x.clear();
   self.coarse_blocks_y.clear();
-  if (options.symmetric_self_problems && symmetric_cost(problem))
-    self.schedule = Schedule::kSymmetric;
+  const bool symmetric_selves = options.symmetric_self_problems && symmetric_cost(problem);
+  if (symmetric_selves) self.schedule = Schedule::kSymmetric;
   DivergenceSummary out;
   Potentials<T> local;
-  out.xy =
-      run_sinkhorn(ctx, *oracle_xy, problem.epsilon,
-                   is_self_problem(problem) ? self : shared, potentials ? potentials : &local, t0);
+  const bool xy_self = is_self_problem(problem);
+  out.xy = run_sinkhorn(ctx, *oracle_xy, problem.epsilon, xy_self ? self : shared,
+                        potentials ? potentials : &local, t0,
+                        xy_self && options.symmetric_self_problems);
   const double cmax = oracle_xy->max_cost();
   if (ctx.cancel_requested()) {
     out.xx.termination = out.yy.termination = TerminationType::kUserAbort;
@@ -927,12 +943,12 @@ DivergenceSummary SinkhornSolver<T>::divergence_from(const SinkhornOptions& opti
   {
     Potentials<T> p;
     out.xx = run_sinkhorn(ctx, self_oracle(0), problem.epsilon, self, pxx_out ? pxx_out : &p,
-                          Clock::now());
+                          Clock::now(), symmetric_selves);
   }
   {
     Potentials<T> p;
     out.yy = run_sinkhorn(ctx, self_oracle(1), problem.epsilon, self, pyy_out ? pyy_out : &p,
-                          Clock::now());
+                          Clock::now(), symmetric_selves);
   }
   out.divergence_raw = out.xy.dual_cost - 0.5 * out.xx.dual_cost - 0.5 * out.yy.dual_cost;
   // Unbalanced (Sejourne et al. 2019, docs/numerics.md section 9): + eps/2 (m_a - m_b)^2, the

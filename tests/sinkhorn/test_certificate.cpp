@@ -16,6 +16,7 @@
 #include "kantor/error.hpp"
 #include "kantor/sinkhorn.hpp"
 #include "support/certificate_reference.hpp"
+#include "support/gpu.hpp"
 #include "support/random_problems.hpp"
 
 namespace kantor::testing {
@@ -217,6 +218,45 @@ TEST(Certificate, SelfProblemConvergesUnderTheDefaultSchedule) {
   const SinkhornSummary sa = solve_sinkhorn(cpu_context(), d.problem(), alt);
   EXPECT_EQ(sa.schedule, Schedule::kAlternating);
   EXPECT_GT(sa.iterations, s.iterations);
+}
+
+// A self-problem runs one side per symmetric step (f <- T(g), averaged, g <- f): the same
+// iterates, residuals and certificate as the two-sided symmetric step it replaces (that one is
+// still run when self-problems are not special-cased and the schedule is symmetric).
+TEST(Certificate, SelfProblemOneSidedStepsMatchTheSymmetricStep) {
+  struct Engine {
+    Backend backend;
+    Precision precision;
+  };
+  std::vector<Engine> engines = {{Backend::kCpu, Precision::kFp64}, {Backend::kCpu, Precision::kFp32}};
+  if (have_gpu()) engines.push_back({Backend::kCuda, Precision::kFp32});
+  for (const Engine& e : engines) {
+    Rng rng(17);
+    const std::int64_t n = 300, d = 20;  // d > 16: the CUDA fp32 table's float64 score blocks
+    std::vector<double> x = gaussian_cloud(rng, n, d);
+    std::vector<double> w = random_weights(rng, n);
+    PointData<float> pf = make_point_data<float>(d, x, x, w, w, 0.5);
+    PointData<double> pd = make_point_data<double>(d, x, x, w, w, 0.5);
+    ContextOptions co;
+    co.backend = e.backend;
+    const Context ctx(co);
+    SinkhornOptions one, two;
+    one.precision = two.precision = e.precision;
+    one.tolerance = two.tolerance = e.precision == Precision::kFp64 ? 1e-6 : 1e-3;
+    two.symmetric_self_problems = false;
+    two.schedule = Schedule::kSymmetric;
+    auto run = [&](const SinkhornOptions& o) {
+      return e.precision == Precision::kFp64 ? solve_sinkhorn(ctx, pd.problem(), o)
+                                             : solve_sinkhorn(ctx, pf.problem(), o);
+    };
+    const SinkhornSummary a = run(one), b = run(two);
+    SCOPED_TRACE(to_string(e.backend) + " " + to_string(e.precision));
+    EXPECT_TRUE(a.converged()) << a.message;
+    EXPECT_EQ(a.schedule, Schedule::kSymmetric);
+    EXPECT_EQ(a.iterations, b.iterations);
+    EXPECT_NEAR(a.dual_cost, b.dual_cost, 1e-12 * (1 + std::abs(b.dual_cost)));
+    EXPECT_NEAR(a.marginal_error, b.marginal_error, 1e-6 * b.marginal_error + 1e-15);
+  }
 }
 
 // fp32 divergence of x against a permutation of x: S = 0 exactly; the raw value may be a
