@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kantor/error.hpp"
+#include "lib/core/for_chunks.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/problem.hpp"
 
@@ -26,7 +27,22 @@ void check_cloud(const MatrixView<const T>& v, const char* name) {
                           " < cols " + std::to_string(v.cols));
   if (v.data == nullptr) throw InvalidArgument(std::string("problem.") + name + ": null data");
   if (v.space != MemorySpace::kHost) return;
-  for (std::int64_t i = 0; i < v.rows; ++i)
+  // Rows in chunks on the host threads; the first bad entry of each chunk, then the first chunk
+  // with one (so the message names the first non-finite entry, as a serial scan would).
+  std::vector<std::int64_t> bad(std::size_t(detail::kMaxChunks), -1);
+  const int used = detail::for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
+    for (std::int64_t i = b; i < e; ++i) {
+      bool finite = true;
+      for (std::int64_t k = 0; k < v.cols; ++k) finite &= bool(std::isfinite(double(v(i, k))));
+      if (!finite) {
+        bad[std::size_t(t)] = i;
+        return;
+      }
+    }
+  }, detail::row_grain(v.cols));
+  for (int t = 0; t < used; ++t) {
+    const std::int64_t i = bad[std::size_t(t)];
+    if (i < 0) continue;
     for (std::int64_t k = 0; k < v.cols; ++k)
       if (!std::isfinite(double(v(i, k)))) {
         std::ostringstream os;
@@ -34,6 +50,14 @@ void check_cloud(const MatrixView<const T>& v, const char* name) {
            << i << ", coordinate " << k;
         throw InvalidArgument(os.str());
       }
+  }
+}
+
+/// The same memory and shape (a cloud given as both sides is checked once).
+template <class V>
+bool same_view(const V& u, const V& v) {
+  return u.data == v.data && u.rows == v.rows && u.cols == v.cols && u.stride == v.stride &&
+         u.space == v.space;
 }
 
 template <class T>
@@ -116,7 +140,7 @@ template <class T>
 void validate(const Problem<T>& p) {
   const SqEuclidean<T>& fe = p.features();
   check_cloud(fe.x, "x");
-  check_cloud(fe.y, "y");
+  if (!same_view(fe.x, fe.y)) check_cloud(fe.y, "y");
   if (fe.x.cols != fe.y.cols)
     throw InvalidArgument("problem: dimension mismatch, x has " + std::to_string(fe.x.cols) +
                           " coordinates per point and y has " + std::to_string(fe.y.cols));
@@ -151,7 +175,7 @@ void validate(const Problem<T>& p) {
                           " is set (give both or neither)");
   if (rx) {
     check_cloud(p.reference_x, "reference_x");
-    check_cloud(p.reference_y, "reference_y");
+    if (!same_view(p.reference_x, p.reference_y)) check_cloud(p.reference_y, "reference_y");
     auto same_shape = [](const auto& r, const auto& v, const char* rn, const char* vn) {
       if (r.rows != v.rows || r.cols != v.cols)
         throw InvalidArgument(std::string("problem.") + rn + " is " + std::to_string(r.rows) +

@@ -120,7 +120,9 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
       }
   };
   extend(p.x);
-  extend(p.y);
+  const bool same_y = p.y.data == p.x.data && p.y.rows == p.x.rows && p.y.cols == p.x.cols &&
+                      p.y.stride == p.x.stride;
+  if (!same_y) extend(p.y);
   out.center.resize(std::size_t(d));
   double diag2 = 0;
   for (std::int64_t k = 0; k < d; ++k) {
@@ -128,7 +130,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
     diag2 += (hi[std::size_t(k)] - lo[std::size_t(k)]) * (hi[std::size_t(k)] - lo[std::size_t(k)]);
   }
   out.diameter = std::sqrt(diag2);
-  auto copy_centred = [&](const MatrixView<const T>& v, std::vector<T>* dst) {
+  auto copy_centred = [&](const MatrixView<const T>& v, detail::UninitVector<T>* dst) {
     dst->resize(std::size_t(v.rows * d));
     for_chunks(v.rows, [&](int, std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i)
@@ -141,10 +143,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   };
   out.same_clouds = same_view(p.x, p.y) && same_view(problem.reference_x, problem.reference_y);
   copy_centred(p.x, &out.x);
-  if (out.same_clouds)
-    out.y = out.x;
-  else
-    copy_centred(p.y, &out.y);
+  if (!out.same_clouds) copy_centred(p.y, &out.y);
   out.rho_a = problem.rho_a;
   out.rho_b = problem.rho_b;
   out.a_ref = exact_weights(problem.a, out.n, problem.unbalanced());
@@ -166,7 +165,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   };
   out.la = logs(out.a);
   out.lb = logs(out.b);
-  for (const std::vector<T>* c : {&out.x, &out.y}) {
+  for (const detail::UninitVector<T>* c : {&out.x, &out.y}) {
     std::vector<double> cmax(detail::kMaxChunks, 0.0);
     const int used = for_chunks(std::int64_t(c->size()) / std::max<std::int64_t>(d, 1),
                                 [&](int t, std::int64_t b, std::int64_t e) {
@@ -185,7 +184,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   }
   // The certificate's copies: exact (a float converts to double exactly), uncentred.
   auto exact = [&](const MatrixView<const T>& v, const MatrixView<const double>& ref) {
-    std::vector<double> e(std::size_t(v.rows * d));
+    detail::UninitVector<double> e(std::size_t(v.rows * d));
     for_chunks(v.rows, [&](int, std::int64_t b, std::int64_t end) {
       for (std::int64_t i = b; i < end; ++i)
         for (std::int64_t k = 0; k < d; ++k)
@@ -194,7 +193,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
     return e;
   };
   out.x_ref = exact(p.x, problem.reference_x);
-  out.y_ref = out.same_clouds ? out.x_ref : exact(p.y, problem.reference_y);
+  if (!out.same_clouds) out.y_ref = exact(p.y, problem.reference_y);
   if (lab) {
     out.classes = lab->table.rows;
     out.labels_x.assign(lab->labels_x.data, lab->labels_x.data + out.n);

@@ -9,13 +9,14 @@
 #include <vector>
 
 #include "kantor/problem.hpp"
+#include "lib/core/uninit_vector.hpp"
 
 namespace kantor {
 
 template <class T>
 struct PreparedProblem {
   std::int64_t n = 0, m = 0, d = 0;
-  std::vector<T> x, y;        // centred, row-major n x d and m x d
+  detail::UninitVector<T> x, y;  // centred, row-major n x d and m x d (y empty: same_clouds)
   std::vector<double> center; // d: what was subtracted
   std::vector<T> a, b;        // normalized weights (as given for an unbalanced problem)
   double rho_a = 0, rho_b = 0;  // marginal penalties (infinity: strict)
@@ -34,12 +35,14 @@ struct PreparedProblem {
   // The certificate's data (lib/core/certificate.hpp): the caller's coordinates as given (or
   // problem.reference_x / reference_y when set), uncentred, in double, row-major; and the weights
   // normalized in double (as given for an unbalanced problem).
-  std::vector<double> x_ref, y_ref;
+  detail::UninitVector<double> x_ref, y_ref;  // (y_ref empty: same_clouds)
   std::vector<double> a_ref, b_ref;
   // The problem's two clouds are one view (x and y, and their references, the same memory and
-  // shape: a debiased divergence's self-problems): y, y_ref equal x, x_ref, and an engine may keep
-  // one copy of them.
+  // shape: a debiased divergence's self-problems): y and y_ref are left empty, x and x_ref serve
+  // both sides, and an engine keeps one copy.
   bool same_clouds = false;
+  const detail::UninitVector<T>& y_cloud() const { return same_clouds ? x : y; }
+  const detail::UninitVector<double>& y_reference() const { return same_clouds ? x_ref : y_ref; }
 };
 
 /// Validates (kantor::validate) and prepares. Problem views must be host memory (InvalidArgument

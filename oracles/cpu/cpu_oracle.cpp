@@ -43,7 +43,7 @@ class CpuOracle final : public OracleBase<T> {
         precision_(precision),
         c_(prep.cost_scale) {
     x_ = Eigen::Map<const RowMatrix<T>>(prep.x.data(), prep.n, prep.d);
-    y_ = Eigen::Map<const RowMatrix<T>>(prep.y.data(), prep.m, prep.d);
+    y_ = Eigen::Map<const RowMatrix<T>>(prep.y_cloud().data(), prep.m, prep.d);
     center_ = Eigen::Map<const Vec<double>>(prep.center.data(), prep.d);
     a_ = Eigen::Map<const Vec<T>>(prep.a.data(), prep.n);
     b_ = Eigen::Map<const Vec<T>>(prep.b.data(), prep.m);
@@ -68,8 +68,8 @@ class CpuOracle final : public OracleBase<T> {
     // g side (which reads W^T) is a different pass from the f side.
     self_ = x_.rows() == y_.rows() && x_ == y_ && a_ == b_ && labels_[0] == labels_[1] &&
             pair_[0] == pair_[1];
-    x_ref_ = prep.x_ref;
-    y_ref_ = prep.y_ref;
+    x_ref_.assign(prep.x_ref.begin(), prep.x_ref.end());
+    y_ref_.assign(prep.y_reference().begin(), prep.y_reference().end());
     a_ref_ = prep.a_ref;
     b_ref_ = prep.b_ref;
   }

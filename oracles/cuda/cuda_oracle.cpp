@@ -146,7 +146,7 @@ class CudaOracle final : public OracleBase<T> {
     same_ = prep.same_clouds;
     // The certificate's data: the caller's coordinates (uncentred, unrounded) and weights, double.
     x_ref_ = upload(prep.x_ref);
-    if (!same_) y_ref_ = upload(prep.y_ref);
+    if (!same_) y_ref_ = upload(prep.y_ref);  // empty when same_ (PreparedProblem)
     a_ref_ = upload(prep.a_ref);
     b_ref_ = upload(prep.b_ref);
     cert_out_ = Buffer<double>(ctx_, 2 * cuda::kCertifyOutputs);
@@ -190,7 +190,7 @@ class CudaOracle final : public OracleBase<T> {
     const Buffer<T> y_dense = same_ ? Buffer<T>() : upload(prep.y);
     const T* xd = x_dense.data();
     const T* yd = same_ ? xd : y_dense.data();
-    auto build = [&](const T* src, const std::vector<T>& host, std::int64_t rows, int ld,
+    auto build = [&](const T* src, const detail::UninitVector<T>& host, std::int64_t rows, int ld,
                      Rounding r) {
       if (r == Rounding::kBf16) return upload(padded(host, rows, ld, r));
       Buffer<T> out(ctx_, rows * ld);
@@ -719,16 +719,16 @@ class CudaOracle final : public OracleBase<T> {
     }
     cuda::run_lse_pass(family_kernel(), p, stream_);
   }
-  template <class U>
-  Buffer<U> upload(const std::vector<U>& h) {
+  template <class V, class U = typename V::value_type>
+  Buffer<U> upload(const V& h) {
     Buffer<U> buf(ctx_, std::int64_t(h.size()));
     detail::copy_bytes(ctx_, buf.data(), MemorySpace::kDevice, h.data(), MemorySpace::kHost,
                        sizeof(U) * h.size());
     return buf;
   }
   /// src (rows x d) as rows x ld values of type U (zero padding), rounded as r says.
-  template <class U = T>
-  static std::vector<U> padded(const std::vector<T>& src, std::int64_t rows, int ld, Rounding r) {
+  template <class U = T, class V>
+  static std::vector<U> padded(const V& src, std::int64_t rows, int ld, Rounding r) {
     const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
     std::vector<U> out(std::size_t(rows * ld), U(0));
     detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
