@@ -13,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <future>
 #include <thread>
 
 #include "kantor/buffer.hpp"
@@ -230,8 +231,13 @@ std::vector<std::pair<std::int64_t, std::int64_t>> table_pairs(std::int64_t L) {
 
 LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanceOptions& o,
                           int threads, const ProgressCallback& progress) {
+  const auto t_stats = Clock::now();
+  // Both datasets at once (each splits its classes over the threads; the source has the larger
+  // classes, the target's would otherwise wait behind them).
+  auto future_b = std::async(std::launch::async, [&] { return class_statistics(b, true, threads); });
   const ClassStatistics sa = class_statistics(a, true, threads);
-  const ClassStatistics sb = class_statistics(b, true, threads);
+  const ClassStatistics sb = future_b.get();
+  const double seconds_statistics = seconds_since(t_stats);
   const std::int64_t d = sa.dim, La = sa.size(), Lb = sb.size(), L = La + Lb;
   for (const auto* s : {&sa, &sb})
     for (std::int64_t c = 0; c < s->size(); ++c)
@@ -247,36 +253,58 @@ LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanc
     return u < La ? &sa.covariances[std::size_t(u * d * d)]
                   : &sb.covariances[std::size_t((u - La) * d * d)];
   };
-  std::vector<SqrtFactor> factors;
-  if (!o.diagonal_covariance) {
-    factors.resize(std::size_t(L));
-    std::atomic<std::int64_t> done{0};
-    // Classes with fewer samples than dimensions factor their n_c x n_c Gram matrix.
-    std::vector<std::int32_t> ca, cb, ia, ib;
-    index_classes(a, &ca, &ia);
-    index_classes(b, &cb, &ib);
-    const auto ra = class_rows(ia, La), rb = class_rows(ib, Lb);
-    parallel_for(L, threads, [&](std::int64_t u) {
-      const auto& rows = u < La ? ra[std::size_t(u)] : rb[std::size_t(u - La)];
-      const MatrixView<const double>& x = u < La ? a.features : b.features;
-      if (std::int64_t(rows.size()) <= d) {
-        double trace = 0;
-        for (std::int64_t k = 0; k < d; ++k) trace += cov(u)[k * d + k];
-        factors[std::size_t(u)] = sqrt_factor_from_samples(x, rows, mean(u), trace);
-      } else {
-        factors[std::size_t(u)] = sqrt_factor(d, cov(u));
-      }
-      if (progress) progress("label distances: class square roots", double(++done) / double(L));
-    });
-  }
   LabelTable t;
   t.classes_a = sa.classes;
   t.classes_b = sb.classes;
   t.values.assign(std::size_t(L * L), 0.0);
+  t.seconds_statistics = seconds_statistics;
   const auto pairs = table_pairs(L);
-  std::atomic<std::int64_t> done{0};
-  parallel_for(std::int64_t(pairs.size()), threads, [&](std::int64_t p) {
-    const auto [u, v] = pairs[std::size_t(p)];
+  // One task list: the L class square roots first, then the pairs, each pair waiting for its two
+  // factors (handed out in order, so a waiting pair only waits for factors already running, and
+  // the threads left over by the last round of factors start on pairs).
+  std::vector<SqrtFactor> factors(o.diagonal_covariance ? 0 : std::size_t(L));
+  std::vector<std::atomic<int>> ready(static_cast<std::size_t>(L));
+  for (auto& r : ready) r.store(o.diagonal_covariance ? 1 : 0);
+  std::vector<std::int32_t> ca, cb, ia, ib;
+  index_classes(a, &ca, &ia);
+  index_classes(b, &cb, &ib);
+  const auto ra = class_rows(ia, La), rb = class_rows(ib, Lb);
+  const std::int64_t nf = o.diagonal_covariance ? 0 : L;
+  std::atomic<std::int64_t> done_f{0}, done_p{0};
+  std::atomic<bool> failed{false};
+  const auto t_factors = Clock::now();
+  std::atomic<std::int64_t> factors_end_ns{0};
+  parallel_for(nf + std::int64_t(pairs.size()), threads, [&](std::int64_t task) {
+    if (task < nf) {
+      const std::int64_t u = task;
+      try {
+        const auto& rows = u < La ? ra[std::size_t(u)] : rb[std::size_t(u - La)];
+        const MatrixView<const double>& x = u < La ? a.features : b.features;
+        // Classes with fewer samples than dimensions factor their n_c x n_c Gram matrix.
+        if (std::int64_t(rows.size()) <= d) {
+          double trace = 0;
+          for (std::int64_t k = 0; k < d; ++k) trace += cov(u)[k * d + k];
+          factors[std::size_t(u)] = sqrt_factor_from_samples(x, rows, mean(u), trace);
+        } else {
+          factors[std::size_t(u)] = sqrt_factor(d, cov(u));
+        }
+      } catch (...) {
+        failed.store(true);
+        ready[std::size_t(u)].store(1);
+        throw;
+      }
+      ready[std::size_t(u)].store(1);
+      const std::int64_t k = ++done_f;
+      if (k == nf)
+        factors_end_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 Clock::now() - t_factors).count());
+      if (progress) progress("label distances: class square roots", double(k) / double(nf));
+      return;
+    }
+    const auto [u, v] = pairs[std::size_t(task - nf)];
+    while (!(ready[std::size_t(u)].load() && ready[std::size_t(v)].load()))
+      std::this_thread::yield();
+    if (failed.load()) return;
     double w = 0;
     if (!same_gaussian(d, mean(u), cov(u), mean(v), cov(v), o.diagonal_covariance)) {
       const double mt = mean_term(d, mean(u), mean(v));
@@ -290,8 +318,10 @@ LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanc
       w = std::max(0.0, w);
     }
     t.values[std::size_t(u * L + v)] = t.values[std::size_t(v * L + u)] = w;
-    if (progress) progress("label distances: Bures pairs", double(++done) / double(pairs.size()));
+    if (progress) progress("label distances: Bures pairs", double(++done_p) / double(pairs.size()));
   });
+  t.seconds_square_roots = double(factors_end_ns.load()) * 1e-9;
+  t.seconds_pairs = seconds_since(t_factors);
   return t;
 }
 
