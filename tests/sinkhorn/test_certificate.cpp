@@ -221,7 +221,7 @@ TEST(Certificate, SelfProblemConvergesUnderTheDefaultSchedule) {
 }
 
 // A self-problem runs one side per symmetric step (f <- T(g), averaged, g <- f): the same
-// iterates, residuals and certificate as the two-sided symmetric step it replaces (that one is
+// iterates (to rounding), residuals and certificate as the two-sided symmetric step it replaces (that one is
 // still run when self-problems are not special-cased and the schedule is symmetric).
 TEST(Certificate, SelfProblemOneSidedStepsMatchTheSymmetricStep) {
   struct Engine {
@@ -254,8 +254,13 @@ TEST(Certificate, SelfProblemOneSidedStepsMatchTheSymmetricStep) {
     EXPECT_TRUE(a.converged()) << a.message;
     EXPECT_EQ(a.schedule, Schedule::kSymmetric);
     EXPECT_EQ(a.iterations, b.iterations);
-    EXPECT_NEAR(a.dual_cost, b.dual_cost, 1e-12 * (1 + std::abs(b.dual_cost)));
-    EXPECT_NEAR(a.marginal_error, b.marginal_error, 1e-6 * b.marginal_error + 1e-15);
+    // The averaging h <- (h + T(h)) / 2 is a separate double-precision combination here and part
+    // of the pass there (in T on the CUDA engine), so fp32 iterates agree to rounding, not
+    // bitwise (H200: dual costs 1.3e-9 apart, residuals at the fp32 floor 2.17e-6 vs 2.17e-6).
+    const bool f64 = e.precision == Precision::kFp64;
+    EXPECT_NEAR(a.dual_cost, b.dual_cost, (f64 ? 1e-12 : 1e-7) * (1 + std::abs(b.dual_cost)));
+    EXPECT_NEAR(a.marginal_error, b.marginal_error,
+                f64 ? 1e-6 * b.marginal_error + 1e-15 : 1e-2 * b.marginal_error + 1e-8);
   }
 }
 
