@@ -158,10 +158,13 @@ LseGemm::LseGemm(void* stream, std::int64_t n, std::int64_t m, Scores scores)
 
 void LseGemm::release() noexcept {
   // Queued passes may still use the workspace: finish the stream first.
-  if (scores_ || beta_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  if (scores_ || beta_ || vwork_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   cudaFree(scores_);
   cudaFree(beta_);
+  cudaFree(vwork_);
   scores_ = beta_ = nullptr;
+  vwork_ = nullptr;
+  vwork_size_ = 0;
   if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
   handle_ = nullptr;
 }
@@ -226,6 +229,133 @@ void LseGemm::side_partials(const LseSide<float>& sd, int ld, float eps, float c
       row_lse(sd, static_cast<const float*>(scores_), r0, rows, ld_s,
               static_cast<const float*>(beta_), alpha, st);
     }
+  }
+}
+
+namespace {
+
+/// [V 1] in double: keys x (k + 1), column k all ones (the row masses); padding keys (up to
+/// ld_s) zero.
+__global__ void values_to_double_kernel(const float* __restrict__ V, std::int64_t vstride, int k,
+                                        std::int64_t nkeys, std::int64_t ld_s,
+                                        double* __restrict__ V64) {
+  const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t w = k + 1;
+  if (idx >= ld_s * w) return;
+  const std::int64_t j = idx / w;
+  const int c = int(idx - j * w);
+  V64[idx] = j >= nkeys ? 0.0 : (c == k ? 1.0 : double(V[j * vstride + c]));
+}
+
+/// One warp per row of the chunk: M = max_j u_j (u_j = S_j + beta_j - pair), then S_j <-
+/// exp(alpha (u_j - M)) in double (0 on masked keys: beta = -inf), M to maxima[r] (-inf for a
+/// row without keys).
+template <bool kPair>
+__global__ void __launch_bounds__(256)
+    values_exp_kernel(double* __restrict__ S, std::int64_t rows, std::int64_t ld_s,
+                      const double* __restrict__ beta, double alpha, RowPair rp,
+                      double* __restrict__ maxima) {
+  const std::int64_t r = std::int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (r >= rows) return;
+  double* srow = S + r * ld_s;
+  const float* prow = kPair ? rp.pair + std::int64_t(rp.qlab[r]) * rp.classes : nullptr;
+  auto u_of = [&](std::int64_t j) {
+    double u = srow[j] + beta[j];
+    if (kPair && j < rp.nkeys) u -= double(prow[rp.klab[j]]);
+    return u;
+  };
+  double m = -INFINITY;
+  for (std::int64_t j = lane; j < ld_s; j += 32) m = fmax(m, u_of(j));
+  for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (std::int64_t j = lane; j < ld_s; j += 32) {
+    const double u = u_of(j);
+    srow[j] = (m == -INFINITY || u == -INFINITY) ? 0.0 : exp(alpha * (u - m));
+  }
+  if (lane == 0) maxima[r] = m;
+}
+
+/// out_ik = exp(r_i + alpha M_i) W_ik, row_mass_i = the same of W's last column.
+__global__ void values_scale_kernel(const double* __restrict__ W, int k, std::int64_t rows,
+                                    const double* __restrict__ maxima, double alpha,
+                                    const float* __restrict__ pot, const double* __restrict__ qn,
+                                    const float* __restrict__ logw, double inv_eps, float* out,
+                                    std::int64_t ostride, float* row_mass) {
+  const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t w = k + 1;
+  if (idx >= rows * w) return;
+  const std::int64_t i = idx / w;
+  const int c = int(idx - i * w);
+  const double m = maxima[i];
+  const double lw = double(logw[i]);
+  double v = 0;
+  if (m != -INFINITY && lw != -INFINITY)
+    v = exp((double(pot[i]) - qn[i]) * inv_eps + lw + alpha * m) * W[idx];
+  if (c < k)
+    out[i * ostride + c] = float(v);
+  else if (row_mass)
+    row_mass[i] = float(v);
+}
+
+}  // namespace
+
+void LseGemm::values(const GemmValues& v) {
+  if (mode_ != Scores::kFp64)
+    throw InvalidArgument("LseGemm::values: the value pass serves the float64 score blocks");
+  const LseSide<float>& sd = v.side;
+  auto st = static_cast<cudaStream_t>(stream_);
+  auto h = static_cast<cublasHandle_t>(handle_);
+  const std::int64_t ld_s = (sd.nkeys + 3) / 4 * 4;
+  const int k = v.vcols;
+  const std::int64_t w = k + 1;
+  // Workspace: [V 1] (ld_s x w), W (chunk x w), maxima (chunk).
+  const std::int64_t need = ld_s * w + chunk_rows_ * w + chunk_rows_;
+  if (vwork_size_ < need) {
+    cudaStreamSynchronize(st);  // the old workspace may still be read by queued work
+    cudaFree(vwork_);
+    vwork_ = nullptr;
+    vwork_size_ = 0;
+    void* p = nullptr;
+    KANTOR_CUDA_TRY(cudaMalloc(&p, sizeof(double) * std::size_t(need)));
+    vwork_ = static_cast<double*>(p);
+    vwork_size_ = need;
+  }
+  double* V64 = vwork_;
+  double* W = vwork_ + ld_s * w;
+  double* maxima = W + chunk_rows_ * w;
+  values_to_double_kernel<<<unsigned((ld_s * w + 255) / 256), 256, 0, st>>>(
+      v.values, v.vstride, k, sd.nkeys, ld_s, V64);
+  KANTOR_CUDA_CHECK_LAUNCH();
+  const double eps = v.eps, c = v.cost_scale;
+  gemm_bias_kernel<double><<<unsigned((ld_s + 255) / 256), 256, 0, st>>>(
+      sd, eps, 0.5 / c, ld_s, v.key_norms, static_cast<double*>(beta_));
+  KANTOR_CUDA_CHECK_LAUNCH();
+  const double alpha = 2.0 * c / eps;
+  double* S = static_cast<double*>(scores_);
+  for (std::int64_t r0 = 0; r0 < sd.rows; r0 += chunk_rows_) {
+    const std::int64_t rows = std::min(chunk_rows_, sd.rows - r0);
+    const double one = 1.0, zero = 0.0;
+    cublas_check(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(sd.nkeys), int(rows), v.ld64, &one,
+                             v.keys, v.ld64, v.queries + r0 * v.ld64, v.ld64, &zero, S, int(ld_s)),
+                 "cublasDgemm (value scores)");
+    const unsigned grid = unsigned((rows + 7) / 8);
+    if (sd.pair) {
+      const RowPair rp{sd.query_labels + r0, sd.key_labels, sd.pair, sd.classes, sd.nkeys};
+      values_exp_kernel<true><<<grid, 256, 0, st>>>(S, rows, ld_s, static_cast<double*>(beta_),
+                                                    alpha, rp, maxima);
+    } else {
+      values_exp_kernel<false><<<grid, 256, 0, st>>>(S, rows, ld_s, static_cast<double*>(beta_),
+                                                     alpha, RowPair{}, maxima);
+    }
+    KANTOR_CUDA_CHECK_LAUNCH();
+    // W (rows x w, row-major) = S (rows x ld_s) [V 1] (ld_s x w); column-major: W^T = V1^T S^T.
+    cublas_check(cublasDgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, int(w), int(rows), int(ld_s), &one, V64,
+                             int(w), S, int(ld_s), &zero, W, int(w)),
+                 "cublasDgemm (values)");
+    values_scale_kernel<<<unsigned((rows * w + 255) / 256), 256, 0, st>>>(
+        W, k, rows, maxima, alpha, sd.pot + r0, v.query_norms + r0, v.query_logw + r0, 1.0 / eps,
+        v.out ? v.out + r0 * v.ostride : nullptr, v.ostride, v.row_mass ? v.row_mass + r0 : nullptr);
+    KANTOR_CUDA_CHECK_LAUNCH();
   }
 }
 

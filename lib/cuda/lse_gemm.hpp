@@ -25,6 +25,29 @@ struct GemmFp64Operands {
   int ld = 0;
 };
 
+/// A value pass on float64 score blocks (gemm-fp64): out_ik = sum_j P_ij V_jk for the rows of
+/// one side, P_ij = w_i v_j exp((p_i + q_j - C_ij) / eps) (the exact value pass's kApply: w, p
+/// the rows' weights and potential, v, q the keys'), and optionally the row masses sum_j P_ij.
+/// Per chunk of rows: S = X Y^T (DGEMM), the row maxima M_i of u_ij = S_ij + beta_j (- the pair
+/// term), S <- exp(alpha (u_ij - M_i)) in double (alpha = 2c / eps), W = S [V 1] (DGEMM), and
+/// out_i = exp(r_i + alpha M_i) W_i with r_i = (p_i - c|x_i|^2) / eps + log w_i.
+struct GemmValues {
+  LseSide<float> side;        ///< rows, keys, key_pot (q), key_logw, pair term; pot = p (read)
+  const float* query_logw = nullptr;
+  const double* queries = nullptr;       ///< rows x ld64, double
+  const double* keys = nullptr;          ///< nkeys x ld64, double
+  const double* key_norms = nullptr;     ///< c|y_j|^2, double
+  const double* query_norms = nullptr;   ///< c|x_i|^2, double
+  int ld64 = 0;
+  const float* values = nullptr;  ///< nkeys x vcols, row stride vstride
+  std::int64_t vstride = 0;
+  int vcols = 0;
+  float* out = nullptr;  ///< rows x vcols, row stride ostride (may be null when vcols = 0)
+  std::int64_t ostride = 0;
+  float* row_mass = nullptr;  ///< rows, or null
+  double eps = 1, cost_scale = 1;
+};
+
 /// Owns a cuBLAS handle bound to `stream`, the score workspace (rows_per_chunk x keys) and the
 /// bias vector. Sized once for a problem with n and m points; run() allocates nothing. GEMM and
 /// row-LSE run one after the other: overlapping them on two streams (two half-size workspaces)
@@ -45,6 +68,9 @@ class LseGemm {
   void run(const LsePass<float>& p, const GemmFp64Operands* f64 = nullptr,
            const int* side_of = nullptr);
   std::int64_t rows_per_chunk() const { return chunk_rows_; }
+  /// The value pass above (kFp64 only); its extra workspace (the values and W in double, the
+  /// row maxima) is grown on demand and kept.
+  void values(const GemmValues& v);
 
  private:
   void side_partials(const LseSide<float>& sd, int ld, float eps, float cost_scale, float alpha,
@@ -54,6 +80,8 @@ class LseGemm {
   void* handle_ = nullptr;
   void* scores_ = nullptr;  // chunk_rows_ x ld_scores_ floats (doubles on kFp64)
   void* beta_ = nullptr;    // ld_scores_ floats (doubles on kFp64)
+  double* vwork_ = nullptr;  // values(): [V 1] (keys x (k+1)), W (chunk x (k+1)), row maxima
+  std::int64_t vwork_size_ = 0;
   std::int64_t chunk_rows_ = 0, ld_scores_ = 0;
   Scores mode_ = Scores::kTf32;
 };

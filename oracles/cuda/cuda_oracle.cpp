@@ -626,6 +626,30 @@ class CudaOracle final : public OracleBase<T> {
   /// spaces checked by the caller.
   void value_matrix(T eps, bool f_side, const T* f, const T* g, MatrixView<const T> V,
                     MatrixView<T> out, T* mass) {
+    if constexpr (std::is_same<T, float>::value) {
+      if (dispatch_.family == LseFamily::kGemmFp64) {
+        // Float64 score blocks, P in double, P [V 1] by DGEMM (lib/cuda/lse_gemm.hpp): the
+        // masses in the same pass. The sides as update_f / update_g see them.
+        cuda::GemmValues gv;
+        gv.side = f_side ? side(true, g, const_cast<T*>(f)) : side(false, f, const_cast<T*>(g));
+        gv.query_logw = f_side ? la_.data() : lb_.data();
+        gv.queries = f_side ? x64_.data() : y64();
+        gv.keys = f_side ? y64() : x64_.data();
+        gv.key_norms = f_side ? yn64_.data() : xn64_.data();
+        gv.query_norms = f_side ? xn64_.data() : yn64_.data();
+        gv.ld64 = int(d_);
+        gv.values = V.data;
+        gv.vstride = V.stride;
+        gv.vcols = int(V.cols);
+        gv.out = V.cols > 0 ? out.data : nullptr;
+        gv.ostride = out.stride;
+        gv.row_mass = mass;
+        gv.eps = double(eps);
+        gv.cost_scale = c_;
+        gemm_->values(gv);
+        return;
+      }
+    }
     if (V.cols == 0) {
       if (mass && f_side) apply(eps, f, g, ones(m_), mass);
       if (mass && !f_side) apply_t(eps, f, g, ones(n_), mass);

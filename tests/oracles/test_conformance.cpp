@@ -282,11 +282,16 @@ void run_case(const Conf& c) {
     EXPECT_TRUE(all_close(to_host(ctx, outt.cview()), dense_apply_t(ref, Pg, u), abs_bound(Pg, u, 1, true)))
         << "apply_t";
     Buffer<T> Vb = to_buffer(ctx, std::vector<T>(V.begin(), V.end())), outm(ctx, c.n * 5);
+    Buffer<T> mass(ctx, c.n);
     o->apply_mat(T(eps), f.data(), g.data(),
                  MatrixView<const T>{Vb.data(), c.m, 5, 5, Vb.space()},
-                 MatrixView<T>{outm.data(), c.n, 5, 5, outm.space()});
+                 MatrixView<T>{outm.data(), c.n, 5, 5, outm.space()}, mass.data());
     EXPECT_TRUE(all_close(to_host(ctx, outm.cview()), dense_apply_mat(ref, Pf, V, 5), abs_bound(Pf, V, 5, false)))
         << "apply_mat";
+    // The row masses of the same pass: P 1.
+    const std::vector<double> ones(std::size_t(c.m), 1.0);
+    EXPECT_TRUE(all_close(to_host(ctx, mass.cview()), dense_apply(ref, Pf, ones), abs_bound(Pf, ones, 1, false)))
+        << "apply_mat row masses";
     // P^T U with the g side's truncation, U (n x 5) at stride 7 and out (m x 5) at stride 6:
     // entries between the rows must be neither read (NaN there) nor written.
     std::vector<double> U(std::size_t(c.n * 5));
