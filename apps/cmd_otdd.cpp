@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <iostream>
 #include <numeric>
 #include <random>
@@ -385,8 +386,12 @@ int cmd_otdd(const std::vector<std::string>& args) {
   }
 
   const auto t0 = Clock::now();
+  // The two datasets are read at once (inflating and converting the larger one dominates).
+  auto future_b = std::async(std::launch::async, [&] {
+    return load(target, target_labels, target_col, "target");
+  });
   LabelledData a = load(source, source_labels, source_col, "source");
-  LabelledData b = load(target, target_labels, target_col, "target");
+  LabelledData b = future_b.get();
   if (a.d != b.d)
     throw InvalidArgument("--source '" + source + "' has " + std::to_string(a.d) +
                           " features per sample but --target '" + target + "' has " +
