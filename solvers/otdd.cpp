@@ -274,24 +274,18 @@ LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanc
   std::atomic<bool> failed{false};
   const auto t_factors = Clock::now();
   std::atomic<std::int64_t> factors_end_ns{0};
-  parallel_for(nf + std::int64_t(pairs.size()), threads, [&](std::int64_t task) {
+  auto table_task = [&](std::int64_t task) {
     if (task < nf) {
       const std::int64_t u = task;
-      try {
-        const auto& rows = u < La ? ra[std::size_t(u)] : rb[std::size_t(u - La)];
-        const MatrixView<const double>& x = u < La ? a.features : b.features;
-        // Classes with fewer samples than dimensions factor their n_c x n_c Gram matrix.
-        if (std::int64_t(rows.size()) <= d) {
-          double trace = 0;
-          for (std::int64_t k = 0; k < d; ++k) trace += cov(u)[k * d + k];
-          factors[std::size_t(u)] = sqrt_factor_from_samples(x, rows, mean(u), trace);
-        } else {
-          factors[std::size_t(u)] = sqrt_factor(d, cov(u));
-        }
-      } catch (...) {
-        failed.store(true);
-        ready[std::size_t(u)].store(1);
-        throw;
+      const auto& rows = u < La ? ra[std::size_t(u)] : rb[std::size_t(u - La)];
+      const MatrixView<const double>& x = u < La ? a.features : b.features;
+      // Classes with fewer samples than dimensions factor their n_c x n_c Gram matrix.
+      if (std::int64_t(rows.size()) <= d) {
+        double trace = 0;
+        for (std::int64_t k = 0; k < d; ++k) trace += cov(u)[k * d + k];
+        factors[std::size_t(u)] = sqrt_factor_from_samples(x, rows, mean(u), trace);
+      } else {
+        factors[std::size_t(u)] = sqrt_factor(d, cov(u));
       }
       ready[std::size_t(u)].store(1);
       const std::int64_t k = ++done_f;
@@ -302,9 +296,10 @@ LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanc
       return;
     }
     const auto [u, v] = pairs[std::size_t(task - nf)];
-    while (!(ready[std::size_t(u)].load() && ready[std::size_t(v)].load()))
+    while (!(ready[std::size_t(u)].load() && ready[std::size_t(v)].load())) {
+      if (failed.load()) return;  // the factor's task failed or will not run
       std::this_thread::yield();
-    if (failed.load()) return;
+    }
     double w = 0;
     if (!same_gaussian(d, mean(u), cov(u), mean(v), cov(v), o.diagonal_covariance)) {
       const double mt = mean_term(d, mean(u), mean(v));
@@ -319,11 +314,22 @@ LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanc
     }
     t.values[std::size_t(u * L + v)] = t.values[std::size_t(v * L + u)] = w;
     if (progress) progress("label distances: Bures pairs", double(++done_p) / double(pairs.size()));
+  };
+  // Any task that throws sets `failed` first: a pair waiting for a factor whose task will not
+  // run (parallel_for skips the tasks it hands out after a failure) then stops waiting.
+  parallel_for(nf + std::int64_t(pairs.size()), threads, [&](std::int64_t task) {
+    try {
+      table_task(task);
+    } catch (...) {
+      failed.store(true);
+      throw;
+    }
   });
   t.seconds_square_roots = double(factors_end_ns.load()) * 1e-9;
   t.seconds_pairs = seconds_since(t_factors);
   return t;
 }
+
 
 /// Rows `rows` of x (optionally a seeded subsample of at most `cap`), as a contiguous matrix.
 std::vector<double> gather(const MatrixView<const double>& x, std::vector<std::int64_t> rows,

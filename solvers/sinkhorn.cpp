@@ -313,7 +313,9 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   const bool warm = pot->f.size() == s.n && pot->g.size() == s.m;
   // One side per symmetric step (a self-problem from f = g = 0): half the passes, the same
   // iterates; the step's residual (rows + columns of the pair before it) is twice the rows'.
-  const bool one_side = self_problem && !warm && options.schedule == Schedule::kSymmetric;
+  // (Not with a coarse correction: it shifts f and g apart.)
+  const bool one_side = self_problem && !warm && options.schedule == Schedule::kSymmetric &&
+                        options.coarse_blocks_x.empty() && options.coarse_blocks_y.empty();
   if (!warm) {
     pot->f = Buffer<T>(ctx, s.n);
     pot->g = Buffer<T>(ctx, s.m);

@@ -253,7 +253,7 @@ __global__ void values_to_double_kernel(const float* __restrict__ V, std::int64_
 template <bool kPair>
 __global__ void __launch_bounds__(256)
     values_exp_kernel(double* __restrict__ S, std::int64_t rows, std::int64_t ld_s,
-                      const double* __restrict__ beta, double alpha, RowPair rp,
+                      std::int64_t nkeys, const double* __restrict__ beta, double alpha, RowPair rp,
                       double* __restrict__ maxima) {
   const std::int64_t r = std::int64_t(blockIdx.x) * 8 + (threadIdx.x >> 5);
   const int lane = threadIdx.x & 31;
@@ -261,6 +261,7 @@ __global__ void __launch_bounds__(256)
   double* srow = S + r * ld_s;
   const float* prow = kPair ? rp.pair + std::int64_t(rp.qlab[r]) * rp.classes : nullptr;
   auto u_of = [&](std::int64_t j) {
+    if (j >= nkeys) return double(-INFINITY);  // padding: never read (stale entries)
     double u = srow[j] + beta[j];
     if (kPair && j < rp.nkeys) u -= double(prow[rp.klab[j]]);
     return u;
@@ -270,6 +271,8 @@ __global__ void __launch_bounds__(256)
   for (int o = 16; o > 0; o >>= 1) m = fmax(m, __shfl_xor_sync(0xffffffffu, m, o));
   for (std::int64_t j = lane; j < ld_s; j += 32) {
     const double u = u_of(j);
+    // Padding keys (beta = -inf) and masked ones are written 0 explicitly: the padding columns
+    // hold whatever an earlier pass of another row stride left there.
     srow[j] = (m == -INFINITY || u == -INFINITY) ? 0.0 : exp(alpha * (u - m));
   }
   if (lane == 0) maxima[r] = m;
@@ -341,11 +344,12 @@ void LseGemm::values(const GemmValues& v) {
     const unsigned grid = unsigned((rows + 7) / 8);
     if (sd.pair) {
       const RowPair rp{sd.query_labels + r0, sd.key_labels, sd.pair, sd.classes, sd.nkeys};
-      values_exp_kernel<true><<<grid, 256, 0, st>>>(S, rows, ld_s, static_cast<double*>(beta_),
-                                                    alpha, rp, maxima);
+      values_exp_kernel<true><<<grid, 256, 0, st>>>(S, rows, ld_s, sd.nkeys,
+                                                    static_cast<double*>(beta_), alpha, rp, maxima);
     } else {
-      values_exp_kernel<false><<<grid, 256, 0, st>>>(S, rows, ld_s, static_cast<double*>(beta_),
-                                                     alpha, RowPair{}, maxima);
+      values_exp_kernel<false><<<grid, 256, 0, st>>>(S, rows, ld_s, sd.nkeys,
+                                                     static_cast<double*>(beta_), alpha, RowPair{},
+                                                     maxima);
     }
     KANTOR_CUDA_CHECK_LAUNCH();
     // W (rows x w, row-major) = S (rows x ld_s) [V 1] (ld_s x w); column-major: W^T = V1^T S^T.

@@ -6,8 +6,10 @@
 // are opaque cudaStream_t pointers; every call is asynchronous on `stream`.
 //
 // The arithmetic is the host versions' (exact conversions; TF32 rounding to nearest, ties away
-// from zero, as cvt.rna.tf32.f32; lo = v - hi exact in float; norms c sum_k v_k^2 accumulated in
-// double in column order and rounded once).
+// from zero, as cvt.rna.tf32.f32; lo = v - hi exact in float), except the order of the norms'
+// sums: c sum_k v_k^2 accumulated in double over lane-strided partial sums and a fixed shuffle
+// tree (run-to-run identical), then rounded once; it may differ from a sum in column order in the
+// last bit of the double.
 #pragma once
 
 #include <cstdint>

@@ -298,6 +298,9 @@ class CudaOracle final : public OracleBase<T> {
             : dense_.family == LseFamily::kGemmFp64 ? cuda::LseGemm::Scores::kFp64
                                                     : cuda::LseGemm::Scores::kTf32);
     }
+    // The staging copies x_dense / y_dense are freed on return: the kernels that read them
+    // must have finished.
+    cuda::synchronize_stream(stream_);
     err_partials_ = Buffer<double>(ctx_, cuda::finalize_blocks(n_ + m_));
     stat_partials_ = Buffer<double>(ctx_, 3 * cuda::value_pass_blocks(std::max(n_, m_)));
     f_tmp_ = Buffer<T>(ctx_, n_);
