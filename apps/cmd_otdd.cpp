@@ -524,6 +524,7 @@ int cmd_otdd(const std::vector<std::string>& args) {
     if (compat)
       o.add("compatible_iterations", compat->iterations)
           .add("compatible_marginal_error", compat->marginal_error_xy)
+          .add("compatible_kernel", compat->compatible_kernel)
           .add("compatible_seconds", compat->seconds_ot + compat->seconds_setup)
           .add("diameter", compat->diameter);
     if (conv)

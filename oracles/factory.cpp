@@ -12,6 +12,12 @@ namespace kantor {
 template <class T>
 std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& problem,
                                        Precision precision) {
+  return make_oracle(ctx, problem, precision, ctx.kernel());
+}
+
+template <class T>
+std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& problem,
+                                       Precision precision, KernelChoice kernel) {
   constexpr bool is_double = std::is_same<T, double>::value;
   if (precision == Precision::kFp64 && !is_double)
     throw InvalidArgument("precision fp64 needs double data (Problem<double>)");
@@ -20,7 +26,7 @@ std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& pro
                           " needs float data (Problem<float>); double data runs in fp64");
   if (ctx.backend() == Backend::kCuda) {
 #if KANTOR_CUDA_ENABLED
-    return make_cuda_oracle(ctx, problem, precision);
+    return make_cuda_oracle(ctx, problem, precision, kernel);
 #else
     throw NotCompiled("this kantor build has no CUDA engine");
 #endif
@@ -29,6 +35,10 @@ std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& pro
     throw InvalidArgument("precision " + to_string(precision) +
                           " uses tensor cores and needs the CUDA engine (backend cuda); the CPU "
                           "engine runs fp32 or fp64");
+  if (kernel != KernelChoice::kAuto && kernel != KernelChoice::kExact)
+    throw InvalidArgument("kernel " + to_string(kernel) +
+                          " is a CUDA kernel family, but the engine is the CPU's (its one family: "
+                          "exact)");
   return make_cpu_oracle(ctx, problem, precision);
 }
 
@@ -36,5 +46,9 @@ template std::unique_ptr<Oracle<float>> make_oracle(const Context&, const Proble
                                                     Precision);
 template std::unique_ptr<Oracle<double>> make_oracle(const Context&, const Problem<double>&,
                                                      Precision);
+template std::unique_ptr<Oracle<float>> make_oracle(const Context&, const Problem<float>&,
+                                                    Precision, KernelChoice);
+template std::unique_ptr<Oracle<double>> make_oracle(const Context&, const Problem<double>&,
+                                                     Precision, KernelChoice);
 
 }  // namespace kantor

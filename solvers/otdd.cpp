@@ -556,9 +556,18 @@ void compatible(const Context& ctx, const Problem<T>& pxy, const Problem<T>& pxx
                 const Problem<T>& pyy, Precision prec, OtddSummary* s,
                 const ProgressCallback& progress) {
   const auto t_setup = Clock::now();
-  auto oxy = make_oracle(ctx, pxy, prec);
-  auto oxx = make_oracle(ctx, pxx, prec);
-  auto oyy = make_oracle(ctx, pyy, prec);
+  // The public implementation computes its costs in float32, as norm expansions (GeomLoss:
+  // |x|^2 + |y|^2 - 2<x, y>). On the GPU at fp32 and d > 16 this mode does the same, with
+  // float32-accurate products (the 3xTF32 score blocks), unless a kernel was asked for: twice as
+  // fast as the float64 score blocks of the table (docs/otdd.md). Converged mode keeps the table.
+  KernelChoice kernel = ctx.kernel();
+  if (kernel == KernelChoice::kAuto && ctx.backend() == Backend::kCuda &&
+      prec == Precision::kFp32 && pxy.features().x.cols > 16)
+    kernel = KernelChoice::kGemm3xTf32;
+  s->compatible_kernel = to_string(kernel);
+  auto oxy = make_oracle(ctx, pxy, prec, kernel);
+  auto oxx = make_oracle(ctx, pxx, prec, kernel);
+  auto oyy = make_oracle(ctx, pyy, prec, kernel);
   const std::int64_t n = oxy->n(), m = oxy->m();
   for (Oracle<T>* o : {oxy.get(), oxx.get(), oyy.get()}) {
     const double r = std::ldexp(1.0, std::ilogb(o->max_score_term()) - mantissa(prec));

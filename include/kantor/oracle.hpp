@@ -218,5 +218,10 @@ class Oracle {
 template <class T>
 std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& problem,
                                        Precision precision);
+/// The same with this oracle's kernel family instead of ctx.kernel() (kAuto: the dispatch
+/// table). The CPU engine accepts kAuto and kExact only.
+template <class T>
+std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& problem,
+                                       Precision precision, KernelChoice kernel);
 
 }  // namespace kantor

@@ -204,6 +204,9 @@ struct OtddSummary {
   /// Sorting the rows by class and building the problems (host copies); compatible mode: the
   /// certificate of the cross problem and the self-problems' residuals after the loop.
   double seconds_prepare = 0, seconds_certificate = 0;
+  /// Compatible mode: the kernel family its oracles ran ("auto": the dispatch table; on the GPU
+  /// at fp32 and d > 16 "gemm-3xtf32", float32 products as in the public implementation).
+  std::string compatible_kernel;
 
   std::string brief_report() const;
   std::string full_report() const;

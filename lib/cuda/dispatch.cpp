@@ -100,7 +100,7 @@ Dispatch dispatch_lse(const PassTraits& p, KernelChoice choice) {
                             kantor::to_string(p.precision) + ", d = " + std::to_string(p.dim) +
                             (p.label_cost ? ", label-augmented cost" : "") +
                             (p.block_list ? ", block list" : "") + "): " + why);
-    return {f, "forced by ContextOptions::kernel"};
+    return {f, "forced by the kernel choice (ContextOptions::kernel or make_oracle's)"};
   }
   // fp32 above d = 16 (dense): float64 score blocks (DGEMM on exact double copies of the float
   // data), the rest of the pass as the exact kernel's (float exponentials, double maxima). Its

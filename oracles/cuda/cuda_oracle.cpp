@@ -128,15 +128,17 @@ class CudaOracle final : public OracleBase<T> {
   using Base::n_;
 
  public:
-  CudaOracle(const Context& ctx, const PreparedProblem<T>& prep, Precision precision)
+  CudaOracle(const Context& ctx, const PreparedProblem<T>& prep, Precision precision,
+             KernelChoice kernel)
       : Base(prep, precision, BlockShape{cuda::kBlockRows, cuda::kBlockKeys}),
         ctx_(ctx),
+        kernel_(kernel),
         stream_(ctx.impl().stream),
         precision_(precision),
         c_(prep.cost_scale),
         ops_(ctx, ctx.impl().stream) {
     // The dense schedule's family (the table; a forced family is checked here, at setup).
-    dense_ = cuda::dispatch_lse(traits(false), ctx.kernel());
+    dense_ = cuda::dispatch_lse(traits(false), kernel_);
     dispatch_ = dense_;
     tensor_ = precision == Precision::kTf32   ? LseKernel::kTf32
               : precision == Precision::kBf16 ? LseKernel::kBf16
@@ -557,7 +559,7 @@ class CudaOracle final : public OracleBase<T> {
     const bool listed = this->block_list(0) || this->block_list(1);
     // A family without the block-list schedule hands the passes to the exact kernel (the table
     // says so); a forced family that cannot serve lists is refused here.
-    dispatch_ = listed ? cuda::dispatch_lse(traits(true), ctx_.kernel()) : dense_;
+    dispatch_ = listed ? cuda::dispatch_lse(traits(true), kernel_) : dense_;
     if (listed && dispatch_.family != LseFamily::kExact && dispatch_.family != dense_.family)
       throw InvalidArgument("block lists: the dispatch table chose " +
                             cuda::to_string(dispatch_.family) +
@@ -945,6 +947,7 @@ class CudaOracle final : public OracleBase<T> {
   }
 
   const Context& ctx_;
+  KernelChoice kernel_;  // this oracle's family choice (ContextOptions::kernel unless given)
   void* stream_;
   Precision precision_;
   double c_;
@@ -984,17 +987,17 @@ class CudaOracle final : public OracleBase<T> {
 
 template <class T>
 std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>& problem,
-                                            Precision precision) {
+                                            Precision precision, KernelChoice kernel) {
   if (precision == Precision::kTf32 && !std::is_same<T, float>::value)
     throw InvalidArgument("precision tf32 needs float data");
   if (precision == Precision::kBf16 && !std::is_same<T, float>::value)
     throw InvalidArgument("precision bf16 needs float data");
-  return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_data(problem), precision);
+  return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_data(problem), precision, kernel);
 }
 
 template std::unique_ptr<Oracle<float>> make_cuda_oracle(const Context&, const Problem<float>&,
-                                                         Precision);
+                                                         Precision, KernelChoice);
 template std::unique_ptr<Oracle<double>> make_cuda_oracle(const Context&, const Problem<double>&,
-                                                          Precision);
+                                                          Precision, KernelChoice);
 
 }  // namespace kantor

@@ -11,6 +11,6 @@ namespace kantor {
 
 template <class T>
 std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>& problem,
-                                            Precision precision);
+                                            Precision precision, KernelChoice kernel);
 
 }  // namespace kantor

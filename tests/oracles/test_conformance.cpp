@@ -461,6 +461,46 @@ TEST_P(Conformance, EveryPassMatchesTheDenseReference) {
 INSTANTIATE_TEST_SUITE_P(Oracle, Conformance, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Conf>& i) { return case_name(i.param); });
 
+// make_oracle's own kernel choice overrides the context's for that oracle; the CPU engine
+// refuses CUDA families there too.
+TEST(ConformanceDispatch, PerOracleKernelChoiceOnTheCpu) {
+  std::vector<float> x(60), y(60);
+  for (int i = 0; i < 60; ++i) x[std::size_t(i)] = float(i) * 0.1f, y[std::size_t(i)] = float(i) * 0.07f;
+  Problem<float> p;
+  p.features().x = host_matrix<const float>(x.data(), 3, 20);
+  p.features().y = host_matrix<const float>(y.data(), 3, 20);
+  {
+    ContextOptions co;
+    co.backend = Backend::kCpu;
+    Context ctx(co);
+    EXPECT_NO_THROW((void)make_oracle(ctx, p, Precision::kFp32, KernelChoice::kExact));
+    try {
+      (void)make_oracle(ctx, p, Precision::kFp32, KernelChoice::kGemmFp64);
+      FAIL() << "a CUDA family on the CPU engine accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("gemm-fp64"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(ConformanceDispatch, PerOracleKernelChoiceOnTheGpu) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  std::vector<float> x(60), y(60);
+  for (int i = 0; i < 60; ++i) x[std::size_t(i)] = float(i) * 0.1f, y[std::size_t(i)] = float(i) * 0.07f;
+  Problem<float> p;
+  p.features().x = host_matrix<const float>(x.data(), 3, 20);
+  p.features().y = host_matrix<const float>(y.data(), 3, 20);
+  ContextOptions co;
+  co.backend = Backend::kCuda;
+  Context ctx(co);
+  EXPECT_NE(make_oracle(ctx, p, Precision::kFp32)->description().find("float64 score blocks"),
+            std::string::npos);
+  EXPECT_NE(make_oracle(ctx, p, Precision::kFp32, KernelChoice::kGemm3xTf32)
+                ->description()
+                .find("3xTF32"),
+            std::string::npos);
+}
+
 // A forced family that cannot serve the pass is refused with the reason.
 TEST(ConformanceDispatch, ForcedFamilyThatCannotServeIsRefused) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
