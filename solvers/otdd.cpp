@@ -14,6 +14,7 @@
 #include <random>
 #include <sstream>
 #include <future>
+#include <memory>
 #include <thread>
 
 #include "kantor/buffer.hpp"
@@ -459,10 +460,11 @@ int mantissa(Precision p) {
 
 /// One dataset sorted by class (rows of a class contiguous: label-uniform tiles for the kernels),
 /// in the engine's type, with its float64 copy and union label indices.
+/// (x and ref are allocated without a zero fill: the parallel copy writes them first.)
 template <class T>
 struct Sorted {
-  std::vector<T> x;
-  std::vector<double> ref;
+  std::unique_ptr<T[]> x;
+  std::unique_ptr<double[]> ref;
   std::vector<std::int32_t> labels;
   std::int64_t n = 0, d = 0;
 };
@@ -478,8 +480,8 @@ Sorted<T> sort_by_class(const Dataset& data, const std::vector<std::int32_t>& cl
   std::stable_sort(order.begin(), order.end(), [&](std::int64_t i, std::int64_t j) {
     return data.labels.data[i] < data.labels.data[j];
   });
-  s.x.resize(std::size_t(s.n * s.d));
-  s.ref.resize(std::size_t(s.n * s.d));
+  s.x.reset(new T[std::size_t(s.n * s.d)]);
+  s.ref.reset(new double[std::size_t(s.n * s.d)]);
   s.labels.resize(std::size_t(s.n));
   // Rows in parallel chunks of about 1 MB of output (the copies are memory bound).
   const std::int64_t grain = std::max<std::int64_t>(64, (std::int64_t(1) << 17) / std::max<std::int64_t>(s.d, 1));
@@ -501,8 +503,8 @@ template <class T>
 Problem<T> make_problem(const Sorted<T>& x, const Sorted<T>& y, const LabelTable& table,
                         const OtddOptions& o) {
   LabelAugmented<T> l;
-  l.features.x = host_matrix<const T>(x.x.data(), x.n, x.d);
-  l.features.y = host_matrix<const T>(y.x.data(), y.n, y.d);
+  l.features.x = host_matrix<const T>(x.x.get(), x.n, x.d);
+  l.features.y = host_matrix<const T>(y.x.get(), y.n, y.d);
   l.features.scale = o.feature_scale;
   l.labels_x = host_vector<const std::int32_t>(x.labels.data(), x.n);
   l.labels_y = host_vector<const std::int32_t>(y.labels.data(), y.n);
@@ -511,8 +513,8 @@ Problem<T> make_problem(const Sorted<T>& x, const Sorted<T>& y, const LabelTable
   Problem<T> p;
   p.cost = l;
   p.epsilon = o.epsilon;
-  p.reference_x = host_matrix<const double>(x.ref.data(), x.n, x.d);
-  p.reference_y = host_matrix<const double>(y.ref.data(), y.n, y.d);
+  p.reference_x = host_matrix<const double>(x.ref.get(), x.n, x.d);
+  p.reference_y = host_matrix<const double>(y.ref.get(), y.n, y.d);
   return p;
 }
 
