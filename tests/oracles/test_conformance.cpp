@@ -461,14 +461,22 @@ TEST_P(Conformance, EveryPassMatchesTheDenseReference) {
 INSTANTIATE_TEST_SUITE_P(Oracle, Conformance, ::testing::ValuesIn(all_cases()),
                          [](const ::testing::TestParamInfo<Conf>& i) { return case_name(i.param); });
 
+// Three points a side in d = 20 (above the fp32 table's exact-kernel width).
+struct SmallWide {
+  std::vector<float> x, y;
+  Problem<float> p;
+  SmallWide() : x(60), y(60) {
+    for (int i = 0; i < 60; ++i) x[std::size_t(i)] = float(i) * 0.1f, y[std::size_t(i)] = float(i) * 0.07f;
+    p.features().x = host_matrix<const float>(x.data(), 3, 20);
+    p.features().y = host_matrix<const float>(y.data(), 3, 20);
+  }
+};
+
 // make_oracle's own kernel choice overrides the context's for that oracle; the CPU engine
 // refuses CUDA families there too.
 TEST(ConformanceDispatch, PerOracleKernelChoiceOnTheCpu) {
-  std::vector<float> x(60), y(60);
-  for (int i = 0; i < 60; ++i) x[std::size_t(i)] = float(i) * 0.1f, y[std::size_t(i)] = float(i) * 0.07f;
-  Problem<float> p;
-  p.features().x = host_matrix<const float>(x.data(), 3, 20);
-  p.features().y = host_matrix<const float>(y.data(), 3, 20);
+  const SmallWide w;
+  const Problem<float>& p = w.p;
   {
     ContextOptions co;
     co.backend = Backend::kCpu;
@@ -485,11 +493,8 @@ TEST(ConformanceDispatch, PerOracleKernelChoiceOnTheCpu) {
 
 TEST(ConformanceDispatch, PerOracleKernelChoiceOnTheGpu) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
-  std::vector<float> x(60), y(60);
-  for (int i = 0; i < 60; ++i) x[std::size_t(i)] = float(i) * 0.1f, y[std::size_t(i)] = float(i) * 0.07f;
-  Problem<float> p;
-  p.features().x = host_matrix<const float>(x.data(), 3, 20);
-  p.features().y = host_matrix<const float>(y.data(), 3, 20);
+  const SmallWide w;
+  const Problem<float>& p = w.p;
   ContextOptions co;
   co.backend = Backend::kCuda;
   Context ctx(co);
