@@ -397,6 +397,11 @@ class CudaOracle final : public OracleBase<T> {
   }
 
   void apply(T eps, const T* f, const T* g, const T* v, T* out) override {
+    if (dispatch_.family == LseFamily::kGemmFp64) {  // the float64 score blocks' value pass
+      value_matrix(eps, true, f, g, MatrixView<const T>{v, m_, 1, 1, MemorySpace::kDevice},
+                   MatrixView<T>{out, n_, 1, 1, MemorySpace::kDevice}, nullptr);
+      return;
+    }
     LseValuePass<T> p = value_pass(eps, /*f_side=*/true, f, g, ValueMode::kApply);
     p.values = v;
     p.vstride = 1;
@@ -406,6 +411,11 @@ class CudaOracle final : public OracleBase<T> {
     cuda::run_value_pass(p, stream_);
   }
   void apply_t(T eps, const T* f, const T* g, const T* u, T* out) override {
+    if (dispatch_.family == LseFamily::kGemmFp64) {
+      value_matrix(eps, false, f, g, MatrixView<const T>{u, n_, 1, 1, MemorySpace::kDevice},
+                   MatrixView<T>{out, m_, 1, 1, MemorySpace::kDevice}, nullptr);
+      return;
+    }
     LseValuePass<T> p = value_pass(eps, /*f_side=*/false, f, g, ValueMode::kApply);
     p.values = u;
     p.vstride = 1;
