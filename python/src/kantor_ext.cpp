@@ -529,6 +529,7 @@ nb::dict otdd_distance(const Array& xs, const Array& ls, const Array& xt, const 
   out["ot_xx"] = r.ot_xx;
   out["ot_yy"] = r.ot_yy;
   out["seconds"] = r.seconds_total;
+  out["compatible_kernel"] = r.compatible_kernel;  // "" outside compatible mode
   out["brief_report"] = r.brief_report();
   out["full_report"] = r.full_report();
   const std::size_t L = std::size_t(r.table.size());

@@ -232,6 +232,9 @@ def test_otdd_properties_and_the_cli():
     assert r.converged and r.distance > 0
     W = r.label_table
     assert W.shape == (6, 6) and np.allclose(W, W.T) and np.allclose(np.diag(W), 0)
+    assert r.compatible_kernel == ""  # converged mode follows the dispatch table
+    # Compatible mode at d <= 16: the table's choice on either engine.
+    assert kantor.otdd(xs, ls, xt, lt).compatible_kernel == "auto"
     same = kantor.otdd(xs, ls, xs, ls, mode="converged", tolerance=1e-6, precision="fp64")
     assert abs(same.distance) <= 1e-4
     swapped = kantor.otdd(xt, lt, xs, ls, mode="converged", tolerance=1e-6, precision="fp64")
