@@ -330,6 +330,9 @@ class OtddResult(_Reports):
     iterations: int
     seconds: float
     message: str
+    # Compatible mode: the kernel family it ran ("auto": the dispatch table; "gemm-3xtf32" on the
+    # GPU at fp32 and d > 16); "" in converged mode.
+    compatible_kernel: str = ""
     _brief: str = dataclasses.field(repr=False, default="")
     _full: str = dataclasses.field(repr=False, default="")
 
@@ -358,7 +361,8 @@ def otdd(source, source_labels, target, target_labels, *, mode: str = "compatibl
     return OtddResult(r["distance"], r["converged"], r["mode"], r["label_distance"],
                       r["label_table"], list(r["classes_source"]), list(r["classes_target"]),
                       r["marginal_error_xy"], r["ot_xy"], r["ot_xx"], r["ot_yy"], r["iterations"],
-                      r["seconds"], r["message"], r["brief_report"], r["full_report"])
+                      r["seconds"], r["message"], r["compatible_kernel"], r["brief_report"],
+                      r["full_report"])
 
 
 def barycentric_map(x, y, a=None, b=None, eps: Optional[float] = None, *,
