@@ -271,7 +271,7 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
       "values", po::value(&o.values),
       "time apply_mat (P V) with K value columns instead of iterations (default 0)")(
       "kernel", po::value(&o.kernel),
-      "auto | exact | mma | tf32-chunked | gemm | gemm-fp32 | gemm-3xtf32 | gemm-fp64: force a kernel family (default auto)")(
+      (kernel_choice_names(" | ") + ": force a kernel family (default auto)").c_str())(
       "gradient", po::bool_switch(&o.gradient),
       "time the iterations followed by the gradient w.r.t. x")(
       "hvp", po::bool_switch(&o.hvp),
@@ -296,7 +296,8 @@ int cmd_bench_sinkhorn(const std::vector<std::string>& args) {
     std::cout << "usage: kantor bench sinkhorn --n N --m M --d D --epsilon E --iterations K "
                  "[--schedule alternating|symmetric] [--precision fp32|tf32|bf16|fp64] "
                  "[--backend cpu|cuda|auto] [--repeats R] [--classes L] [--block-fraction F] [--rho R] "
-                 "[--values K | --gradient | --hvp [--cg-tolerance T]] [--kernel auto|exact|mma|tf32-chunked|gemm|gemm-fp32|gemm-3xtf32|gemm-fp64] [--json]\n\n"
+                 "[--values K | --gradient | --hvp [--cg-tolerance T]] [--kernel "
+              << kernel_choice_names("|") << "] [--json]\n\n"
               << desc << std::endl;
     return kExitOk;
   }

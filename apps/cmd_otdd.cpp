@@ -326,8 +326,9 @@ int cmd_otdd(const std::vector<std::string>& args) {
       "precision", po::value(&precision_name), "fp32 | fp64 | tf32 (default fp32)")(
       "threads", po::value(&threads), "CPU threads (default: all cores)")(
       "kernel", po::value(&kernel),
-      "auto | exact | mma | tf32-chunked | gemm | gemm-fp32 | gemm-3xtf32 | gemm-fp64: force a CUDA kernel family of "
-      "the dispatch table (default auto; for comparisons)")(
+      (kernel_choice_names(" | ") +
+       ": force a CUDA kernel family of the dispatch table (default auto; for comparisons)")
+          .c_str())(
       "output-label-distances", po::value(&table_path)->value_name("FILE"),
       "write the label table over both datasets' classes (.npy or .csv)")(
       "output-heatmap", po::value(&heatmap_path)->value_name("FILE"),

@@ -4,6 +4,7 @@
 #include "kantor/config.hpp"
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
+#include "lib/core/kernel_check.hpp"
 #include "oracles/cpu/cpu_oracle.hpp"
 #include "oracles/cuda/cuda_oracle.hpp"
 
@@ -35,10 +36,7 @@ std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& pro
     throw InvalidArgument("precision " + to_string(precision) +
                           " uses tensor cores and needs the CUDA engine (backend cuda); the CPU "
                           "engine runs fp32 or fp64");
-  if (kernel != KernelChoice::kAuto && kernel != KernelChoice::kExact)
-    throw InvalidArgument("kernel " + to_string(kernel) +
-                          " is a CUDA kernel family, but the engine is the CPU's (its one family: "
-                          "exact)");
+  detail::require_cpu_kernel(kernel, "make_oracle: kernel");
   return make_cpu_oracle(ctx, problem, precision);
 }
 

@@ -78,6 +78,12 @@ struct Extent {
     lo[std::size_t(k)] = std::min(lo[std::size_t(k)], v);
     hi[std::size_t(k)] = std::max(hi[std::size_t(k)], v);
   }
+  void merge(const Extent& o) {
+    for (std::size_t k = 0; k < lo.size(); ++k) {
+      lo[k] = std::min(lo[k], o.lo[k]);
+      hi[k] = std::max(hi[k], o.hi[k]);
+    }
+  }
   double diagonal() const {
     double s2 = 0;
     for (std::size_t k = 0; k < lo.size(); ++k) s2 += (hi[k] - lo[k]) * (hi[k] - lo[k]);
@@ -536,11 +542,7 @@ double augmented_diameter(const Sorted<T>& a, const Sorted<T>& b, int threads) {
         e.add(d, s->labels[std::size_t(i)]);
       }
     });
-    for (const Extent& e : part)
-      for (std::size_t k = 0; k <= std::size_t(d); ++k) {
-        box.lo[k] = std::min(box.lo[k], e.lo[k]);
-        box.hi[k] = std::max(box.hi[k], e.hi[k]);
-      }
+    for (const Extent& e : part) box.merge(e);
   }
   return box.diagonal();
 }

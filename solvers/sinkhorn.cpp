@@ -769,7 +769,7 @@ bool is_self_problem(const Problem<T>& problem) {
   }
   if (p.x.rows != p.y.rows || p.x.cols != p.y.cols) return false;
   if (p.x.space != MemorySpace::kHost || p.y.space != MemorySpace::kHost)
-    return p.x.data == p.y.data && p.x.stride == p.y.stride && problem.a.data == problem.b.data;
+    return same_view(p.x, p.y) && problem.a.data == problem.b.data;
   for (std::int64_t i = 0; i < p.x.rows; ++i)
     for (std::int64_t k = 0; k < p.x.cols; ++k)
       if (!(p.x(i, k) == p.y(i, k))) return false;

@@ -40,6 +40,8 @@ std::string to_string(KernelChoice k);
 /// Parse "auto" | "exact" | "mma" | "tf32-chunked" | "gemm" | "gemm-fp32" | "gemm-3xtf32" |
 /// "gemm-fp64".
 KernelChoice parse_kernel_choice(const std::string& s, const std::string& what = "kernel");
+/// Every KernelChoice name, in order, joined by `sep` (help texts and messages).
+std::string kernel_choice_names(const std::string& sep);
 std::string to_string(MemorySpace s);
 std::string to_string(Precision p);
 

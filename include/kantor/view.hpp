@@ -41,6 +41,13 @@ struct MatrixView {
   }
 };
 
+/// The same memory, shape and space (one cloud given as both sides of a problem).
+template <class T>
+bool same_view(const MatrixView<T>& u, const MatrixView<T>& v) {
+  return u.data == v.data && u.rows == v.rows && u.cols == v.cols && u.stride == v.stride &&
+         u.space == v.space;
+}
+
 /// A view of a contiguous host vector.
 template <class T>
 VectorView<T> host_vector(T* data, std::int64_t size) {

@@ -37,13 +37,24 @@ std::string to_string(KernelChoice k) {
   return "?";
 }
 
+namespace {
+constexpr KernelChoice kAllKernelChoices[] = {
+    KernelChoice::kAuto,      KernelChoice::kExact,    KernelChoice::kMma,
+    KernelChoice::kTf32Chunked, KernelChoice::kGemm,   KernelChoice::kGemmFp32,
+    KernelChoice::kGemm3xTf32, KernelChoice::kGemmFp64};
+}  // namespace
+
+std::string kernel_choice_names(const std::string& sep) {
+  std::string out;
+  for (KernelChoice k : kAllKernelChoices) out += (out.empty() ? "" : sep) + to_string(k);
+  return out;
+}
+
 KernelChoice parse_kernel_choice(const std::string& s, const std::string& what) {
-  for (KernelChoice k : {KernelChoice::kAuto, KernelChoice::kExact, KernelChoice::kMma,
-                         KernelChoice::kTf32Chunked, KernelChoice::kGemm, KernelChoice::kGemmFp32,
-                         KernelChoice::kGemm3xTf32, KernelChoice::kGemmFp64})
+  for (KernelChoice k : kAllKernelChoices)
     if (s == to_string(k)) return k;
-  throw InvalidArgument(what + ": unknown value '" + s +
-                        "' (expected auto, exact, mma, tf32-chunked, gemm, gemm-fp32, gemm-3xtf32 or gemm-fp64)");
+  throw InvalidArgument(what + ": unknown value '" + s + "' (expected one of " +
+                        kernel_choice_names(", ") + ")");
 }
 
 std::string to_string(MemorySpace s) { return s == MemorySpace::kHost ? "host" : "device"; }

@@ -53,13 +53,6 @@ void check_cloud(const MatrixView<const T>& v, const char* name) {
   }
 }
 
-/// The same memory and shape (a cloud given as both sides is checked once).
-template <class V>
-bool same_view(const V& u, const V& v) {
-  return u.data == v.data && u.rows == v.rows && u.cols == v.cols && u.stride == v.stride &&
-         u.space == v.space;
-}
-
 template <class T>
 double check_weights(const VectorView<const T>& w, std::int64_t expected, const char* name) {
   if (w.data == nullptr && w.size == 0) return 1.0;  // uniform

@@ -119,10 +119,10 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
         hi[std::size_t(k)] = std::max(hi[std::size_t(k)], chi[std::size_t(t * d + k)]);
       }
   };
+  // One view as both sides (a self-problem): checked, bounded and copied once.
+  out.same_clouds = same_view(p.x, p.y) && same_view(problem.reference_x, problem.reference_y);
   extend(p.x);
-  const bool same_y = p.y.data == p.x.data && p.y.rows == p.x.rows && p.y.cols == p.x.cols &&
-                      p.y.stride == p.x.stride;
-  if (!same_y) extend(p.y);
+  if (!same_view(p.x, p.y)) extend(p.y);
   out.center.resize(std::size_t(d));
   double diag2 = 0;
   for (std::int64_t k = 0; k < d; ++k) {
@@ -138,10 +138,6 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
           (*dst)[std::size_t(i * d + k)] = T(double(v(i, k)) - out.center[std::size_t(k)]);
     }, grain);
   };
-  const auto same_view = [](const auto& u, const auto& v) {
-    return u.data == v.data && u.rows == v.rows && u.cols == v.cols && u.stride == v.stride;
-  };
-  out.same_clouds = same_view(p.x, p.y) && same_view(problem.reference_x, problem.reference_y);
   copy_centred(p.x, &out.x);
   if (!out.same_clouds) copy_centred(p.y, &out.y);
   out.rho_a = problem.rho_a;

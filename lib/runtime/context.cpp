@@ -3,6 +3,7 @@
 #include "kantor/config.hpp"
 
 #include "kantor/error.hpp"
+#include "lib/core/kernel_check.hpp"
 #include "lib/runtime/context_impl.hpp"
 #include "lib/cuda/runtime.hpp"
 
@@ -70,12 +71,9 @@ Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>()
   }
   s.backend = chosen;
   s.cancel = options.cancel;
-  if (chosen == Backend::kCpu && options.kernel != KernelChoice::kAuto &&
-      options.kernel != KernelChoice::kExact)
-    throw InvalidArgument("ContextOptions::kernel = " + to_string(options.kernel) +
-                          " is a CUDA kernel family, but the engine is the CPU's (its one family: "
-                          "auto or exact)" +
-                          (options.backend == Backend::kAuto ? "; no CUDA device was chosen" : ""));
+  if (chosen == Backend::kCpu)
+    detail::require_cpu_kernel(options.kernel, "ContextOptions::kernel",
+                               options.backend == Backend::kAuto ? "; no CUDA device was chosen" : "");
   s.kernel = options.kernel;
   s.pool = std::make_unique<cpu::ThreadPool>(s.threads, options.cancel);
 }

@@ -64,10 +64,6 @@ class CpuOracle final : public OracleBase<T> {
         for (std::int64_t k = 0; k < L; ++k)
           pair_[1][std::size_t(k * L + r)] = prep.pair[std::size_t(r * L + k)];
     }
-    // A self-problem has C_ij = C_ji: the label table must be symmetric too (W = W^T), else the
-    // g side (which reads W^T) is a different pass from the f side.
-    self_ = x_.rows() == y_.rows() && x_ == y_ && a_ == b_ && labels_[0] == labels_[1] &&
-            pair_[0] == pair_[1];
     x_ref_.assign(prep.x_ref.begin(), prep.x_ref.end());
     y_ref_.assign(prep.y_reference().begin(), prep.y_reference().end());
     a_ref_ = prep.a_ref;
@@ -99,19 +95,8 @@ class CpuOracle final : public OracleBase<T> {
     finish_update(eps, 1, b_, tm_, g, col_err);
   }
   void symmetric_step(T eps, T w, T* f, T* g, double* err) override {
-    // Self-problem (y = x, b = a bitwise) with f = g: both passes would be the same computation
-    // on the same inputs, so run one and copy (half the work of the divergence's OT(a, a), and
-    // bitwise the same result as two passes).
-    if (self_ && std::equal(f, f + n(), g)) {
-      lse_side(eps, true, g, tn_.data());
-      if (err) {
-        const double e = side_error(eps, 0, a_, f, tn_);
-        *err = e + e;
-      }
-      for (std::int64_t i = 0; i < n(); ++i) f[i] = (T(1) - w) * f[i] + w * tn_[i];
-      std::copy(f, f + n(), g);
-      return;
-    }
+    // (Self-problems from f = g take one pass per step in the solver, for both engines:
+    // solvers/sinkhorn.cpp, run_sinkhorn's one_side.)
     lse_side(eps, true, g, tn_.data());   // T_f(g_old)
     lse_side(eps, false, f, tm_.data());  // T_g(f_old)
     if (err) *err = side_error(eps, 0, a_, f, tn_) + side_error(eps, 1, b_, g, tm_);
@@ -624,7 +609,6 @@ class CpuOracle final : public OracleBase<T> {
   std::vector<double> x_ref_, y_ref_, a_ref_, b_ref_;  // the certificate's data (uncentred)
   Vec<T> a_, b_, la_, lb_, xn_, yn_;
   Vec<T> tn_, tm_;
-  bool self_ = false;  // y = x, b = a, same labels, symmetric table: element by element
   RowMatrix<T> empty_;
   RowPassResult res_;
   CpuVectorOps<T> ops_;

@@ -50,20 +50,6 @@ using cuda::LseSide;
 using cuda::LseValuePass;
 using cuda::ValueMode;
 
-/// float -> TF32 with round-to-nearest, ties away from zero (the rounding of cvt.rna.tf32.f32):
-/// keep 10 mantissa bits. Inf/NaN pass through.
-float round_tf32(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7f800000u) != 0x7f800000u) {
-    u += 0x1000u;
-    u &= 0xffffe000u;
-  }
-  float r;
-  std::memcpy(&r, &u, 4);
-  return r;
-}
-
 /// How the stored copies of the coordinates are rounded.
 enum class Rounding { kNone, kTf32, kBf16 };
 
@@ -194,7 +180,7 @@ class CudaOracle final : public OracleBase<T> {
     const T* yd = same_ ? xd : y_dense.data();
     auto build = [&](const T* src, const detail::UninitVector<T>& host, std::int64_t rows, int ld,
                      Rounding r) {
-      if (r == Rounding::kBf16) return upload(padded(host, rows, ld, r));
+      if (r == Rounding::kBf16) return upload(bf16_padded(host, rows, ld));
       Buffer<T> out(ctx_, rows * ld);
       cuda::operand_padded<T, T>(src, rows, int(d_), out.data(), ld,
                                  r == Rounding::kTf32 ? cuda::OperandRounding::kTf32
@@ -277,13 +263,13 @@ class CudaOracle final : public OracleBase<T> {
       // bf16-rounded copies (ld/2 words of packed pairs per row, the MMA operands) and c|x~|^2
       // in double from the same rounded values; ld = 16, 32 or 64 (zero columns are exact).
       ld_upd_ = cuda::bf16_padded_dim(int(d_));
-      const std::vector<T> xt = padded(prep.x, n_, ld_upd_, Rounding::kBf16);
+      const std::vector<T> xt = bf16_padded(prep.x, n_, ld_upd_);
       xt_ = upload(pack_bf16(xt));
       xn_ = upload(norms(xt, n_, ld_upd_));
       if (same_) {
         yn_ = upload(norms(xt, m_, ld_upd_));
       } else {
-        const std::vector<T> yt = padded(prep.y, m_, ld_upd_, Rounding::kBf16);
+        const std::vector<T> yt = bf16_padded(prep.y, m_, ld_upd_);
         yt_ = upload(pack_bf16(yt));
         yn_ = upload(norms(yt, m_, ld_upd_));
       }
@@ -765,19 +751,15 @@ class CudaOracle final : public OracleBase<T> {
                        sizeof(U) * h.size());
     return buf;
   }
-  /// src (rows x d) as rows x ld values of type U (zero padding), rounded as r says.
-  template <class U = T, class V>
-  static std::vector<U> padded(const V& src, std::int64_t rows, int ld, Rounding r) {
+  /// src (rows x d) as rows x ld bf16-rounded values (zero padding); the other roundings are
+  /// built on the device (lib/cuda/operands.hpp).
+  static std::vector<T> bf16_padded(const detail::UninitVector<T>& src, std::int64_t rows, int ld) {
     const std::int64_t d = rows > 0 ? std::int64_t(src.size()) / rows : 0;
-    std::vector<U> out(std::size_t(rows * ld), U(0));
+    std::vector<T> out(std::size_t(rows * ld), T(0));
     detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i)
-        for (std::int64_t k = 0; k < d; ++k) {
-          const T v = src[std::size_t(i * d + k)];
-          out[std::size_t(i * ld + k)] = r == Rounding::kTf32   ? U(round_tf32(float(v)))
-                                         : r == Rounding::kBf16 ? U(bf16::round(float(v)))
-                                                                : U(v);
-        }
+        for (std::int64_t k = 0; k < d; ++k)
+          out[std::size_t(i * ld + k)] = T(bf16::round(float(src[std::size_t(i * d + k)])));
     }, detail::row_grain(ld));
     return out;
   }
@@ -794,16 +776,15 @@ class CudaOracle final : public OracleBase<T> {
     }
     return out;
   }
-  /// c |row|^2 of each row of xt (rows x ld), accumulated in double, stored as U.
-  template <class U = T>
-  std::vector<U> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
-    std::vector<U> out(static_cast<std::size_t>(rows));
+  /// c |row|^2 of each row of xt (rows x ld, the bf16 copies), accumulated in double.
+  std::vector<T> norms(const std::vector<T>& xt, std::int64_t rows, int ld) const {
+    std::vector<T> out(static_cast<std::size_t>(rows));
     detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
         double s = 0;
         for (int k = 0; k < ld; ++k)
           s += double(xt[std::size_t(i * ld + k)]) * xt[std::size_t(i * ld + k)];
-        out[std::size_t(i)] = U(c_ * s);
+        out[std::size_t(i)] = T(c_ * s);
       }
     }, detail::row_grain(ld));
     return out;

@@ -55,38 +55,39 @@ TEST(CudaDispatchTable, EveryAutoEntry) {
 }
 
 TEST(CudaDispatchTable, ForcedFamiliesAreCheckedWithTheReason) {
-  auto refusal = [](const PassTraits& t, KernelChoice k) {
-    try {
-      (void)dispatch_lse(t, k);
-    } catch (const InvalidArgument& e) {
-      return std::string(e.what());
-    }
-    return std::string();
+  // Forced families the pass can take: served as asked.
+  struct Served {
+    PassTraits pass;
+    KernelChoice choice;
+    LseFamily family;
   };
-  EXPECT_EQ(dispatch_lse(pass(Precision::kFp32, 3), KernelChoice::kGemm3xTf32).family,
-            LseFamily::kGemm3xTf32);
-  EXPECT_EQ(dispatch_lse(pass(Precision::kFp32, 784), KernelChoice::kExact).family,
-            LseFamily::kExact);
-  EXPECT_NE(refusal(pass(Precision::kTf32, 130), KernelChoice::kGemm3xTf32).find("needs precision fp32"),
-            std::string::npos);
-  EXPECT_NE(refusal(pass(Precision::kFp32, 130, false, true), KernelChoice::kGemm3xTf32)
-                .find("dense score blocks only"),
-            std::string::npos);
-  EXPECT_NE(refusal(pass(Precision::kFp32, 130), KernelChoice::kGemm).find("needs precision tf32"),
-            std::string::npos);
-  EXPECT_EQ(dispatch_lse(pass(Precision::kFp32, 3, true), KernelChoice::kGemmFp32).family,
-            LseFamily::kGemmFp32);
-  EXPECT_NE(refusal(pass(Precision::kTf32, 130), KernelChoice::kGemmFp32).find("needs precision fp32"),
-            std::string::npos);
-  EXPECT_EQ(dispatch_lse(pass(Precision::kFp32, 784, true), KernelChoice::kGemmFp64).family,
-            LseFamily::kGemmFp64);
-  EXPECT_NE(refusal(pass(Precision::kFp64, 784), KernelChoice::kGemmFp64).find("needs precision fp32"),
-            std::string::npos);
-  EXPECT_NE(refusal(pass(Precision::kFp32, 784, false, true), KernelChoice::kGemmFp64)
-                .find("dense score blocks only"),
-            std::string::npos);
-  EXPECT_NE(refusal(pass(Precision::kFp32, 3), KernelChoice::kMma).find("tf32 or bf16"),
-            std::string::npos);
+  for (const Served& c : {Served{pass(Precision::kFp32, 3), KernelChoice::kGemm3xTf32, LseFamily::kGemm3xTf32},
+                          Served{pass(Precision::kFp32, 784), KernelChoice::kExact, LseFamily::kExact},
+                          Served{pass(Precision::kFp32, 3, true), KernelChoice::kGemmFp32, LseFamily::kGemmFp32},
+                          Served{pass(Precision::kFp32, 784, true), KernelChoice::kGemmFp64, LseFamily::kGemmFp64}})
+    EXPECT_EQ(dispatch_lse(c.pass, c.choice).family, c.family) << kantor::to_string(c.choice);
+  // Forced families the pass cannot take: refused, the message says why.
+  struct Refused {
+    PassTraits pass;
+    KernelChoice choice;
+    const char* why;
+  };
+  for (const Refused& c :
+       {Refused{pass(Precision::kTf32, 130), KernelChoice::kGemm3xTf32, "needs precision fp32"},
+        Refused{pass(Precision::kFp32, 130, false, true), KernelChoice::kGemm3xTf32, "dense score blocks only"},
+        Refused{pass(Precision::kFp32, 130), KernelChoice::kGemm, "needs precision tf32"},
+        Refused{pass(Precision::kTf32, 130), KernelChoice::kGemmFp32, "needs precision fp32"},
+        Refused{pass(Precision::kFp64, 784), KernelChoice::kGemmFp64, "needs precision fp32"},
+        Refused{pass(Precision::kFp32, 784, false, true), KernelChoice::kGemmFp64, "dense score blocks only"},
+        Refused{pass(Precision::kFp32, 3), KernelChoice::kMma, "tf32 or bf16"}}) {
+    std::string what;
+    try {
+      (void)dispatch_lse(c.pass, c.choice);
+    } catch (const InvalidArgument& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find(c.why), std::string::npos) << kantor::to_string(c.choice) << ": '" << what << "'";
+  }
 }
 
 }  // namespace

@@ -434,7 +434,8 @@ std::vector<Conf> all_cases() {
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels100, Schedule::kDense, 200, 150, 5, KernelChoice::kGemmFp32});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels100, Schedule::kDense, 300, 257, 70, KernelChoice::kGemmFp32});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels3Sorted, Schedule::kDense, 700, 500, 130, KernelChoice::kGemm3xTf32});
-  // gemm-fp64 (float64 score blocks on fp32 data): first added without a GPU run (2026-12-04).
+  // gemm-fp64 forced (it is also the table's fp32 entry above d = 16: the auto cases at d = 17
+  // and 130 run it).
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 200, 150, 130, KernelChoice::kGemmFp64});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 1, 70, 3, KernelChoice::kGemmFp64});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels100, Schedule::kDense, 300, 257, 70, KernelChoice::kGemmFp64});

@@ -224,8 +224,6 @@ TEST(Certificate, SelfProblemConvergesUnderTheDefaultSchedule) {
 // iterates (to rounding), residuals and certificate as the two-sided symmetric step it replaces (that one is
 // still run when self-problems are not special-cased and the schedule is symmetric).
 TEST(Certificate, SelfProblemOneSidedStepsMatchTheSymmetricStep) {
-  // (The CPU oracle's symmetric step has a self-problem shortcut of its own, so the CPU cases
-  // compare two one-sided paths; the CUDA case compares against a two-sided step.)
   struct Engine {
     Backend backend;
     Precision precision;

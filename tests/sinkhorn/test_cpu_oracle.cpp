@@ -265,9 +265,9 @@ void check_values(const OracleCase& c) {
   }
 }
 
-// Self-problem (y = x, b = a): symmetric_step with f = g takes a one-pass shortcut; it must give
-// what the two passes give (dense reference) and keep f = g bitwise. With f != g it takes the
-// general path.
+// Self-problem (y = x, b = a): symmetric_step gives what the dense reference gives and, from
+// f = g, keeps f = g bitwise (both sides are the same computation; the solver relies on it when
+// it runs one side per step), with f != g too.
 template <class T>
 void check_self_symmetric_step() {
   Rng rng(404);
