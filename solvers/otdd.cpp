@@ -103,6 +103,10 @@ LoopStep geomloss_step(const std::vector<double>& schedule, std::int64_t k) {
   return {schedule[std::size_t(k - 1)], 0.5};
 }
 
+/// Widest features whose Gaussian table runs on the GPU (per class and pair, d x d float64
+/// matrices: 128 MiB each at d = 4096).
+constexpr std::int64_t kMaxDeviceBuresDim = 4096;
+
 /// Distinct class ids (ascending) and each sample's class index.
 void index_classes(const Dataset& x, std::vector<std::int32_t>* classes,
                    std::vector<std::int32_t>* index) {
@@ -234,6 +238,40 @@ std::vector<std::pair<std::int64_t, std::int64_t>> table_pairs(std::int64_t L) {
   for (std::int64_t i = 0; i < L; ++i)
     for (std::int64_t j = i + 1; j < L; ++j) p.emplace_back(i, j);
   return p;
+}
+
+/// The Gaussian table on a CUDA context (bures_table_cuda): the classes of both datasets as
+/// row groups, no host statistics.
+LabelTable gaussian_table_cuda(const Context& ctx, const Dataset& a, const Dataset& b,
+                               const ProgressCallback& progress) {
+  LabelTable t;
+  std::vector<std::int32_t> ia, ib;
+  index_classes(a, &t.classes_a, &ia);
+  index_classes(b, &t.classes_b, &ib);
+  const std::int64_t La = std::int64_t(t.classes_a.size());
+  RowGroups g;
+  g.matrices = {a.features, b.features};
+  g.rows = class_rows(ia, La);
+  auto rb = class_rows(ib, std::int64_t(t.classes_b.size()));
+  g.rows.insert(g.rows.end(), std::make_move_iterator(rb.begin()), std::make_move_iterator(rb.end()));
+  g.matrix.assign(g.rows.size(), 0);
+  std::fill(g.matrix.begin() + La, g.matrix.end(), 1);
+  for (std::size_t u = 0; u < g.rows.size(); ++u)
+    if (g.rows[u].size() < 2) {
+      const bool src = std::int64_t(u) < La;
+      throw InvalidArgument(std::string(src ? "source" : "target") + " class " +
+                            std::to_string(src ? t.classes_a[u] : t.classes_b[u - std::size_t(La)]) +
+                            " has " + std::to_string(g.rows[u].size()) +
+                            " sample; the Gaussian label distance needs at least 2 per class");
+    }
+  if (progress) progress("label distances: Bures table on the GPU", 0.0);
+  double sec[3] = {0, 0, 0};
+  t.values = bures_table_cuda(ctx, g, &sec);
+  t.seconds_statistics = sec[0];
+  t.seconds_square_roots = sec[1];
+  t.seconds_pairs = sec[2];
+  if (progress) progress("label distances: Bures table on the GPU", 1.0);
+  return t;
 }
 
 LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanceOptions& o,
@@ -760,8 +798,15 @@ double bures_squared(std::int64_t d, const double* m1, const double* S1, const d
 LabelTable label_distances(const Context& ctx, const Dataset& a, const Dataset& b,
                            const LabelDistanceOptions& options, const ProgressCallback& progress) {
   check_datasets(a, b);
-  if (options.method == LabelDistance::kGaussian)
+  if (options.method == LabelDistance::kGaussian) {
+    // Full covariances on a CUDA context run there (docs/otdd.md: float64 throughout, 10x the
+    // host's threads at d = 784); d x d matrices per class and pair must fit the device, so very
+    // wide features stay on the host.
+    if (ctx.backend() == Backend::kCuda && !options.diagonal_covariance &&
+        a.features.cols <= kMaxDeviceBuresDim)
+      return gaussian_table_cuda(ctx, a, b, progress);
     return gaussian_table(a, b, options, ctx.threads(), progress);
+  }
   return exact_table(ctx, a, b, options, progress);
 }
 

@@ -129,8 +129,31 @@ struct LabelTable {
 /// Progress of a long computation: a phase name and a fraction done (0..1).
 using ProgressCallback = std::function<void(const std::string& phase, double fraction)>;
 
+/// Groups of rows of row-major float64 host matrices (e.g. the classes of two datasets): group
+/// u is the rows `rows[u]` (in that order) of `matrices[matrix[u]]`; all matrices have the same
+/// number of columns.
+struct RowGroups {
+  std::vector<MatrixView<const double>> matrices;
+  std::vector<int> matrix;
+  std::vector<std::vector<std::int64_t>> rows;
+  std::int64_t size() const { return std::int64_t(rows.size()); }
+};
+
+/// Squared Bures-Wasserstein distances between the groups' Gaussians N(mean, unbiased
+/// covariance), groups x groups row-major (zero diagonal), on the CUDA engine of `ctx` in
+/// float64: the covariances by DSYRK, each covariance's eigendecomposition and every pair's
+/// trace term (the eigenvalues of K^T K, K = S_u^1/2 S_v^1/2 over the kept eigenvectors) by
+/// cuSOLVER's batched symmetric eigensolver; the floors of bures_squared (eigenvalues below
+/// d 2^-52 of the largest are 0). Exactly 0 for two groups whose means and covariances are
+/// equal bitwise; clamped at 0. Every group needs at least 2 rows (InvalidArgument). `seconds`
+/// (optional) receives the seconds of the statistics, of the square roots and of the pairs.
+/// NotCompiled in a CPU-only build; InvalidArgument when ctx is not a CUDA context.
+std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups,
+                                     double (*seconds)[3] = nullptr);
+
 /// The label table of two datasets. Gaussian: class statistics of each dataset, then one Bures
-/// distance per pair (threads on the host). Exact: one inner OT per pair on ctx's engine.
+/// distance per pair (on a CUDA context: bures_table_cuda; on the CPU engine: threads on the
+/// host). Exact: one inner OT per pair on ctx's engine.
 LabelTable label_distances(const Context& ctx, const Dataset& a, const Dataset& b,
                            const LabelDistanceOptions& options,
                            const ProgressCallback& progress = {});

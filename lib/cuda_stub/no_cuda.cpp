@@ -1,5 +1,6 @@
 // CPU-only build: the CUDA runtime helpers report no device and refuse everything else.
 #include "kantor/error.hpp"
+#include "kantor/otdd.hpp"
 #include "lib/cuda/runtime.hpp"
 
 namespace kantor::cuda {
@@ -28,3 +29,9 @@ void event_record(void*, void*) { not_compiled(); }
 double event_elapsed_ms(void*, void*) { not_compiled(); }
 
 }  // namespace kantor::cuda
+
+namespace kantor::otdd {
+std::vector<double> bures_table_cuda(const Context&, const RowGroups&, double (*)[3]) {
+  throw NotCompiled("bures_table_cuda: this kantor build has no CUDA engine");
+}
+}  // namespace kantor::otdd

@@ -465,5 +465,131 @@ TEST(CudaOtdd, BothModesMatchTheCpuEngine) {
     }
 }
 
+/// Mean and unbiased covariance (row-major d x d) of rows `rows` of the n x d row-major x.
+void group_statistics(const std::vector<double>& x, std::int64_t d,
+                      const std::vector<std::int64_t>& rows, std::vector<double>* mean,
+                      std::vector<double>* cov) {
+  const double n = double(rows.size());
+  mean->assign(std::size_t(d), 0.0);
+  cov->assign(std::size_t(d * d), 0.0);
+  for (auto i : rows)
+    for (std::int64_t k = 0; k < d; ++k) (*mean)[std::size_t(k)] += x[std::size_t(i * d + k)] / n;
+  for (auto i : rows)
+    for (std::int64_t k = 0; k < d; ++k)
+      for (std::int64_t q = 0; q < d; ++q)
+        (*cov)[std::size_t(k * d + q)] += (x[std::size_t(i * d + k)] - (*mean)[std::size_t(k)]) *
+                                          (x[std::size_t(i * d + q)] - (*mean)[std::size_t(q)]) /
+                                          (n - 1);
+}
+
+TEST(BuresTableCuda, RefusesAContextWithoutTheCudaEngine) {
+  const std::vector<double> x(12, 1.0);
+  otdd::RowGroups g;
+  g.matrices = {host_matrix<const double>(x.data(), 4, 3)};
+  g.matrix = {0, 0};
+  g.rows = {{0, 1}, {2, 3}};
+  Context cpu(ContextOptions{Backend::kCpu, 0});
+  // A CUDA build names the backend; a CPU-only build says it has no CUDA engine.
+  try {
+    otdd::bures_table_cuda(cpu, g);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("backend is cpu"), std::string::npos) << e.what();
+  } catch (const NotCompiled& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA engine"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaOtdd, BuresTableMatchesTheHostFormulaOnRankDeficientGroups) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  // d = 40, two matrices, six groups: 12 rows (rank 11 < d), 2 rows (rank 1), two columns of
+  // zero variance everywhere, one group 10x wider, and a group of the second matrix that holds
+  // the same rows as group 0 in the same order (an equal Gaussian: exactly 0).
+  std::mt19937_64 rng(71);
+  std::normal_distribution<double> nd;
+  const std::int64_t d = 40, na = 260, nb = 150;
+  std::vector<double> A(std::size_t(na * d)), B(std::size_t(nb * d));
+  for (std::int64_t i = 0; i < na; ++i)
+    for (std::int64_t k = 0; k < d; ++k)
+      A[std::size_t(i * d + k)] = (k == 3 || k == 17) ? 0.5 : (i % 3) * 0.7 + (1 + (i % 3)) * nd(rng);
+  for (std::int64_t i = 0; i < nb; ++i)
+    for (std::int64_t k = 0; k < d; ++k)
+      B[std::size_t(i * d + k)] = (k == 3 || k == 17) ? 0.5 : 0.2 + (i % 2 ? 10.0 : 0.8) * nd(rng);
+  std::vector<std::vector<std::int64_t>> rows(6);
+  for (std::int64_t i = 0; i < 12; ++i) rows[0].push_back(5 + 7 * i);  // rank 11
+  for (std::int64_t i = 1; i < na; i += 2) rows[1].push_back(i);
+  for (std::int64_t i = 0; i < na; i += 4) rows[2].push_back(i);
+  for (std::int64_t i = 0; i < 12; ++i) {  // group 3: group 0's rows copied into B, in order
+    const std::int64_t at = 3 + 11 * i;
+    std::copy_n(&A[std::size_t(rows[0][std::size_t(i)] * d)], d, &B[std::size_t(at * d)]);
+    rows[3].push_back(at);
+  }
+  rows[4] = {0, 2};  // rank 1
+  for (std::int64_t i = 1; i < nb; i += 2)
+    if ((i - 3) % 11 != 0) rows[5].push_back(i);  // the 10x wider rows
+  otdd::RowGroups g;
+  g.matrices = {host_matrix<const double>(A.data(), na, d),
+                host_matrix<const double>(B.data(), nb, d)};
+  g.matrix = {0, 0, 0, 1, 1, 1};
+  g.rows = rows;
+  Context gpu(ContextOptions{Backend::kCuda, 0});
+  double sec[3] = {-1, -1, -1};
+  const std::vector<double> w = otdd::bures_table_cuda(gpu, g, &sec);
+  ASSERT_EQ(w.size(), 36u);
+  for (double s : sec) EXPECT_GE(s, 0.0);
+  std::vector<std::vector<double>> m(6), S(6);
+  for (int u = 0; u < 6; ++u)
+    group_statistics(g.matrix[std::size_t(u)] ? B : A, d, rows[std::size_t(u)], &m[std::size_t(u)],
+                     &S[std::size_t(u)]);
+  for (int u = 0; u < 6; ++u) {
+    EXPECT_EQ(w[std::size_t(u * 6 + u)], 0.0);
+    for (int v = 0; v < 6; ++v) {
+      if (u == v) continue;
+      const double ref = otdd::bures_squared(d, m[std::size_t(u)].data(), S[std::size_t(u)].data(),
+                                             m[std::size_t(v)].data(), S[std::size_t(v)].data());
+      EXPECT_NEAR(w[std::size_t(u * 6 + v)], ref, 1e-9 * (1 + ref)) << u << " " << v;
+      EXPECT_EQ(w[std::size_t(u * 6 + v)], w[std::size_t(v * 6 + u)]);
+      EXPECT_GE(w[std::size_t(u * 6 + v)], 0.0);
+    }
+  }
+  EXPECT_EQ(w[0 * 6 + 3], 0.0);  // equal Gaussians, bitwise
+  EXPECT_GT(w[0 * 6 + 1], 1.0);
+  // Relabelling: the groups in another order give the table in that order.
+  const std::vector<int> perm = {4, 2, 5, 0, 3, 1};
+  otdd::RowGroups gp = g;
+  for (int u = 0; u < 6; ++u) {
+    gp.matrix[std::size_t(u)] = g.matrix[std::size_t(perm[std::size_t(u)])];
+    gp.rows[std::size_t(u)] = g.rows[std::size_t(perm[std::size_t(u)])];
+  }
+  const std::vector<double> wp = otdd::bures_table_cuda(gpu, gp);
+  for (int u = 0; u < 6; ++u)
+    for (int v = 0; v < 6; ++v) {
+      const double ref = w[std::size_t(perm[std::size_t(u)] * 6 + perm[std::size_t(v)])];
+      EXPECT_NEAR(wp[std::size_t(u * 6 + v)], ref, 1e-12 * (1 + ref)) << u << " " << v;
+    }
+  // Bad input names the problem.
+  auto message = [&](const otdd::RowGroups& bad) {
+    try {
+      otdd::bures_table_cuda(gpu, bad);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  otdd::RowGroups bad = g;
+  bad.rows[4] = {7};
+  EXPECT_NE(message(bad).find("group 4 has 1 rows"), std::string::npos) << message(bad);
+  bad = g;
+  bad.rows[2].push_back(na);
+  EXPECT_NE(message(bad).find("group 2 names row 260 of a matrix of 260 rows"), std::string::npos)
+      << message(bad);
+  bad = g;
+  bad.matrix[1] = 2;
+  EXPECT_NE(message(bad).find("group 1 names matrix 2"), std::string::npos) << message(bad);
+  bad = g;
+  bad.matrices[1] = host_matrix<const double>(B.data(), nb, d - 1);
+  EXPECT_NE(message(bad).find("columns"), std::string::npos) << message(bad);
+}
+
 }  // namespace
 }  // namespace kantor::testing
