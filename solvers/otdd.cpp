@@ -803,8 +803,13 @@ LabelTable label_distances(const Context& ctx, const Dataset& a, const Dataset& 
     // host's threads at d = 784); d x d matrices per class and pair must fit the device, so very
     // wide features stay on the host.
     if (ctx.backend() == Backend::kCuda && !options.diagonal_covariance &&
-        a.features.cols <= kMaxDeviceBuresDim)
-      return gaussian_table_cuda(ctx, a, b, progress);
+        a.features.cols <= kMaxDeviceBuresDim) {
+      try {
+        return gaussian_table_cuda(ctx, a, b, progress);
+      } catch (const BackendUnavailable&) {
+        // No cuSOLVER on this machine (it is loaded at run time): the host computes the table.
+      }
+    }
     return gaussian_table(a, b, options, ctx.threads(), progress);
   }
   return exact_table(ctx, a, b, options, progress);

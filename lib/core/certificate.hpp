@@ -190,12 +190,13 @@ inline bool certificate_decides(const Certificate& c, double target) {
 /// `sq` (double, exact differences) and the pair's label term (c_w W[l_i, l_j] in double; 0 for
 /// a squared-Euclidean cost). Pairs with zero key weight are skipped by the caller (their
 /// potential may be anything, even inf).
-KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double pair, double inv_eps,
-                                                double p_q, double p_k, double v_k,
-                                                CertificateRow* row) {
-  const double cost = c * sq + pair;
+/// `exposure` (certificate_pair_expanded) replaces the cost in t where sq was not computed by exact
+/// differences.
+KANTOR_HOST_DEVICE inline void certificate_pair_t(double cost, double exposure, double inv_eps,
+                                                  double p_q, double p_k, double v_k,
+                                                  CertificateRow* row) {
   const double z = ((p_q + p_k) - cost) * inv_eps;
-  const double t = fabs(p_q) + fabs(p_k) + cost;
+  const double t = fabs(p_q) + fabs(p_k) + exposure;
   // Negligible pairs skip the exponential: with z < -64 and t / eps < 2^44 the true exponent is
   // below -64 + (d + 11) / 512 (the rounding model below), so the pair holds less than
   // v_k e^(-64 + (d + 11) / 512); certificate_bound adds that much per side for all of them.
@@ -206,6 +207,34 @@ KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double pair
   row->max_t = t > row->max_t ? t : row->max_t;
   row->cost += p * cost;
   row->pot += p * (p_q + p_k);
+}
+
+KANTOR_HOST_DEVICE inline void certificate_pair(double sq, double c, double pair, double inv_eps,
+                                                double p_q, double p_k, double v_k,
+                                                CertificateRow* row) {
+  const double cost = c * sq + pair;
+  certificate_pair_t(cost, cost, inv_eps, p_q, p_k, v_k, row);
+}
+
+/// certificate_pair for a squared distance computed by the norm expansion (the CUDA engine's
+/// float64 GEMM certificate, lib/cuda/certify.cu): sq = |x'|^2 + |y'|^2 - 2 <x', y'> (clamped at
+/// 0) on anchored coordinates x' = fl(x - o), y' = fl(y - o), the norms and the dot product
+/// summed in double in any order (the FP64 tensor cores' DGEMM included: every product and sum
+/// rounded as an IEEE double operation). Its error is then not relative to sq but to
+/// R^2 = (|x'| + |y'|)^2: the anchoring perturbs each coordinate by u |x'_k| (so sq by <= 2.01 u
+/// R^2), the norms and the dot product by gamma_d (|x'|^2 + |y'|^2 + 2 |x'| |y'|) = gamma_d R^2
+/// and the two sums by 2 u R^2: (d + 5) u R^2 (1 + O(u)); c sq and + pair add u c R^2 and
+/// u (c R^2 + pair). certificate_bound's model gives the cost (d + 6) u of its t; with
+///   exposure = 1.2 (c R^2 (1 + 1e-6) + pair) >= the cost (R^2 >= sq),
+/// (d + 6) u exposure >= (d + 7.2) u (c R^2 + pair) covers it for every d >= 0, and the rest of
+/// the model (f + g, the division, exp) is as for certificate_pair. `rn` = (|x'| + |y'|)^2 from
+/// norms computed in double (their rounding is inside the 1e-6).
+KANTOR_HOST_DEVICE inline void certificate_pair_expanded(double sq, double rn, double c,
+                                                         double pair, double inv_eps, double p_q,
+                                                         double p_k, double v_k,
+                                                         CertificateRow* row) {
+  const double cost = c * (sq > 0 ? sq : 0.0) + pair;
+  certificate_pair_t(cost, 1.2 * (c * rn * (1 + 1e-6) + pair), inv_eps, p_q, p_k, v_k, row);
 }
 
 /// Folds one row: r = w sum_j v_j exp(z_ij), into the side's totals. Its error is |r - w| for a

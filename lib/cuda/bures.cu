@@ -17,12 +17,14 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kantor/buffer.hpp"
@@ -50,14 +52,54 @@ void solver_check(cusolverStatus_t s, const char* what) {
                     std::to_string(int(s)) + ")");
 }
 
+/// cuSOLVER, opened at the first call (dlopen), not linked: the library and what it pulls in
+/// (cuSPARSE, nvJitLink: about 400 MB of shared objects) would otherwise be mapped by every
+/// kantor process, CPU runs and `ulimit -v` included (docs/otdd.md). Loaded once, never closed.
+struct Cusolver {
+  decltype(&::cusolverDnCreate) create = nullptr;
+  decltype(&::cusolverDnDestroy) destroy = nullptr;
+  decltype(&::cusolverDnSetStream) set_stream = nullptr;
+  decltype(&::cusolverDnCreateParams) create_params = nullptr;
+  decltype(&::cusolverDnDestroyParams) destroy_params = nullptr;
+  decltype(&::cusolverDnXsyevBatched_bufferSize) syev_batched_size = nullptr;
+  decltype(&::cusolverDnXsyevBatched) syev_batched = nullptr;
+  std::string error;  // why it could not be loaded (empty when loaded)
+};
+
+const Cusolver& cusolver() {
+  static const Cusolver api = [] {
+    Cusolver a;
+    const std::string name = "libcusolver.so." + std::to_string(CUSOLVER_VER_MAJOR);
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      const char* e = dlerror();
+      a.error = "cannot load " + name + " (" + (e ? e : "unknown error") + ")";
+      return a;
+    }
+    auto sym = [&](auto* fn, const char* symbol) {
+      *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(lib, symbol));
+      if (!*fn && a.error.empty()) a.error = name + " has no symbol " + symbol;
+    };
+    sym(&a.create, "cusolverDnCreate");
+    sym(&a.destroy, "cusolverDnDestroy");
+    sym(&a.set_stream, "cusolverDnSetStream");
+    sym(&a.create_params, "cusolverDnCreateParams");
+    sym(&a.destroy_params, "cusolverDnDestroyParams");
+    sym(&a.syev_batched_size, "cusolverDnXsyevBatched_bufferSize");
+    sym(&a.syev_batched, "cusolverDnXsyevBatched");
+    return a;
+  }();
+  return api;
+}
+
 /// Handles of one call, released on every path.
 struct Handles {
   cublasHandle_t blas = nullptr;
   cusolverDnHandle_t solver = nullptr;
   cusolverDnParams_t params = nullptr;
   ~Handles() {
-    if (params) cusolverDnDestroyParams(params);
-    if (solver) cusolverDnDestroy(solver);
+    if (params) cusolver().destroy_params(params);
+    if (solver) cusolver().destroy(solver);
     if (blas) cublasDestroy(blas);
   }
 };
@@ -179,9 +221,12 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
   Handles h;
   blas_check(cublasCreate(&h.blas), "cublasCreate");
   blas_check(cublasSetStream(h.blas, stream), "cublasSetStream");
-  solver_check(cusolverDnCreate(&h.solver), "cusolverDnCreate");
-  solver_check(cusolverDnSetStream(h.solver, stream), "cusolverDnSetStream");
-  solver_check(cusolverDnCreateParams(&h.params), "cusolverDnCreateParams");
+  const Cusolver& api = cusolver();
+  if (!api.error.empty())
+    throw BackendUnavailable("bures_table_cuda: " + api.error);
+  solver_check(api.create(&h.solver), "cusolverDnCreate");
+  solver_check(api.set_stream(h.solver, stream), "cusolverDnSetStream");
+  solver_check(api.create_params(&h.params), "cusolverDnCreateParams");
 
   // 1. Statistics. The matrices as they are (row stride kept), the groups' rows gathered.
   std::vector<Buffer<double>> mats;
@@ -257,14 +302,14 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
   S = Buffer<double>();
   auto eig_batched = [&](cusolverEigMode_t jobz, double* A, double* W, std::int64_t batch) {
     std::size_t dev_bytes = 0, host_bytes = 0;
-    solver_check(cusolverDnXsyevBatched_bufferSize(h.solver, h.params, jobz,
+    solver_check(api.syev_batched_size(h.solver, h.params, jobz,
                                                    CUBLAS_FILL_MODE_LOWER, d, CUDA_R_64F, A, d,
                                                    CUDA_R_64F, W, CUDA_R_64F, &dev_bytes,
                                                    &host_bytes, batch),
                  "cusolverDnXsyevBatched_bufferSize");
     Buffer<char> work(ctx, std::int64_t(std::max<std::size_t>(1, dev_bytes)));
     std::vector<char> host_work(std::max<std::size_t>(1, host_bytes));
-    solver_check(cusolverDnXsyevBatched(h.solver, h.params, jobz, CUBLAS_FILL_MODE_LOWER, d,
+    solver_check(api.syev_batched(h.solver, h.params, jobz, CUBLAS_FILL_MODE_LOWER, d,
                                         CUDA_R_64F, A, d, CUDA_R_64F, W, CUDA_R_64F, work.data(),
                                         dev_bytes, host_work.data(), host_bytes, info.data(),
                                         batch),
@@ -291,7 +336,7 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
   std::size_t free_bytes = 0, total_bytes = 0;
   KANTOR_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
   std::size_t work_all = 0, host_all = 0;
-  solver_check(cusolverDnXsyevBatched_bufferSize(h.solver, h.params, CUSOLVER_EIG_MODE_NOVECTOR,
+  solver_check(api.syev_batched_size(h.solver, h.params, CUSOLVER_EIG_MODE_NOVECTOR,
                                                  CUBLAS_FILL_MODE_LOWER, d, CUDA_R_64F, F.data(),
                                                  d, CUDA_R_64F, Wf.data(), CUDA_R_64F, &work_all,
                                                  &host_all, P),

@@ -6,8 +6,13 @@
 // tile too; each block reduces its rows' sums and adds them to p.out with double atomics (the max
 // as an unsigned 64-bit max on the bits of a non-negative double). The pass runs once per
 // certificate, so it favours plain, obviously right code over speed.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <string>
+
+#include "kantor/error.hpp"
 #include "lib/core/certificate.hpp"
 #include "lib/cuda/certify.hpp"
 #include "lib/cuda/check.hpp"
@@ -289,9 +294,241 @@ void launch(const CertifySide<T>& p, void* stream) {
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 
+// ---- The GEMM certificate (CertifyGemm) ----
+
+/// o[k] = the mean of column k of the n x d rows (summed in row order).
+__global__ void column_means(const double* __restrict__ x, std::int64_t n, int d,
+                             double* __restrict__ o) {
+  const int k = blockIdx.x * blockDim.x + threadIdx.x;
+  if (k >= d) return;
+  double s = 0;
+  for (std::int64_t i = 0; i < n; ++i) s += x[i * d + k];
+  o[k] = s / double(n > 0 ? n : 1);
+}
+
+/// out = x - o per row; norm2[i] = |out_i|^2, norm[i] = its square root (a warp per row).
+__global__ void anchor_rows(const double* __restrict__ x, std::int64_t n, int d,
+                            const double* __restrict__ o, double* __restrict__ out,
+                            double* __restrict__ norm2, double* __restrict__ norm) {
+  const std::int64_t w = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (w >= n) return;  // warp-uniform
+  double s = 0;
+  for (int k = lane; k < d; k += 32) {
+    const double v = x[w * d + k] - o[k];
+    out[w * d + k] = v;
+    s += v * v;
+  }
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
+  if (lane == 0) {
+    norm2[w] = s;
+    norm[w] = sqrt(s);
+  }
+}
+
+/// The rows' side of one chunk (rows i0 .. i0 + rows): a warp per row, lanes over the keys;
+/// warps stride over the chunk's rows and add their side's sums once.
+template <class T>
+__global__ void gemm_rows_kernel(const CertifySide<T> p, const double* __restrict__ S,
+                                 std::int64_t i0, std::int64_t rows, const double* __restrict__ xn,
+                                 const double* __restrict__ xr, const double* __restrict__ yn,
+                                 const double* __restrict__ yr) {
+  const std::int64_t warps = std::int64_t(gridDim.x) * blockDim.x / 32;
+  const int lane = threadIdx.x & 31;
+  const double inv_eps = 1.0 / p.eps;
+  CertificateSide side;
+  for (std::int64_t r = (std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; r < rows;
+       r += warps) {
+    const std::int64_t i = i0 + r;
+    const double wi = p.query_w[i];
+    if (!(wi > 0)) continue;  // warp-uniform
+    const double pi = double(p.query_pot[i]), xni = xn[i], xri = xr[i];
+    const double* pair_row = p.pair ? p.pair + std::int64_t(p.query_labels[i]) * p.classes : nullptr;
+    const double* Sr = S + r * p.nk;
+    CertificateRow row;
+    for (std::int64_t j = lane; j < p.nk; j += 32) {
+      const double v = p.key_w[j];
+      // Guard: masked (zero-weight) keys are skipped; their potential may be inf.
+      if (!(v > 0)) continue;
+      const double rn = (xri + yr[j]) * (xri + yr[j]);
+      certificate_pair_expanded(xni + yn[j] - 2 * Sr[j], rn, p.cost_scale,
+                                pair_row ? pair_row[p.key_labels[j]] : 0.0, inv_eps, pi,
+                                double(p.key_pot[j]), v, &row);
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      row.sum += __shfl_down_sync(0xffffffffu, row.sum, off);
+      row.t += __shfl_down_sync(0xffffffffu, row.t, off);
+      row.cost += __shfl_down_sync(0xffffffffu, row.cost, off);
+      row.pot += __shfl_down_sync(0xffffffffu, row.pot, off);
+      row.max_t = fmax(row.max_t, __shfl_down_sync(0xffffffffu, row.max_t, off));
+    }
+    if (lane == 0) certificate_row(wi, pi, p.rho_inv, row, &side);
+  }
+  add_side(side, p.out);
+}
+
+/// The columns' running sums over one chunk: a thread per key j, the chunk's rows in order,
+/// accumulated into acc (5 m doubles: sum, t, max_t, cost, pot) across chunks.
+template <class T>
+__global__ void gemm_cols_kernel(const CertifySide<T> p, const double* __restrict__ S,
+                                 std::int64_t i0, std::int64_t rows, const double* __restrict__ xn,
+                                 const double* __restrict__ xr, const double* __restrict__ yn,
+                                 const double* __restrict__ yr, double* __restrict__ acc,
+                                 bool first) {
+  const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t m = p.nk;
+  if (j >= m || !(p.key_w[j] > 0)) return;
+  CertificateRow row;
+  if (!first) {
+    row.sum = acc[j];
+    row.t = acc[m + j];
+    row.max_t = acc[2 * m + j];
+    row.cost = acc[3 * m + j];
+    row.pot = acc[4 * m + j];
+  }
+  const double inv_eps = 1.0 / p.eps;
+  const double gj = double(p.key_pot[j]), ynj = yn[j], yrj = yr[j];
+  const int lj = p.pair ? p.key_labels[j] : 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t i = i0 + r;
+    const double wi = p.query_w[i];
+    if (!(wi > 0)) continue;  // a masked row's potential may be inf
+    const double rn = (xr[i] + yrj) * (xr[i] + yrj);
+    certificate_pair_expanded(xn[i] + ynj - 2 * S[r * m + j], rn, p.cost_scale,
+                              p.pair ? p.pair[std::int64_t(p.query_labels[i]) * p.classes + lj]
+                                     : 0.0,
+                              inv_eps, gj, double(p.query_pot[i]), wi, &row);
+  }
+  acc[j] = row.sum;
+  acc[m + j] = row.t;
+  acc[2 * m + j] = row.max_t;
+  acc[3 * m + j] = row.cost;
+  acc[4 * m + j] = row.pot;
+}
+
+/// Folds the columns' sums (cols: the column side, its queries the keys of the rows' side).
+template <class T>
+__global__ void gemm_cols_fold(const CertifySide<T> cols, const double* __restrict__ acc) {
+  const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const std::int64_t m = cols.nq;
+  CertificateSide side;
+  if (j < m && cols.query_w[j] > 0) {
+    CertificateRow row;
+    row.sum = acc[j];
+    row.t = acc[m + j];
+    row.max_t = acc[2 * m + j];
+    row.cost = acc[3 * m + j];
+    row.pot = acc[4 * m + j];
+    certificate_row(cols.query_w[j], double(cols.query_pot[j]), cols.rho_inv, row, &side);
+  }
+  add_side(side, cols.out);  // every thread of the block: the shuffles need full warps
+}
+
+void blas_check(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw CudaError(std::string("CertifyGemm: ") + what + " failed (cuBLAS status " +
+                    std::to_string(int(s)) + ")");
+}
+
+/// Score block budget: 512 MiB of doubles per chunk (the DGEMM stays efficient well below).
+constexpr std::int64_t kCertifyScoreBytes = std::int64_t(512) << 20;
+
 }  // namespace
 
 void launch_certify_side(const CertifySide<float>& p, void* stream) { launch(p, stream); }
 void launch_certify_side(const CertifySide<double>& p, void* stream) { launch(p, stream); }
+
+CertifyGemm::CertifyGemm(void* stream, const double* x, const double* y, std::int64_t n,
+                         std::int64_t m, int d)
+    : stream_(stream), n_(n), m_(m), d_(d) {
+  const auto st = static_cast<cudaStream_t>(stream);
+  chunk_ = std::clamp<std::int64_t>(kCertifyScoreBytes / 8 / std::max<std::int64_t>(1, m), 1,
+                                    std::max<std::int64_t>(1, n));
+  // Guard: a failure part-way releases what was acquired (the destructor does not run).
+  try {
+    cublasHandle_t h;
+    blas_check(cublasCreate(&h), "cublasCreate");
+    handle_ = h;
+    blas_check(cublasSetStream(h, st), "cublasSetStream");
+    // Plain IEEE float64 products and sums (the rounding model's assumption): no emulation.
+    blas_check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    auto alloc = [](double** p, std::int64_t count) {
+      void* q = nullptr;
+      KANTOR_CUDA_TRY(cudaMalloc(&q, sizeof(double) * std::size_t(std::max<std::int64_t>(1, count))));
+      *p = static_cast<double*>(q);
+    };
+    const bool same = x == y;
+    alloc(&xs_, n * d);
+    alloc(&xn_, 2 * n);  // |x'|^2, then |x'|
+    if (!same) {
+      alloc(&ys_, m * d);
+      alloc(&yn_, 2 * m);
+    }
+    alloc(&s_, chunk_ * m);
+    alloc(&cacc_, 5 * m + d);  // and the anchor o at the end
+    double* o = cacc_ + 5 * m;
+    column_means<<<unsigned((d + 127) / 128), 128, 0, st>>>(x, n, d, o);
+    KANTOR_CUDA_CHECK_LAUNCH();
+    anchor_rows<<<unsigned((n * 32 + 255) / 256), 256, 0, st>>>(x, n, d, o, xs_, xn_, xn_ + n);
+    KANTOR_CUDA_CHECK_LAUNCH();
+    if (!same) {
+      anchor_rows<<<unsigned((m * 32 + 255) / 256), 256, 0, st>>>(y, m, d, o, ys_, yn_, yn_ + m);
+      KANTOR_CUDA_CHECK_LAUNCH();
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+CertifyGemm::~CertifyGemm() { release(); }
+
+void CertifyGemm::release() noexcept {
+  if (xs_ || s_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  for (double** p : {&xs_, &ys_, &xn_, &yn_, &s_, &cacc_}) {
+    cudaFree(*p);
+    *p = nullptr;
+  }
+  if (handle_) cublasDestroy(static_cast<cublasHandle_t>(handle_));
+  handle_ = nullptr;
+}
+
+template <class T>
+void CertifyGemm::run_impl(const CertifySide<T>& rows, const CertifySide<T>& cols) {
+  if (rows.nq != n_ || rows.nk != m_ || rows.d != d_)
+    throw InvalidArgument("CertifyGemm: a side of " + std::to_string(rows.nq) + " x " +
+                          std::to_string(rows.nk) + " (d = " + std::to_string(rows.d) +
+                          ") for data of " + std::to_string(n_) + " x " + std::to_string(m_) +
+                          " (d = " + std::to_string(d_) + ")");
+  if (n_ <= 0 || m_ <= 0) return;
+  const auto st = static_cast<cudaStream_t>(stream_);
+  auto h = static_cast<cublasHandle_t>(handle_);
+  const double* ys = ys_ ? ys_ : xs_;
+  const double* yn = yn_ ? yn_ : xn_;
+  const std::int64_t m = m_;
+  const double one = 1.0, zero = 0.0;
+  for (std::int64_t i0 = 0; i0 < n_; i0 += chunk_) {
+    const std::int64_t rc = std::min(chunk_, n_ - i0);
+    // S (column-major m x rc) = Y'^T X'_chunk: S[j + r m] = <y'_j, x'_(i0 + r)>.
+    blas_check(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(rc), d_, &one, ys, d_,
+                           xs_ + i0 * d_, d_, &zero, s_, int(m)),
+               "cublasDgemm (certificate scores)");
+    const unsigned row_blocks = unsigned(std::min<std::int64_t>((rc + 7) / 8, 1024));
+    gemm_rows_kernel<T><<<row_blocks, 256, 0, st>>>(rows, s_, i0, rc, xn_, xn_ + n_, yn, yn + m);
+    KANTOR_CUDA_CHECK_LAUNCH();
+    gemm_cols_kernel<T><<<unsigned((m + 255) / 256), 256, 0, st>>>(
+        rows, s_, i0, rc, xn_, xn_ + n_, yn, yn + m, cacc_, i0 == 0);
+    KANTOR_CUDA_CHECK_LAUNCH();
+  }
+  gemm_cols_fold<T><<<unsigned((m + 255) / 256), 256, 0, st>>>(cols, cacc_);
+  KANTOR_CUDA_CHECK_LAUNCH();
+}
+
+void CertifyGemm::run(const CertifySide<float>& rows, const CertifySide<float>& cols) {
+  run_impl(rows, cols);
+}
+void CertifyGemm::run(const CertifySide<double>& rows, const CertifySide<double>& cols) {
+  run_impl(rows, cols);
+}
 
 }  // namespace kantor::cuda

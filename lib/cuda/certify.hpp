@@ -66,4 +66,45 @@ constexpr int kCertifyRows = 128;
 void launch_certify_side(const CertifySide<float>& p, void* stream);
 void launch_certify_side(const CertifySide<double>& p, void* stream);
 
+/// The widest dimension the exact-difference certificate serves on a dense schedule; wider ones
+/// run CertifyGemm (the same rule as the gemm-fp64 passes, docs/cuda-engine.md section 7).
+constexpr int kCertifyGemmMinDim = 17;
+
+/// Both sides of a dense float64 certificate from float64 score blocks: the clouds anchored at
+/// the queries' mean (x' = x - o, y' = y - o in double, kept on the device with their norms),
+/// then per chunk of query rows S = Y' X'^T by DGEMM and sq_ij = |x'_i|^2 + |y'_j|^2 - 2 S_ji,
+/// each score read once for the row sums (a warp per row) and once for the column sums (a
+/// thread per key, accumulated across chunks). The rounding of the expansion is inside the
+/// bound (certificate_pair_expanded, lib/core/certificate.hpp). Owns a cuBLAS handle and its
+/// buffers; built once per oracle on first use.
+class CertifyGemm {
+ public:
+  /// x: n x d, y: m x d, row-major doubles on the device (y may be x: a self-problem).
+  CertifyGemm(void* stream, const double* x, const double* y, std::int64_t n, std::int64_t m,
+              int d);
+  ~CertifyGemm();
+  CertifyGemm(const CertifyGemm&) = delete;
+  CertifyGemm& operator=(const CertifyGemm&) = delete;
+  /// `rows` as for launch_certify_side (queries x, keys y: the data fields are not read; the
+  /// anchored copies are), `cols` its swapped side (only its rho_inv and out are read); both
+  /// outs zeroed first. No block lists, no fp32 path.
+  void run(const CertifySide<float>& rows, const CertifySide<float>& cols);
+  void run(const CertifySide<double>& rows, const CertifySide<double>& cols);
+
+ private:
+  template <class T>
+  void run_impl(const CertifySide<T>& rows, const CertifySide<T>& cols);
+  void release() noexcept;
+  void* stream_;
+  void* handle_ = nullptr;
+  std::int64_t n_, m_, chunk_;
+  int d_;
+  double* xs_ = nullptr;    // n x d anchored
+  double* ys_ = nullptr;    // m x d anchored (xs_ for a self-problem)
+  double* xn_ = nullptr;    // |x'_i|^2
+  double* yn_ = nullptr;    // |y'_j|^2
+  double* s_ = nullptr;     // chunk x m scores (column-major m x chunk)
+  double* cacc_ = nullptr;  // 5 m column accumulators (CertificateRow fields)
+};
+
 }  // namespace kantor::cuda
