@@ -10,8 +10,8 @@
 //     (the host's sqrt_factor keeps the same columns);
 //  3. pairs, in chunks that fit a memory budget: K = L_u^T L_v and G = K^T K by batched DGEMM,
 //     the eigenvalues of G by the batched eigensolver; Tr (S_u^1/2 S_v S_u^1/2)^1/2 = the sum of
-//     sqrt(mu) over the eigenvalues above the floor d 2^-52 mu_max (the host's trace_term floors
-//     at r 2^-52 mu_max, r <= d the kept rank: both drop eigenvalues at the rounding level).
+//     sqrt(mu) over the eigenvalues above the floor r 2^-52 mu_max, r the smaller of the two
+//     factors' kept ranks (the host's trace_term: its Gram matrix is r x r).
 // Measured on an H200 (docs/benchmarks.md): 190 eigenvalue problems of size 784 in one batched
 // call 0.16 s, against about 1.6 s for the host's threads.
 #include <cublas_v2.h>
@@ -327,6 +327,19 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
   scale_factors<<<blocks_for(L * d * d, 256), 256, 0, stream>>>(F.data(), Wf.data(), L, d);
   KANTOR_CUDA_CHECK_LAUNCH();
   cuda::synchronize_stream(stream);
+  // Each factor's kept rank (scale_factors' floor, in the same double arithmetic): a pair's
+  // trace term drops the eigenvalues of K^T K at or below r 2^-52 mu_max, r = the smaller rank,
+  // as the host does on its r x r Gram matrix (trace_term in solvers/otdd.cpp); the d - r
+  // further eigenvalues here are zeros of the padding.
+  std::vector<double> lam(std::size_t(L * d));
+  cuda::memcpy_async(lam.data(), Wf.data(), sizeof(double) * lam.size(), 1, stream);
+  cuda::synchronize_stream(stream);
+  std::vector<std::int64_t> rank(std::size_t(L), 0);
+  for (std::int64_t u = 0; u < L; ++u) {
+    const double* w = &lam[std::size_t(u * d)];
+    const double floor = double(d) * 0x1p-52 * std::max(0.0, w[d - 1]);
+    for (std::int64_t k = 0; k < d; ++k) rank[std::size_t(u)] += w[k] > floor;
+  }
   const auto t2 = Clock::now();
 
   // 3. Pairs in chunks: K = L_u^T L_v, G = K^T K, eigenvalues of G. A chunk's K and G and the
@@ -376,7 +389,8 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
       double w = 0;
       if (!same[std::size_t(p)]) {
         const double* m = &mu[std::size_t(i * d)];
-        const double floor = double(d) * 0x1p-52 * std::max(0.0, m[d - 1]);
+        const double r = double(std::min(rank[std::size_t(u)], rank[std::size_t(v)]));
+        const double floor = r * 0x1p-52 * std::max(0.0, m[d - 1]);
         double s = 0;
         for (std::int64_t k = 0; k < d; ++k)
           if (m[k] > floor) s += std::sqrt(m[k]);

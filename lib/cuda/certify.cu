@@ -367,8 +367,10 @@ __global__ void gemm_rows_kernel(const CertifySide<T> p, const double* __restric
   add_side(side, p.out);
 }
 
-/// The columns' running sums over one chunk: a thread per key j, the chunk's rows in order,
-/// accumulated into acc (5 m doubles: sum, t, max_t, cost, pot) across chunks.
+/// The columns' running sums over one chunk: a thread per key j and row segment (blockIdx.y of
+/// gridDim.y: a few thousand columns alone would leave most of the GPU idle), the segment's rows
+/// in order, accumulated into its own slice of acc (segment s: 5 m doubles at acc + 5 m s: sum,
+/// t, max_t, cost, pot) across chunks; gemm_cols_fold merges the slices in order.
 template <class T>
 __global__ void gemm_cols_kernel(const CertifySide<T> p, const double* __restrict__ S,
                                  std::int64_t i0, std::int64_t rows, const double* __restrict__ xn,
@@ -378,18 +380,22 @@ __global__ void gemm_cols_kernel(const CertifySide<T> p, const double* __restric
   const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t m = p.nk;
   if (j >= m || !(p.key_w[j] > 0)) return;
+  const std::int64_t per = (rows + gridDim.y - 1) / gridDim.y;
+  const std::int64_t r0 = std::int64_t(blockIdx.y) * per;
+  const std::int64_t r1 = r0 + per < rows ? r0 + per : rows;
+  double* a = acc + 5 * m * std::int64_t(blockIdx.y);
   CertificateRow row;
   if (!first) {
-    row.sum = acc[j];
-    row.t = acc[m + j];
-    row.max_t = acc[2 * m + j];
-    row.cost = acc[3 * m + j];
-    row.pot = acc[4 * m + j];
+    row.sum = a[j];
+    row.t = a[m + j];
+    row.max_t = a[2 * m + j];
+    row.cost = a[3 * m + j];
+    row.pot = a[4 * m + j];
   }
   const double inv_eps = 1.0 / p.eps;
   const double gj = double(p.key_pot[j]), ynj = yn[j], yrj = yr[j];
   const int lj = p.pair ? p.key_labels[j] : 0;
-  for (std::int64_t r = 0; r < rows; ++r) {
+  for (std::int64_t r = r0; r < r1; ++r) {
     const std::int64_t i = i0 + r;
     const double wi = p.query_w[i];
     if (!(wi > 0)) continue;  // a masked row's potential may be inf
@@ -399,26 +405,31 @@ __global__ void gemm_cols_kernel(const CertifySide<T> p, const double* __restric
                                      : 0.0,
                               inv_eps, gj, double(p.query_pot[i]), wi, &row);
   }
-  acc[j] = row.sum;
-  acc[m + j] = row.t;
-  acc[2 * m + j] = row.max_t;
-  acc[3 * m + j] = row.cost;
-  acc[4 * m + j] = row.pot;
+  a[j] = row.sum;
+  a[m + j] = row.t;
+  a[2 * m + j] = row.max_t;
+  a[3 * m + j] = row.cost;
+  a[4 * m + j] = row.pot;
 }
 
-/// Folds the columns' sums (cols: the column side, its queries the keys of the rows' side).
+/// Folds the columns' sums (cols: the column side, its queries the keys of the rows' side): the
+/// segments' slices merged in order, then the row fold.
 template <class T>
-__global__ void gemm_cols_fold(const CertifySide<T> cols, const double* __restrict__ acc) {
+__global__ void gemm_cols_fold(const CertifySide<T> cols, const double* __restrict__ acc,
+                               int segments) {
   const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const std::int64_t m = cols.nq;
   CertificateSide side;
   if (j < m && cols.query_w[j] > 0) {
     CertificateRow row;
-    row.sum = acc[j];
-    row.t = acc[m + j];
-    row.max_t = acc[2 * m + j];
-    row.cost = acc[3 * m + j];
-    row.pot = acc[4 * m + j];
+    for (int s = 0; s < segments; ++s) {
+      const double* a = acc + 5 * m * std::int64_t(s);
+      row.sum += a[j];
+      row.t += a[m + j];
+      row.max_t = fmax(row.max_t, a[2 * m + j]);
+      row.cost += a[3 * m + j];
+      row.pot += a[4 * m + j];
+    }
     certificate_row(cols.query_w[j], double(cols.query_pot[j]), cols.rho_inv, row, &side);
   }
   add_side(side, cols.out);  // every thread of the block: the shuffles need full warps
@@ -465,8 +476,10 @@ CertifyGemm::CertifyGemm(void* stream, const double* x, const double* y, std::in
       alloc(&yn_, 2 * m);
     }
     alloc(&s_, chunk_ * m);
-    alloc(&cacc_, 5 * m + d);  // and the anchor o at the end
-    double* o = cacc_ + 5 * m;
+    // Column segments: about 2^18 threads for the column sums (16 at m = 10^4, 1 from 2^18 up).
+    segments_ = int(std::clamp<std::int64_t>((std::int64_t(1) << 18) / std::max<std::int64_t>(1, m), 1, 32));
+    alloc(&cacc_, 5 * m * segments_ + d);  // and the anchor o at the end
+    double* o = cacc_ + 5 * m * segments_;
     column_means<<<unsigned((d + 127) / 128), 128, 0, st>>>(x, n, d, o);
     KANTOR_CUDA_CHECK_LAUNCH();
     anchor_rows<<<unsigned((n * 32 + 255) / 256), 256, 0, st>>>(x, n, d, o, xs_, xn_, xn_ + n);
@@ -516,11 +529,13 @@ void CertifyGemm::run_impl(const CertifySide<T>& rows, const CertifySide<T>& col
     const unsigned row_blocks = unsigned(std::min<std::int64_t>((rc + 7) / 8, 1024));
     gemm_rows_kernel<T><<<row_blocks, 256, 0, st>>>(rows, s_, i0, rc, xn_, xn_ + n_, yn, yn + m);
     KANTOR_CUDA_CHECK_LAUNCH();
-    gemm_cols_kernel<T><<<unsigned((m + 255) / 256), 256, 0, st>>>(
+    // Every segment of every chunk writes its slice (a segment may be empty in a short chunk:
+    // it then stores what it loaded, or zeros on the first chunk).
+    gemm_cols_kernel<T><<<dim3(unsigned((m + 255) / 256), unsigned(segments_)), 256, 0, st>>>(
         rows, s_, i0, rc, xn_, xn_ + n_, yn, yn + m, cacc_, i0 == 0);
     KANTOR_CUDA_CHECK_LAUNCH();
   }
-  gemm_cols_fold<T><<<unsigned((m + 255) / 256), 256, 0, st>>>(cols, cacc_);
+  gemm_cols_fold<T><<<unsigned((m + 255) / 256), 256, 0, st>>>(cols, cacc_, segments_);
   KANTOR_CUDA_CHECK_LAUNCH();
 }
 

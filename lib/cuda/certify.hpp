@@ -99,12 +99,13 @@ class CertifyGemm {
   void* handle_ = nullptr;
   std::int64_t n_, m_, chunk_;
   int d_;
+  int segments_ = 1;        // row segments of the column sums
   double* xs_ = nullptr;    // n x d anchored
   double* ys_ = nullptr;    // m x d anchored (xs_ for a self-problem)
   double* xn_ = nullptr;    // |x'_i|^2
   double* yn_ = nullptr;    // |y'_j|^2
   double* s_ = nullptr;     // chunk x m scores (column-major m x chunk)
-  double* cacc_ = nullptr;  // 5 m column accumulators (CertificateRow fields)
+  double* cacc_ = nullptr;  // 5 m column accumulators (CertificateRow fields) per segment
 };
 
 }  // namespace kantor::cuda
