@@ -527,8 +527,8 @@ class CudaOracle final : public OracleBase<T> {
     const bool lists = rows.run_ptr || cols.run_ptr;
     if (!fast && !lists && d_ >= cuda::kCertifyGemmMinDim) {
       // Wide clouds: both sides from float64 DGEMM score blocks (lib/cuda/certify.hpp), the
-      // expansion's rounding inside the bound; 0.8 s -> (docs/benchmarks.md) at 60k x 10k,
-      // d = 784, against the exact differences.
+      // expansion's rounding inside the bound. H200, 50k x 50k (docs/benchmarks.md, tenth
+      // session): d = 64 139 -> 77 ms, d = 512 1385 -> 116 ms, d = 784 2083 -> 138 ms.
       if (!cert_gemm_)
         cert_gemm_ = std::make_unique<cuda::CertifyGemm>(stream_, x_ref_.data(), y_ref(), n_, m_,
                                                          int(d_));
