@@ -136,6 +136,9 @@ struct RowGroups {
   std::vector<MatrixView<const double>> matrices;
   std::vector<int> matrix;
   std::vector<std::vector<std::int64_t>> rows;
+  /// bures_table_cuda: the most pairs per batched eigensolver call (0: as many as fit
+  /// min(8 GiB, a third of the free device memory)); a smaller value bounds the memory.
+  std::int64_t max_pairs_per_call = 0;
   std::int64_t size() const { return std::int64_t(rows.size()); }
 };
 

@@ -187,6 +187,9 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
                           std::to_string(groups.matrix.size()) + " entries for " +
                           std::to_string(L) + " groups");
   if (groups.matrices.empty()) throw InvalidArgument("bures_table_cuda: no matrices");
+  if (groups.max_pairs_per_call < 0)
+    throw InvalidArgument("bures_table_cuda: RowGroups::max_pairs_per_call is " +
+                          std::to_string(groups.max_pairs_per_call) + " (expected >= 0)");
   const std::int64_t d = groups.matrices.front().cols;
   if (d < 1) throw InvalidArgument("bures_table_cuda: the matrices have no columns");
   for (const auto& m : groups.matrices) {
@@ -357,7 +360,8 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
   const double per_pair =
       double(d * d) * 8 * 2 + double(d) * 8 + 3 * 8 + double(work_all) / double(P);
   const double budget = std::min(8.0 * (1 << 30), double(free_bytes) / 3);
-  const std::int64_t chunk = std::clamp<std::int64_t>(std::int64_t(budget / per_pair), 1, P);
+  std::int64_t chunk = std::clamp<std::int64_t>(std::int64_t(budget / per_pair), 1, P);
+  if (groups.max_pairs_per_call > 0) chunk = std::min(chunk, groups.max_pairs_per_call);
   Buffer<double> K(ctx, chunk * d * d), G(ctx, chunk * d * d), Wp(ctx, chunk * d);
   Buffer<const double*> ptrs(ctx, 3 * chunk);
   std::vector<const double*> ptrs_h(std::size_t(3 * chunk));

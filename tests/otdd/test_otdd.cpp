@@ -554,13 +554,15 @@ TEST(CudaOtdd, BuresTableMatchesTheHostFormulaOnRankDeficientGroups) {
   }
   EXPECT_EQ(w[0 * 6 + 3], 0.0);  // equal Gaussians, bitwise
   EXPECT_GT(w[0 * 6 + 1], 1.0);
-  // Relabelling: the groups in another order give the table in that order.
+  // Relabelling: the groups in another order give the table in that order (here also with the
+  // pairs split over several eigensolver calls).
   const std::vector<int> perm = {4, 2, 5, 0, 3, 1};
   otdd::RowGroups gp = g;
   for (int u = 0; u < 6; ++u) {
     gp.matrix[std::size_t(u)] = g.matrix[std::size_t(perm[std::size_t(u)])];
     gp.rows[std::size_t(u)] = g.rows[std::size_t(perm[std::size_t(u)])];
   }
+  gp.max_pairs_per_call = 4;  // 15 pairs in 4 batched calls (the last one short)
   const std::vector<double> wp = otdd::bures_table_cuda(gpu, gp);
   for (int u = 0; u < 6; ++u)
     for (int v = 0; v < 6; ++v) {
@@ -583,6 +585,9 @@ TEST(CudaOtdd, BuresTableMatchesTheHostFormulaOnRankDeficientGroups) {
   bad.rows[2].push_back(na);
   EXPECT_NE(message(bad).find("group 2 names row 260 of a matrix of 260 rows"), std::string::npos)
       << message(bad);
+  bad = g;
+  bad.max_pairs_per_call = -1;
+  EXPECT_NE(message(bad).find("max_pairs_per_call is -1"), std::string::npos) << message(bad);
   bad = g;
   bad.matrix[1] = 2;
   EXPECT_NE(message(bad).find("group 1 names matrix 2"), std::string::npos) << message(bad);
