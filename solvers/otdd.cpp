@@ -808,6 +808,9 @@ LabelTable label_distances(const Context& ctx, const Dataset& a, const Dataset& 
         return gaussian_table_cuda(ctx, a, b, progress);
       } catch (const BackendUnavailable&) {
         // No cuSOLVER on this machine (it is loaded at run time): the host computes the table.
+      } catch (const OutOfMemory&) {
+        // Too many classes for the device (d x d float64 matrices per class and per batch of
+        // pairs): the host computes the table.
       }
     }
     return gaussian_table(a, b, options, ctx.threads(), progress);

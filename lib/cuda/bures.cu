@@ -150,26 +150,28 @@ __global__ void scale_factors(double* __restrict__ U, const double* __restrict__
 }
 
 /// same[p] = 0 when the means or the covariances' lower triangles of pair p = (pu[p], pv[p])
-/// differ in any bit (same[] starts at 1; several threads may write the same 0).
+/// differ in any bit (same[] starts at 1; several threads may write the same 0). Pairs stride
+/// over gridDim.y (at most 65535 blocks in y; 363 groups already make more pairs).
 __global__ void compare_groups(const double* __restrict__ mean, const double* __restrict__ S,
                                const std::int32_t* __restrict__ pu,
                                const std::int32_t* __restrict__ pv, std::int32_t* same,
-                               std::int64_t d) {
-  const std::int64_t p = blockIdx.y;
-  const std::int64_t u = pu[p], v = pv[p];
+                               std::int64_t P, std::int64_t d) {
   const std::int64_t total = d + d * d;
-  bool diff = false;
-  for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
-       e += std::int64_t(gridDim.x) * blockDim.x) {
-    if (e < d) {
-      diff |= __double_as_longlong(mean[u * d + e]) != __double_as_longlong(mean[v * d + e]);
-    } else {
-      const std::int64_t f = e - d, col = f / d, row = f - col * d;
-      if (row >= col)
-        diff |= __double_as_longlong(S[u * d * d + f]) != __double_as_longlong(S[v * d * d + f]);
+  for (std::int64_t p = blockIdx.y; p < P; p += gridDim.y) {
+    const std::int64_t u = pu[p], v = pv[p];
+    bool diff = false;
+    for (std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
+         e += std::int64_t(gridDim.x) * blockDim.x) {
+      if (e < d) {
+        diff |= __double_as_longlong(mean[u * d + e]) != __double_as_longlong(mean[v * d + e]);
+      } else {
+        const std::int64_t f = e - d, col = f / d, row = f - col * d;
+        if (row >= col)
+          diff |= __double_as_longlong(S[u * d * d + f]) != __double_as_longlong(S[v * d * d + f]);
+      }
     }
+    if (__syncthreads_or(diff) && threadIdx.x == 0) same[p] = 0;
   }
-  if (__syncthreads_or(diff) && threadIdx.x == 0) same[p] = 0;
 }
 
 unsigned blocks_for(std::int64_t n, int threads) { return unsigned((n + threads - 1) / threads); }
@@ -286,9 +288,9 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
   cuda::memcpy_async(pv_d.data(), pv.data(), sizeof(std::int32_t) * std::size_t(P), 0, stream);
   cuda::memcpy_async(same_d.data(), same.data(), sizeof(std::int32_t) * std::size_t(P), 0, stream);
   compare_groups<<<dim3(unsigned(std::min<std::int64_t>(64, blocks_for(d + d * d, 256))),
-                        unsigned(P)),
+                        unsigned(std::min<std::int64_t>(P, 65535))),
                    256, 0, stream>>>(means.data(), S.data(), pu_d.data(), pv_d.data(),
-                                     same_d.data(), d);
+                                     same_d.data(), P, d);
   KANTOR_CUDA_CHECK_LAUNCH();
   std::vector<double> mean_h(std::size_t(L * d)), tr_h(static_cast<std::size_t>(L));
   cuda::memcpy_async(mean_h.data(), means.data(), sizeof(double) * mean_h.size(), 1, stream);

@@ -596,5 +596,43 @@ TEST(CudaOtdd, BuresTableMatchesTheHostFormulaOnRankDeficientGroups) {
   EXPECT_NE(message(bad).find("columns"), std::string::npos) << message(bad);
 }
 
+TEST(CudaOtdd, BuresTableOfManyGroups) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  // 400 groups (79,800 pairs: more than a grid's 65,535 blocks in y), d = 3, 4 rows each; the
+  // last group repeats the rows of the first (exactly 0).
+  std::mt19937_64 rng(72);
+  std::normal_distribution<double> nd;
+  const std::int64_t d = 3, G = 400, n = 4 * G;
+  std::vector<double> x(std::size_t(n * d));
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t k = 0; k < d; ++k)
+      x[std::size_t(i * d + k)] = 0.01 * double(i / 4) + (1 + 0.1 * double(k)) * nd(rng);
+  otdd::RowGroups g;
+  g.matrices = {host_matrix<const double>(x.data(), n, d)};
+  for (std::int64_t u = 0; u < G; ++u) {
+    g.matrix.push_back(0);
+    const std::int64_t b = u == G - 1 ? 0 : 4 * u;
+    g.rows.push_back({b, b + 1, b + 2, b + 3});
+  }
+  Context gpu(ContextOptions{Backend::kCuda, 0});
+  const std::vector<double> w = otdd::bures_table_cuda(gpu, g);
+  ASSERT_EQ(w.size(), std::size_t(G * G));
+  std::vector<std::vector<double>> m(static_cast<std::size_t>(G)), S(static_cast<std::size_t>(G));
+  for (std::int64_t u = 0; u < G; ++u)
+    group_statistics(x, d, g.rows[std::size_t(u)], &m[std::size_t(u)], &S[std::size_t(u)]);
+  double worst = 0;
+  for (std::int64_t u = 0; u < G; ++u)
+    for (std::int64_t v = u + 1; v < G; ++v) {
+      const double ref = otdd::bures_squared(d, m[std::size_t(u)].data(), S[std::size_t(u)].data(),
+                                             m[std::size_t(v)].data(), S[std::size_t(v)].data());
+      const double got = w[std::size_t(u * G + v)];
+      worst = std::max(worst, std::abs(got - ref) / (1 + ref));
+      ASSERT_EQ(got, w[std::size_t(v * G + u)]);
+    }
+  EXPECT_LT(worst, 1e-9);
+  EXPECT_EQ(w[std::size_t(0 * G + G - 1)], 0.0);
+  EXPECT_GT(w[std::size_t(0 * G + 1)], 0.0);
+}
+
 }  // namespace
 }  // namespace kantor::testing
