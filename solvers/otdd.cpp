@@ -240,6 +240,14 @@ std::vector<std::pair<std::int64_t, std::int64_t>> table_pairs(std::int64_t L) {
   return p;
 }
 
+/// A class's covariance needs 2 samples: InvalidArgument naming the side, the class and its count.
+void require_two_samples(bool source, std::int32_t cls, std::int64_t count) {
+  if (count < 2)
+    throw InvalidArgument(std::string(source ? "source" : "target") + " class " +
+                          std::to_string(cls) + " has " + std::to_string(count) +
+                          " sample; the Gaussian label distance needs at least 2 per class");
+}
+
 /// The Gaussian table on a CUDA context (bures_table_cuda): the classes of both datasets as
 /// row groups, no host statistics.
 LabelTable gaussian_table_cuda(const Context& ctx, const Dataset& a, const Dataset& b,
@@ -256,14 +264,11 @@ LabelTable gaussian_table_cuda(const Context& ctx, const Dataset& a, const Datas
   g.rows.insert(g.rows.end(), std::make_move_iterator(rb.begin()), std::make_move_iterator(rb.end()));
   g.matrix.assign(g.rows.size(), 0);
   std::fill(g.matrix.begin() + La, g.matrix.end(), 1);
-  for (std::size_t u = 0; u < g.rows.size(); ++u)
-    if (g.rows[u].size() < 2) {
-      const bool src = std::int64_t(u) < La;
-      throw InvalidArgument(std::string(src ? "source" : "target") + " class " +
-                            std::to_string(src ? t.classes_a[u] : t.classes_b[u - std::size_t(La)]) +
-                            " has " + std::to_string(g.rows[u].size()) +
-                            " sample; the Gaussian label distance needs at least 2 per class");
-    }
+  for (std::size_t u = 0; u < g.rows.size(); ++u) {
+    const bool src = std::int64_t(u) < La;
+    require_two_samples(src, src ? t.classes_a[u] : t.classes_b[u - std::size_t(La)],
+                        std::int64_t(g.rows[u].size()));
+  }
   if (progress) progress("label distances: Bures table on the GPU", 0.0);
   double sec[3] = {0, 0, 0};
   t.values = bures_table_cuda(ctx, g, &sec);
@@ -286,11 +291,7 @@ LabelTable gaussian_table(const Dataset& a, const Dataset& b, const LabelDistanc
   const std::int64_t d = sa.dim, La = sa.size(), Lb = sb.size(), L = La + Lb;
   for (const auto* s : {&sa, &sb})
     for (std::int64_t c = 0; c < s->size(); ++c)
-      if (s->counts[std::size_t(c)] < 2)
-        throw InvalidArgument(std::string(s == &sa ? "source" : "target") + " class " +
-                              std::to_string(s->classes[std::size_t(c)]) + " has " +
-                              std::to_string(s->counts[std::size_t(c)]) +
-                              " sample; the Gaussian label distance needs at least 2 per class");
+      require_two_samples(s == &sa, s->classes[std::size_t(c)], s->counts[std::size_t(c)]);
   auto mean = [&](std::int64_t u) {
     return u < La ? &sa.means[std::size_t(u * d)] : &sb.means[std::size_t((u - La) * d)];
   };

@@ -31,6 +31,7 @@
 #include "kantor/error.hpp"
 #include "kantor/otdd.hpp"
 #include "lib/cuda/check.hpp"
+#include "lib/cuda/cublas_check.hpp"
 #include "lib/cuda/runtime.hpp"
 #include "lib/runtime/context_impl.hpp"
 
@@ -39,11 +40,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void blas_check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw CudaError(std::string("bures_table_cuda: ") + what + " failed (cuBLAS status " +
-                    std::to_string(int(s)) + ")");
-}
 void solver_check(cusolverStatus_t s, const char* what) {
   if (s == CUSOLVER_STATUS_ALLOC_FAILED)
     throw OutOfMemory(std::string("bures_table_cuda: ") + what + ": cuSOLVER could not allocate");
@@ -224,8 +220,8 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
   auto stream = static_cast<cudaStream_t>(ctx.cuda_stream());
   const auto t0 = Clock::now();
   Handles h;
-  blas_check(cublasCreate(&h.blas), "cublasCreate");
-  blas_check(cublasSetStream(h.blas, stream), "cublasSetStream");
+  cuda::cublas_check(cublasCreate(&h.blas), "bures_table_cuda: cublasCreate");
+  cuda::cublas_check(cublasSetStream(h.blas, stream), "bures_table_cuda: cublasSetStream");
   const Cusolver& api = cusolver();
   if (!api.error.empty())
     throw BackendUnavailable("bures_table_cuda: " + api.error);
@@ -267,9 +263,9 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
     KANTOR_CUDA_CHECK_LAUNCH();
     // Row-major n x d residuals = column-major d x n: S_u = R R^T / (n - 1), lower triangle.
     const double alpha = 1.0 / double(n - 1), beta = 0.0;
-    blas_check(cublasDsyrk(h.blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, int(d), int(n), &alpha, Ru,
-                           int(d), &beta, S.data() + u * d * d, int(d)),
-               "cublasDsyrk");
+    cuda::cublas_check(cublasDsyrk(h.blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, int(d), int(n),
+                                   &alpha, Ru, int(d), &beta, S.data() + u * d * d, int(d)),
+                       "bures_table_cuda: cublasDsyrk");
   }
   mats.clear();
   traces<<<blocks_for(L, 64), 64, 0, stream>>>(S.data(), tr.data(), L, d);
@@ -378,15 +374,16 @@ std::vector<double> bures_table_cuda(const Context& ctx, const RowGroups& groups
     cuda::memcpy_async(ptrs.data(), ptrs_h.data(), sizeof(const double*) * ptrs_h.size(), 0,
                        stream);
     const double one = 1.0, zero = 0.0;
-    blas_check(cublasDgemmBatched(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(d), int(d), int(d), &one,
-                                  ptrs.data(), int(d), ptrs.data() + chunk, int(d), &zero,
-                                  const_cast<double* const*>(ptrs.data() + 2 * chunk), int(d),
-                                  int(c)),
-               "cublasDgemmBatched");
-    blas_check(cublasDgemmStridedBatched(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(d), int(d), int(d),
-                                         &one, K.data(), int(d), d * d, K.data(), int(d), d * d,
-                                         &zero, G.data(), int(d), d * d, int(c)),
-               "cublasDgemmStridedBatched");
+    cuda::cublas_check(
+        cublasDgemmBatched(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(d), int(d), int(d), &one,
+                           ptrs.data(), int(d), ptrs.data() + chunk, int(d), &zero,
+                           const_cast<double* const*>(ptrs.data() + 2 * chunk), int(d), int(c)),
+        "bures_table_cuda: cublasDgemmBatched");
+    cuda::cublas_check(
+        cublasDgemmStridedBatched(h.blas, CUBLAS_OP_T, CUBLAS_OP_N, int(d), int(d), int(d), &one,
+                                  K.data(), int(d), d * d, K.data(), int(d), d * d, &zero, G.data(),
+                                  int(d), d * d, int(c)),
+        "bures_table_cuda: cublasDgemmStridedBatched");
     eig_batched(CUSOLVER_EIG_MODE_NOVECTOR, G.data(), Wp.data(), c);
     cuda::memcpy_async(mu.data(), Wp.data(), sizeof(double) * std::size_t(c * d), 1, stream);
     cuda::synchronize_stream(stream);

@@ -16,6 +16,7 @@
 #include "lib/core/certificate.hpp"
 #include "lib/cuda/certify.hpp"
 #include "lib/cuda/check.hpp"
+#include "lib/cuda/cublas_check.hpp"
 
 namespace kantor::cuda {
 namespace {
@@ -435,12 +436,6 @@ __global__ void gemm_cols_fold(const CertifySide<T> cols, const double* __restri
   add_side(side, cols.out);  // every thread of the block: the shuffles need full warps
 }
 
-void blas_check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw CudaError(std::string("CertifyGemm: ") + what + " failed (cuBLAS status " +
-                    std::to_string(int(s)) + ")");
-}
-
 /// Score block budget: 512 MiB of doubles per chunk (the DGEMM stays efficient well below).
 constexpr std::int64_t kCertifyScoreBytes = std::int64_t(512) << 20;
 
@@ -458,14 +453,15 @@ CertifyGemm::CertifyGemm(void* stream, const double* x, const double* y, std::in
   // Guard: a failure part-way releases what was acquired (the destructor does not run).
   try {
     cublasHandle_t h;
-    blas_check(cublasCreate(&h), "cublasCreate");
+    cublas_check(cublasCreate(&h), "CertifyGemm: cublasCreate");
     handle_ = h;
-    blas_check(cublasSetStream(h, st), "cublasSetStream");
+    cublas_check(cublasSetStream(h, st), "CertifyGemm: cublasSetStream");
     // Plain IEEE float64 products and sums (the rounding model's assumption): no emulation.
-    blas_check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+    cublas_check(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "CertifyGemm: cublasSetMathMode");
     auto alloc = [](double** p, std::int64_t count) {
       void* q = nullptr;
-      KANTOR_CUDA_TRY(cudaMalloc(&q, sizeof(double) * std::size_t(std::max<std::int64_t>(1, count))));
+      KANTOR_CUDA_TRY(
+          cudaMalloc(&q, sizeof(double) * std::size_t(std::max<std::int64_t>(1, count))));
       *p = static_cast<double*>(q);
     };
     const bool same = x == y;
@@ -523,9 +519,9 @@ void CertifyGemm::run_impl(const CertifySide<T>& rows, const CertifySide<T>& col
   for (std::int64_t i0 = 0; i0 < n_; i0 += chunk_) {
     const std::int64_t rc = std::min(chunk_, n_ - i0);
     // S (column-major m x rc) = Y'^T X'_chunk: S[j + r m] = <y'_j, x'_(i0 + r)>.
-    blas_check(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(rc), d_, &one, ys, d_,
-                           xs_ + i0 * d_, d_, &zero, s_, int(m)),
-               "cublasDgemm (certificate scores)");
+    cublas_check(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, int(m), int(rc), d_, &one, ys, d_,
+                             xs_ + i0 * d_, d_, &zero, s_, int(m)),
+                 "CertifyGemm: cublasDgemm (certificate scores)");
     const unsigned row_blocks = unsigned(std::min<std::int64_t>((rc + 7) / 8, 1024));
     gemm_rows_kernel<T><<<row_blocks, 256, 0, st>>>(rows, s_, i0, rc, xn_, xn_ + n_, yn, yn + m);
     KANTOR_CUDA_CHECK_LAUNCH();

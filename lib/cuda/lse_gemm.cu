@@ -7,16 +7,12 @@
 
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_common.cuh"
+#include "lib/cuda/cublas_check.hpp"
 #include "lib/cuda/lse_gemm.hpp"
 #include "lib/cuda/lse_launch.hpp"
 
 namespace kantor::cuda {
 namespace {
-
-void cublas_check(cublasStatus_t s, const char* what) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw CudaError(std::string("cuBLAS error ") + std::to_string(int(s)) + " in " + what);
-}
 
 /// Score workspace budget: 1 GiB per chunk of rows (2^28 floats, 2^27 doubles).
 constexpr std::int64_t kScoreBudgetBytes = std::int64_t(1) << 30;
