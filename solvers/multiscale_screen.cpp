@@ -404,67 +404,147 @@ double pair_bound(const CellLevel& X, std::int64_t I, const CellLevel& Y, std::i
 
 namespace {
 
-using Pair = std::pair<std::int32_t, std::int32_t>;
+// The kept atom pairs of a screen in blocks: x cells of level lx and y cells of level ly (at most
+// 2^kBlockLevels = 8 atoms each). Rows are x blocks; each row lists its y blocks in increasing
+// order with a 64-bit mask of its kept atom pairs, bit 8 a + b for the block's a-th x atom with
+// its b-th y atom. 64x fewer entries than the atom pairs, and sorted by construction: the lists
+// of both sides come out of it without a sort (docs/multiscale.md, "The screen").
+struct BlockPairs {
+  int lx = 0, ly = 0;
+  std::vector<std::int64_t> ptr;  // rows + 1 offsets
+  std::vector<std::int32_t> col;  // y blocks
+  std::vector<std::uint64_t> mask;
+};
 
-// One side's block list from the kept atom pairs, given in parts (first = row atom, second = key
-// atom): the pairs are bucketed by row tile in parallel (each group of parts counts and scatters
-// its own pairs), then every tile's keys are sorted and merged into runs.
-BlockList make_list(const std::vector<std::vector<Pair>>& parts, bool transpose, std::int64_t rows,
-                    std::int64_t keys, const BlockShape& shape, int threads,
-                    double* covered_pairs) {
+constexpr int kBlockLevels = 3;
+
+// The 8 x 8 bit matrix of a mask (bit 8 a + b) transposed (bit 8 b + a): three block swaps.
+std::uint64_t transpose_bits(std::uint64_t v) {
+  std::uint64_t t = (v ^ (v >> 7)) & 0x00AA00AA00AA00AAull;
+  v ^= t ^ (t << 7);
+  t = (v ^ (v >> 14)) & 0x0000CCCC0000CCCCull;
+  v ^= t ^ (t << 14);
+  t = (v ^ (v >> 28)) & 0x00000000F0F0F0F0ull;
+  v ^= t ^ (t << 28);
+  return v;
+}
+
+// The OR of a mask's 8 bytes: bit b set when some x atom keeps the block's b-th y atom.
+std::uint32_t fold_bytes(std::uint64_t v) {
+  v |= v >> 32;
+  v |= v >> 16;
+  v |= v >> 8;
+  return std::uint32_t(v & 0xFFu);
+}
+
+// The block pairs with rows and columns exchanged (rows: the `cols` y blocks), each row's
+// columns still increasing: a counting sort by column, each group of rows counting and
+// scattering its own entries in row order.
+BlockPairs transpose(const BlockPairs& p, std::int64_t cols, int threads) {
+  BlockPairs t;
+  t.lx = p.ly;
+  t.ly = p.lx;
+  const std::int64_t rows = std::int64_t(p.ptr.size()) - 1;
+  const std::int64_t groups = std::max<std::int64_t>(
+      1, std::min<std::int64_t>(rows, std::min(64, 4 * detail::thread_count(threads))));
+  const std::int64_t per = (rows + groups - 1) / groups;
+  std::vector<std::int64_t> count(std::size_t(groups * cols), 0);
+  detail::parallel_for(groups, threads, [&](std::int64_t gr) {
+    std::int64_t* c = count.data() + gr * cols;
+    for (std::int64_t q = p.ptr[std::size_t(std::min(rows, gr * per))];
+         q < p.ptr[std::size_t(std::min(rows, (gr + 1) * per))]; ++q)
+      ++c[p.col[std::size_t(q)]];
+  });
+  t.ptr.assign(std::size_t(cols + 1), 0);
+  std::int64_t at = 0;
+  for (std::int64_t c = 0; c < cols; ++c) {
+    t.ptr[std::size_t(c)] = at;
+    for (std::int64_t gr = 0; gr < groups; ++gr) {
+      std::int64_t& k = count[std::size_t(gr * cols + c)];
+      const std::int64_t here = k;
+      k = at;
+      at += here;
+    }
+  }
+  t.ptr[std::size_t(cols)] = at;
+  t.col.resize(std::size_t(at));
+  t.mask.resize(std::size_t(at));
+  detail::parallel_for(groups, threads, [&](std::int64_t gr) {
+    std::int64_t* c = count.data() + gr * cols;
+    for (std::int64_t r = gr * per; r < std::min(rows, (gr + 1) * per); ++r)
+      for (std::int64_t q = p.ptr[std::size_t(r)]; q < p.ptr[std::size_t(r + 1)]; ++q) {
+        const std::int64_t to = c[p.col[std::size_t(q)]]++;
+        t.col[std::size_t(to)] = std::int32_t(r);
+        t.mask[std::size_t(to)] = transpose_bits(p.mask[std::size_t(q)]);
+      }
+  });
+  return t;
+}
+
+// One side's block list from its block pairs (rows: this side's `rows` points in row tiles of
+// shape.row_tile; keys: the other side's `keys` points in atoms of shape.key_tile): a row tile
+// keeps the union of its atoms' kept key atoms, merged into runs in increasing order.
+BlockList block_list(const BlockPairs& p, std::int64_t rows, std::int64_t keys,
+                     const BlockShape& shape, int threads, double* covered_pairs) {
   const std::int64_t atom = shape.key_tile, per_tile = shape.row_tile / shape.key_tile;
   const std::int64_t tiles = (rows + shape.row_tile - 1) / shape.row_tile;
-  const std::int64_t P = std::int64_t(parts.size());
-  const std::int64_t groups = std::max<std::int64_t>(
-      1, std::min<std::int64_t>(P, 4 * std::int64_t(detail::thread_count(threads))));
-  const std::int64_t per_group = (P + groups - 1) / std::max<std::int64_t>(1, groups);
-  auto row_of = [&](const Pair& p) { return std::int64_t(transpose ? p.second : p.first); };
-  // count[g * tiles + t]: group g's pairs in tile t; then the exclusive prefix over (t, g).
-  std::vector<std::int64_t> count(std::size_t(groups * tiles), 0);
-  detail::parallel_for(groups, threads, [&](std::int64_t gr) {
-    std::int64_t* c = count.data() + gr * tiles;
-    for (std::int64_t q = gr * per_group; q < std::min(P, (gr + 1) * per_group); ++q)
-      for (const Pair& p : parts[std::size_t(q)]) ++c[row_of(p) / per_tile];
-  });
-  std::vector<std::int64_t> start(std::size_t(tiles + 1), 0);
-  {
-    std::int64_t at = 0;
-    for (std::int64_t t = 0; t < tiles; ++t) {
-      start[std::size_t(t)] = at;
-      for (std::int64_t gr = 0; gr < groups; ++gr) {
-        std::int64_t& c = count[std::size_t(gr * tiles + t)];
-        const std::int64_t here = c;
-        c = at;
-        at += here;
-      }
-    }
-    start[std::size_t(tiles)] = at;
-  }
-  std::vector<std::int32_t> keys_of(static_cast<std::size_t>(start.back()));
-  detail::parallel_for(groups, threads, [&](std::int64_t gr) {
-    std::int64_t* c = count.data() + gr * tiles;
-    for (std::int64_t q = gr * per_group; q < std::min(P, (gr + 1) * per_group); ++q)
-      for (const Pair& p : parts[std::size_t(q)])
-        keys_of[std::size_t(c[row_of(p) / per_tile]++)] = transpose ? p.first : p.second;
-  });
+  const std::int64_t row_atoms = (rows + atom - 1) / atom;
+  const int lx = p.lx, ly = p.ly;
   std::vector<std::vector<std::int32_t>> runs(static_cast<std::size_t>(tiles));
   std::vector<double> covered(static_cast<std::size_t>(tiles), 0.0);
   detail::parallel_for(tiles, threads, [&](std::int64_t t) {
-    auto b = keys_of.begin() + start[std::size_t(t)], e = keys_of.begin() + start[std::size_t(t + 1)];
-    std::sort(b, e);
-    e = std::unique(b, e);
+    const std::int64_t a0 = t * per_tile, a1 = std::min(row_atoms, a0 + per_tile) - 1;
+    const std::int64_t b0 = a0 >> lx, b1 = a1 >> lx;
+    // The key atoms block q's row `blk` gives this tile (its rows in [a0, a1]).
+    auto bits_of = [&](std::int64_t blk, std::uint64_t mask) {
+      const std::int64_t first = blk << lx;
+      const std::int64_t lo = std::max(a0 - first, std::int64_t(0));
+      const std::int64_t hi = std::min(a1 - first, (std::int64_t(1) << lx) - 1);
+      std::uint64_t sel = 0;
+      for (std::int64_t a = lo; a <= hi; ++a) sel |= std::uint64_t(0xFF) << (8 * a);
+      return fold_bytes(mask & sel);
+    };
     std::vector<std::int32_t>& out = runs[std::size_t(t)];
-    std::int64_t nkeys = 0;
-    for (auto it = b; it != e;) {
-      auto jt = it + 1;
-      while (jt != e && *jt == *(jt - 1) + 1) ++jt;
-      out.push_back(*it);
-      out.push_back(*(jt - 1) + 1);
-      const std::int64_t kb = std::int64_t(*it) * atom;
-      const std::int64_t ke = std::min(keys, (std::int64_t(*(jt - 1)) + 1) * atom);
-      nkeys += ke - kb;
-      it = jt;
+    std::int64_t rb = 0, re = -1, nkeys = 0;
+    auto flush = [&]() {
+      if (re < 0) return;
+      out.push_back(std::int32_t(rb));
+      out.push_back(std::int32_t(re));
+      nkeys += std::min(keys, re * atom) - rb * atom;
+    };
+    auto emit = [&](std::int64_t J, std::uint32_t bits) {
+      while (bits) {
+        const int b = __builtin_ctz(bits);
+        bits &= bits - 1;
+        const std::int64_t k = (J << ly) + b;
+        if (k == re) {
+          ++re;
+        } else {
+          flush();
+          rb = k;
+          re = k + 1;
+        }
+      }
+    };
+    if (b0 == b1) {
+      for (std::int64_t q = p.ptr[std::size_t(b0)]; q < p.ptr[std::size_t(b0 + 1)]; ++q)
+        emit(p.col[std::size_t(q)], bits_of(b0, p.mask[std::size_t(q)]));
+    } else {
+      // A row tile over several blocks: their columns merged (sorted, equal ones OR-ed).
+      std::vector<std::pair<std::int32_t, std::uint32_t>> merged;
+      for (std::int64_t blk = b0; blk <= b1; ++blk)
+        for (std::int64_t q = p.ptr[std::size_t(blk)]; q < p.ptr[std::size_t(blk + 1)]; ++q)
+          merged.emplace_back(p.col[std::size_t(q)], bits_of(blk, p.mask[std::size_t(q)]));
+      std::sort(merged.begin(), merged.end());
+      for (std::size_t i = 0; i < merged.size();) {
+        std::uint32_t bits = 0;
+        std::size_t j = i;
+        for (; j < merged.size() && merged[j].first == merged[i].first; ++j) bits |= merged[j].second;
+        emit(merged[i].first, bits);
+        i = j;
+      }
     }
+    flush();
     const std::int64_t r0 = t * shape.row_tile, r1 = std::min(rows, r0 + shape.row_tile);
     covered[std::size_t(t)] = double(r1 - r0) * double(nkeys);
   });
@@ -486,6 +566,104 @@ BlockList make_list(const std::vector<std::vector<Pair>>& parts, bool transpose,
   return list;
 }
 
+// The descent of screen(): the kept pairs of atoms, in blocks (rec[I] for x block I: its y blocks
+// in increasing order with their masks; blocks of levels bx, by), and the pairs tested. pair_bound
+// inlined with the dimension D (0: any).
+using BlockRows = std::vector<std::vector<std::pair<std::int32_t, std::uint64_t>>>;
+
+template <int D>
+std::int64_t descend(const Hierarchy& hx, const Hierarchy& hy, int d, double c, double keep_at,
+                     int threads, int* bx_out, int* by_out, BlockRows* rec_out) {
+  const std::int64_t st = 3 * std::int64_t(d) + 3;
+  auto bound = [&](const CellLevel& X, std::int64_t I, const CellLevel& Y, std::int64_t J) {
+    return pair_bound_impl<D>(X.packed.data() + I * st, Y.packed.data() + J * st, d, c);
+  };
+  // The descent: a pair of cells is tested only when its parent pair was kept; both sides
+  // descend one level per step while both can (then the deeper one alone), so every pair
+  // of a step has the same levels. Level-synchronous down to the block levels (at most 8
+  // atoms a side), rows = x cells, each with its candidate y cells in increasing order.
+  const int tx = int(hx.levels.size()) - 1, ty = int(hy.levels.size()) - 1;
+  const int steps = std::max(0, std::max(tx, ty) - kBlockLevels);
+  auto level = [](int top, int s) { return std::max(0, top - s); };
+  std::atomic<std::int64_t> tested{0};
+  std::vector<std::vector<std::int32_t>> cand;
+  {
+    const CellLevel& X = hx.levels[std::size_t(tx)];
+    const CellLevel& Y = hy.levels[std::size_t(ty)];
+    cand.resize(std::size_t(X.count));
+    for (std::int64_t I = 0; I < X.count; ++I)
+      for (std::int64_t J = 0; J < Y.count; ++J)
+        if (X.active[std::size_t(I)] && Y.active[std::size_t(J)])
+          cand[std::size_t(I)].push_back(std::int32_t(J));
+  }
+  for (int s = 0; s < steps; ++s) {
+    const int lx = level(tx, s), ly = level(ty, s);
+    const bool dx = lx > 0, dy = ly > 0;
+    const CellLevel& X = hx.levels[std::size_t(lx)];
+    const CellLevel& Y = hy.levels[std::size_t(ly)];
+    const CellLevel& Xc = hx.levels[std::size_t(dx ? lx - 1 : lx)];
+    const CellLevel& Yc = hy.levels[std::size_t(dy ? ly - 1 : ly)];
+    std::vector<std::vector<std::int32_t>> next(static_cast<std::size_t>(Xc.count));
+    detail::parallel_for(X.count, threads, [&](std::int64_t I) {
+      std::vector<std::int32_t> kept;
+      for (const std::int32_t J : cand[std::size_t(I)])
+        if (bound(X, I, Y, J) >= keep_at) kept.push_back(J);
+      tested.fetch_add(std::int64_t(cand[std::size_t(I)].size()), std::memory_order_relaxed);
+      for (int a = 0; a <= (dx ? 1 : 0); ++a) {
+        const std::int64_t I2 = dx ? 2 * I + a : I;
+        if (I2 >= Xc.count || !Xc.active[std::size_t(I2)]) continue;
+        std::vector<std::int32_t>& o = next[std::size_t(I2)];
+        for (const std::int32_t J : kept)
+          for (int b = 0; b <= (dy ? 1 : 0); ++b) {
+            const std::int64_t J2 = dy ? 2 * std::int64_t(J) + b : J;
+            if (J2 < Yc.count && Yc.active[std::size_t(J2)]) o.push_back(std::int32_t(J2));
+          }
+      }
+    });
+    cand.swap(next);
+  }
+  // Each candidate block pair: the rest of the descent, down to the atoms, as a mask.
+  *bx_out = level(tx, steps);
+  *by_out = level(ty, steps);
+  const int bx = *bx_out, by = *by_out;
+  const CellLevel& XB = hx.levels[std::size_t(bx)];
+  std::vector<std::vector<std::pair<std::int32_t, std::uint64_t>>>& rec = *rec_out;
+  rec.assign(static_cast<std::size_t>(XB.count), {});
+  detail::parallel_for(XB.count, threads, [&](std::int64_t I0) {
+    std::int64_t count = 0;
+    // The cells (I, J) at levels (lx, ly), whose first atoms are a and b atoms into the block.
+    auto refine = [&](auto&& self, int lx, int ly, std::int64_t I, std::int64_t J, int a,
+                      int b) -> std::uint64_t {
+      ++count;
+      if (bound(hx.levels[std::size_t(lx)], I, hy.levels[std::size_t(ly)], J) < keep_at)
+        return 0;
+      if (lx == 0 && ly == 0) return std::uint64_t(1) << (8 * a + b);
+      const bool dx = lx > 0, dy = ly > 0;
+      const int cx = dx ? lx - 1 : lx, cy = dy ? ly - 1 : ly;
+      const CellLevel& Xc = hx.levels[std::size_t(cx)];
+      const CellLevel& Yc = hy.levels[std::size_t(cy)];
+      std::uint64_t mask = 0;
+      for (int u = 0; u <= (dx ? 1 : 0); ++u) {
+        const std::int64_t I2 = dx ? 2 * I + u : I;
+        if (I2 >= Xc.count || !Xc.active[std::size_t(I2)]) continue;
+        for (int v = 0; v <= (dy ? 1 : 0); ++v) {
+          const std::int64_t J2 = dy ? 2 * J + v : J;
+          if (J2 >= Yc.count || !Yc.active[std::size_t(J2)]) continue;
+          mask |= self(self, cx, cy, I2, J2, dx ? a + (u << cx) : a, dy ? b + (v << cy) : b);
+        }
+      }
+      return mask;
+    };
+    auto& r = rec[std::size_t(I0)];
+    for (const std::int32_t J0 : cand[std::size_t(I0)]) {
+      const std::uint64_t mask = refine(refine, bx, by, I0, J0, 0, 0);
+      if (mask) r.emplace_back(J0, mask);
+    }
+    tested.fetch_add(count, std::memory_order_relaxed);
+  });
+  return tested.load();
+}
+
 }  // namespace
 
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
@@ -496,83 +674,42 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
                           std::to_string(shape.key_tile) + ")");
   Screen out;
   const double keep_at = -threshold - margin;
-  const int lx = int(hx.levels.size()) - 1, ly = int(hy.levels.size()) - 1;
-  // Top level: every pair of active cells.
-  std::vector<Pair> cand;
-  {
-    const CellLevel& X = hx.levels[std::size_t(lx)];
-    const CellLevel& Y = hy.levels[std::size_t(ly)];
-    for (std::int64_t I = 0; I < X.count; ++I)
-      for (std::int64_t J = 0; J < Y.count; ++J)
-        if (X.active[std::size_t(I)] && Y.active[std::size_t(J)])
-          cand.emplace_back(std::int32_t(I), std::int32_t(J));
+  int bx = 0, by = 0;
+  BlockRows rec;
+  switch (d) {
+    case 1: out.tested_pairs = descend<1>(hx, hy, d, c, keep_at, threads, &bx, &by, &rec); break;
+    case 2: out.tested_pairs = descend<2>(hx, hy, d, c, keep_at, threads, &bx, &by, &rec); break;
+    case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, threads, &bx, &by, &rec); break;
+    default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, threads, &bx, &by, &rec); break;
   }
-  // Depth first from each top-level pair: a kept pair's children are tested at once, so no level
-  // is materialized; only the kept atom pairs are stored. The top pairs are the parallel tasks
-  // (in chunks); their outputs are concatenated in task order (deterministic).
-  constexpr std::int64_t kChunk = 16;
-  const int top_x = lx, top_y = ly;
-  std::vector<std::vector<Pair>> out_chunks(
-      static_cast<std::size_t>(chunks(std::int64_t(cand.size()), kChunk)));
-  std::vector<std::int64_t> tested(out_chunks.size(), 0);
-  detail::parallel_for(std::int64_t(out_chunks.size()), threads, [&](std::int64_t ch) {
-    struct Node {
-      int lx, ly;
-      std::int32_t I, J;
-    };
-    std::vector<Node> stack;
-    std::vector<Pair>& o = out_chunks[std::size_t(ch)];
-    std::int64_t count = 0;
-    const std::int64_t e = std::min<std::int64_t>(std::int64_t(cand.size()), (ch + 1) * kChunk);
-    for (std::int64_t k = ch * kChunk; k < e; ++k) {
-      stack.push_back({top_x, top_y, cand[std::size_t(k)].first, cand[std::size_t(k)].second});
-      while (!stack.empty()) {
-        const Node nd = stack.back();
-        stack.pop_back();
-        const CellLevel& X = hx.levels[std::size_t(nd.lx)];
-        const CellLevel& Y = hy.levels[std::size_t(nd.ly)];
-        ++count;
-        if (pair_bound(X, nd.I, Y, nd.J, d, c) < keep_at) continue;
-        if (nd.lx == 0 && nd.ly == 0) {
-          o.emplace_back(nd.I, nd.J);
-          continue;
-        }
-        // Children (both sides descend while both can), pushed in reverse so that they pop in
-        // index order.
-        const bool dx = nd.lx > 0, dy = nd.ly > 0;
-        const int cx = dx ? nd.lx - 1 : nd.lx, cy = dy ? nd.ly - 1 : nd.ly;
-        const CellLevel& Xc = hx.levels[std::size_t(cx)];
-        const CellLevel& Yc = hy.levels[std::size_t(cy)];
-        for (int a2 = (dx ? 1 : 0); a2 >= 0; --a2) {
-          const std::int64_t I = dx ? 2 * std::int64_t(nd.I) + a2 : nd.I;
-          if (I >= Xc.count || !Xc.active[std::size_t(I)]) continue;
-          for (int b2 = (dy ? 1 : 0); b2 >= 0; --b2) {
-            const std::int64_t J = dy ? 2 * std::int64_t(nd.J) + b2 : nd.J;
-            if (J >= Yc.count || !Yc.active[std::size_t(J)]) continue;
-            stack.push_back({cx, cy, std::int32_t(I), std::int32_t(J)});
-          }
-        }
-      }
-    }
-    tested[std::size_t(ch)] = count;
-  });
-  for (std::int64_t t : tested) out.tested_pairs += t;
-  cand.clear();
-  cand.shrink_to_fit();
+  const CellLevel& XB = hx.levels[std::size_t(bx)];
   // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
   // nearest box centre (atoms without weight, which have no potential model).
   const CellLevel& X = hx.levels[0];
   const CellLevel& Y = hy.levels[0];
-  std::vector<Pair> repaired;  // the partners given to lonely atoms, both sides
-  auto repair = [&](const CellLevel& A, const CellLevel& B, bool a_is_x) {
+  auto add_pair = [&](std::int64_t I, std::int64_t J) {  // atoms I (x) and J (y)
+    auto& r = rec[std::size_t(I >> bx)];
+    const std::int32_t Jb = std::int32_t(J >> by);
+    const std::uint64_t bit = std::uint64_t(1)
+                              << (8 * (I - ((I >> bx) << bx)) + (J - (std::int64_t(Jb) << by)));
+    auto it = std::lower_bound(r.begin(), r.end(), std::make_pair(Jb, std::uint64_t(0)));
+    if (it != r.end() && it->first == Jb)
+      it->second |= bit;
+    else
+      r.insert(it, {Jb, bit});
+  };
+  auto repair = [&](const CellLevel& A, bool a_is_x) {
     std::vector<std::atomic<unsigned char>> has(static_cast<std::size_t>(A.count));
     for (auto& h : has) h.store(0, std::memory_order_relaxed);
-    detail::parallel_for(std::int64_t(out_chunks.size()), threads, [&](std::int64_t q) {
-      for (const Pair& p : out_chunks[std::size_t(q)])
-        has[std::size_t(a_is_x ? p.first : p.second)].store(1, std::memory_order_relaxed);
+    detail::parallel_for(XB.count, threads, [&](std::int64_t I0) {
+      for (const auto& e : rec[std::size_t(I0)]) {
+        // x atoms: the mask's non-zero rows (bytes); y atoms: its non-zero columns.
+        const std::int64_t first = a_is_x ? I0 << bx : std::int64_t(e.first) << by;
+        const std::uint32_t bits = fold_bytes(a_is_x ? transpose_bits(e.second) : e.second);
+        for (std::uint32_t v = bits; v; v &= v - 1)
+          has[std::size_t(first + __builtin_ctz(v))].store(1, std::memory_order_relaxed);
+      }
     });
-    if (!a_is_x)  // the x side's repair pairs count for the y atoms too
-      for (const Pair& p : repaired) has[std::size_t(p.second)].store(1, std::memory_order_relaxed);
     std::vector<std::int64_t> lonely;
     for (std::int64_t I = 0; I < A.count; ++I)
       if (!has[std::size_t(I)]) lonely.push_back(I);
@@ -630,21 +767,43 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
       }
       partner[std::size_t(q)] = arg;
     });
+    // The partners join the pairs (so the x side's count for the y atoms too).
     for (std::size_t q = 0; q < lonely.size(); ++q) {
       if (partner[q] < 0) continue;  // no weight on the other side at all: validation refuses that
       ++out.orphans;
-      const std::int32_t I = std::int32_t(lonely[q]), J = std::int32_t(partner[q]);
-      repaired.emplace_back(a_is_x ? Pair(I, J) : Pair(J, I));
+      if (a_is_x)
+        add_pair(lonely[q], partner[q]);
+      else
+        add_pair(partner[q], lonely[q]);
     }
   };
-  repair(X, Y, true);
-  repair(Y, X, false);
-  for (const auto& v : out_chunks) out.atom_pairs += std::int64_t(v.size());
-  out.atom_pairs += std::int64_t(repaired.size());
-  out_chunks.push_back(std::move(repaired));
+  repair(X, true);
+  repair(Y, false);
+  // Flatten to block pairs (rows: x blocks), then the two sides' lists.
+  BlockPairs bp;
+  bp.lx = bx;
+  bp.ly = by;
+  bp.ptr.assign(std::size_t(XB.count + 1), 0);
+  for (std::int64_t I = 0; I < XB.count; ++I)
+    bp.ptr[std::size_t(I + 1)] = bp.ptr[std::size_t(I)] + std::int64_t(rec[std::size_t(I)].size());
+  bp.col.resize(std::size_t(bp.ptr.back()));
+  bp.mask.resize(std::size_t(bp.ptr.back()));
+  std::vector<std::int64_t> pairs(static_cast<std::size_t>(XB.count), 0);
+  detail::parallel_for(XB.count, threads, [&](std::int64_t I) {
+    std::int64_t at = bp.ptr[std::size_t(I)], k = 0;
+    for (const auto& e : rec[std::size_t(I)]) {
+      bp.col[std::size_t(at)] = e.first;
+      bp.mask[std::size_t(at++)] = e.second;
+      k += __builtin_popcountll(e.second);
+    }
+    pairs[std::size_t(I)] = k;
+    std::vector<std::pair<std::int32_t, std::uint64_t>>().swap(rec[std::size_t(I)]);
+  });
+  for (const std::int64_t k : pairs) out.atom_pairs += k;
   double covered = 0, unused = 0;
-  out.f_side = make_list(out_chunks, false, n, m, shape, threads, &covered);
-  out.g_side = make_list(out_chunks, true, m, n, shape, threads, &unused);
+  out.f_side = block_list(bp, n, m, shape, threads, &covered);
+  out.g_side = block_list(transpose(bp, hy.levels[std::size_t(by)].count, threads), m, n, shape,
+                          threads, &unused);
   out.kept_fraction = covered / (double(n) * double(m));
   return out;
 }

@@ -229,6 +229,115 @@ TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartn
   }
 }
 
+// The screen's descent written the plain way: a depth-first walk from every pair of top cells
+// (both sides descend while both can), a pair's children tested only when it is kept; the kept
+// atom pairs as a dense mask, and a side's list as each row tile's union of its atoms' keys.
+std::vector<char> reference_kept(const multiscale::Hierarchy& hx, const multiscale::Hierarchy& hy,
+                                 int d, double c, double keep_at, std::int64_t* tested) {
+  const std::int64_t ax = hx.levels[0].count, ay = hy.levels[0].count;
+  std::vector<char> kept(std::size_t(ax * ay), 0);
+  auto walk = [&](auto&& self, int lx, int ly, std::int64_t I, std::int64_t J) -> void {
+    ++*tested;
+    if (pair_bound(hx.levels[std::size_t(lx)], I, hy.levels[std::size_t(ly)], J, d, c) < keep_at)
+      return;
+    if (lx == 0 && ly == 0) {
+      kept[std::size_t(I * ay + J)] = 1;
+      return;
+    }
+    const int cx = lx > 0 ? lx - 1 : 0, cy = ly > 0 ? ly - 1 : 0;
+    const auto& X = hx.levels[std::size_t(cx)];
+    const auto& Y = hy.levels[std::size_t(cy)];
+    for (std::int64_t I2 = lx > 0 ? 2 * I : I; I2 <= (lx > 0 ? 2 * I + 1 : I); ++I2)
+      for (std::int64_t J2 = ly > 0 ? 2 * J : J; J2 <= (ly > 0 ? 2 * J + 1 : J); ++J2)
+        if (I2 < X.count && J2 < Y.count && X.active[std::size_t(I2)] && Y.active[std::size_t(J2)])
+          self(self, cx, cy, I2, J2);
+  };
+  const int tx = int(hx.levels.size()) - 1, ty = int(hy.levels.size()) - 1;
+  for (std::int64_t I = 0; I < hx.levels.back().count; ++I)
+    for (std::int64_t J = 0; J < hy.levels.back().count; ++J)
+      if (hx.levels.back().active[std::size_t(I)] && hy.levels.back().active[std::size_t(J)])
+        walk(walk, tx, ty, I, J);
+  return kept;
+}
+
+BlockList reference_list(const std::vector<char>& kept, std::int64_t ax, std::int64_t ay,
+                         bool transpose, std::int64_t rows, const BlockShape& shape) {
+  BlockList l;
+  l.row_tile = shape.row_tile;
+  l.key_tile = shape.key_tile;
+  const std::int64_t per = shape.row_tile / shape.key_tile, tiles = (rows + shape.row_tile - 1) / shape.row_tile;
+  const std::int64_t row_atoms = transpose ? ay : ax, key_atoms = transpose ? ax : ay;
+  l.run_ptr.push_back(0);
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    std::int64_t open = -1;
+    for (std::int64_t k = 0; k <= key_atoms; ++k) {
+      bool any = false;
+      for (std::int64_t r = t * per; k < key_atoms && r < std::min(row_atoms, (t + 1) * per); ++r)
+        any = any || kept[std::size_t(transpose ? k * ay + r : r * ay + k)];
+      if (any && open < 0) open = k;
+      if (!any && open >= 0) {
+        l.runs.push_back(std::int32_t(open));
+        l.runs.push_back(std::int32_t(k));
+        open = -1;
+      }
+    }
+    l.run_ptr.push_back(std::int64_t(l.runs.size() / 2));
+  }
+  return l;
+}
+
+TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
+  // Shapes of 1, 2, 4 and 32 atoms per row tile (32: a tile over several blocks of 8), clouds of
+  // unequal size (hierarchies of different depth), zero-weight points, d = 1, 2, 3, 5.
+  struct Case {
+    std::int64_t n, m, d, atom, row_tile;
+    double threshold;
+  };
+  const Case cases[] = {{3000, 2100, 2, 16, 32, 0.05}, {2048, 1536, 3, 8, 8, 0.08},
+                        {4096, 300, 2, 8, 32, 0.05},   {700, 5000, 1, 4, 16, 0.01},
+                        {2500, 2500, 3, 4, 128, 0.1},  {1200, 1900, 5, 8, 16, 0.05}};
+  int which = 0;
+  for (const Case& k : cases) {
+    Rng rng(400 + which++);
+    const std::vector<double> x0 = uniform_cloud(rng, k.n, k.d), y0 = uniform_cloud(rng, k.m, k.d);
+    std::vector<std::int64_t> ox, oy;
+    morton_order(x0.data(), k.n, y0.data(), k.m, int(k.d), &ox, &oy, 2);
+    const std::vector<double> x = permuted(x0, ox, k.d), y = permuted(y0, oy, k.d);
+    const std::vector<double> f = smooth_potential(rng, x, k.d, 0.0, 0.0, 0.002);
+    const std::vector<double> g = smooth_potential(rng, y, k.d, 0.0, 0.0, 0.002);
+    std::vector<double> wa(std::size_t(k.n), 1.0), wb(std::size_t(k.m), 1.0);
+    // Zero weights inside atoms (whole zero-weight atoms get repaired partners, tested above).
+    for (std::int64_t i = 0; i < k.n; i += 7) wa[std::size_t(i)] = 0;
+    for (std::int64_t i = 3; i < k.m; i += 5) wb[std::size_t(i)] = 0;
+    const double c = 1.0;
+    const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), k.n, int(k.d), k.atom, 4, 2);
+    const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), k.m, int(k.d), k.atom, 4, 2);
+    const BlockShape shape{k.row_tile, k.atom};
+    for (int threads : {1, 3}) {
+      const multiscale::Screen sc =
+          multiscale::screen(hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, shape, threads);
+      std::int64_t tested = 0;
+      const std::vector<char> kept = reference_kept(hx, hy, int(k.d), c, -k.threshold, &tested);
+      const std::int64_t ax = hx.levels[0].count, ay = hy.levels[0].count;
+      std::int64_t pairs = 0;
+      for (char v : kept) pairs += v;
+      SCOPED_TRACE("case " + std::to_string(which) + ", threads " + std::to_string(threads));
+      EXPECT_EQ(sc.tested_pairs, tested);
+      // Every atom keeps a partner by the bound here: no repaired pairs to tell apart.
+      ASSERT_EQ(sc.orphans, 0);
+      EXPECT_EQ(sc.atom_pairs, pairs);
+      EXPECT_GT(pairs, 0);
+      EXPECT_LT(double(pairs), 0.9 * double(ax * ay)) << "the screen prunes";
+      const BlockList rf = reference_list(kept, ax, ay, false, k.n, shape);
+      const BlockList rg = reference_list(kept, ax, ay, true, k.m, shape);
+      EXPECT_EQ(sc.f_side.run_ptr, rf.run_ptr);
+      EXPECT_EQ(sc.f_side.runs, rf.runs);
+      EXPECT_EQ(sc.g_side.run_ptr, rg.run_ptr);
+      EXPECT_EQ(sc.g_side.runs, rg.runs);
+    }
+  }
+}
+
 TEST(MultiscaleOracle, KeptCertificateIsTheFloat64SumOverTheKeptPairs) {
   Rng rng(5);
   const std::int64_t n = 300, m = 260, d = 3;
