@@ -104,37 +104,50 @@ void coarsen(const std::vector<T>& x, const std::vector<double>& w, std::int64_t
 
 // The block list of a lift (rows: the points, keys: the other side's cells) from a coarse
 // level's list (rows: this side's cells, keys: the same cells): point row tile r takes the union
-// of the runs of the coarse row tiles its cells fall in.
+// of the runs of the coarse row tiles its cells fall in (sorted, overlapping and adjacent runs
+// merged), in parallel over the point row tiles.
 BlockList lift_list(const BlockList& coarse, std::int64_t rows, std::int64_t cell,
-                    const BlockShape& shape) {
+                    const BlockShape& shape, int threads) {
   BlockList out;
   out.row_tile = shape.row_tile;
   out.key_tile = coarse.key_tile;
   const std::int64_t tiles = (rows + shape.row_tile - 1) / shape.row_tile;
   const std::int64_t coarse_tiles = std::int64_t(coarse.run_ptr.size()) - 1;
-  out.run_ptr.assign(std::size_t(tiles + 1), 0);
-  std::vector<std::int32_t> keys;
-  for (std::int64_t r = 0; r < tiles; ++r) {
-    const std::int64_t first = (r * shape.row_tile / cell) / coarse.row_tile;
-    const std::int64_t last = std::min(
-        coarse_tiles - 1,
-        ((std::min(rows, (r + 1) * shape.row_tile) - 1) / cell) / coarse.row_tile);
-    keys.clear();
-    for (std::int64_t t = first; t <= last; ++t)
-      for (std::int64_t q = coarse.run_ptr[std::size_t(t)]; q < coarse.run_ptr[std::size_t(t + 1)]; ++q)
-        for (std::int32_t k = coarse.runs[std::size_t(2 * q)]; k < coarse.runs[std::size_t(2 * q + 1)]; ++k)
-          keys.push_back(k);
-    std::sort(keys.begin(), keys.end());
-    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-    for (std::size_t i = 0; i < keys.size();) {
-      std::size_t j = i + 1;
-      while (j < keys.size() && keys[j] == keys[j - 1] + 1) ++j;
-      out.runs.push_back(keys[i]);
-      out.runs.push_back(keys[j - 1] + 1);
-      i = j;
+  std::vector<std::vector<std::int32_t>> runs(static_cast<std::size_t>(tiles));
+  detail::parallel_ranges(tiles, threads, 256, [&](std::int64_t rb, std::int64_t re) {
+    std::vector<std::pair<std::int32_t, std::int32_t>> all;
+    for (std::int64_t r = rb; r < re; ++r) {
+      const std::int64_t first = (r * shape.row_tile / cell) / coarse.row_tile;
+      const std::int64_t last = std::min(
+          coarse_tiles - 1,
+          ((std::min(rows, (r + 1) * shape.row_tile) - 1) / cell) / coarse.row_tile);
+      all.clear();
+      for (std::int64_t t = first; t <= last; ++t)
+        for (std::int64_t q = coarse.run_ptr[std::size_t(t)]; q < coarse.run_ptr[std::size_t(t + 1)]; ++q)
+          all.emplace_back(coarse.runs[std::size_t(2 * q)], coarse.runs[std::size_t(2 * q + 1)]);
+      if (last > first) std::sort(all.begin(), all.end());
+      std::vector<std::int32_t>& o = runs[std::size_t(r)];
+      for (const auto& run : all) {
+        if (run.first >= run.second) continue;
+        if (!o.empty() && run.first <= o.back())
+          o.back() = std::max(o.back(), run.second);
+        else {
+          o.push_back(run.first);
+          o.push_back(run.second);
+        }
+      }
     }
-    out.run_ptr[std::size_t(r + 1)] = std::int64_t(out.runs.size() / 2);
-  }
+  });
+  out.run_ptr.assign(std::size_t(tiles + 1), 0);
+  for (std::int64_t r = 0; r < tiles; ++r)
+    out.run_ptr[std::size_t(r + 1)] =
+        out.run_ptr[std::size_t(r)] + std::int64_t(runs[std::size_t(r)].size() / 2);
+  out.runs.resize(std::size_t(2 * out.run_ptr.back()));
+  detail::parallel_ranges(tiles, threads, 1024, [&](std::int64_t rb, std::int64_t re) {
+    for (std::int64_t r = rb; r < re; ++r)
+      std::copy(runs[std::size_t(r)].begin(), runs[std::size_t(r)].end(),
+                out.runs.begin() + 2 * out.run_ptr[std::size_t(r)]);
+  });
   return out;
 }
 
@@ -324,8 +337,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     auto lift_f = make_oracle(ctx, fx, precision);
     auto lift_g = make_oracle(ctx, gy, precision);
     if (!coarse_lists[0].run_ptr.empty()) {
-      const BlockList lf = lift_list(coarse_lists[0], n, mo.cell_points, lift_f->block_shape());
-      const BlockList lg = lift_list(coarse_lists[1], m, mo.cell_points, lift_g->block_shape());
+      const BlockList lf = lift_list(coarse_lists[0], n, mo.cell_points, lift_f->block_shape(), threads);
+      const BlockList lg = lift_list(coarse_lists[1], m, mo.cell_points, lift_g->block_shape(), threads);
       lift_f->set_block_lists(&lf, nullptr);
       lift_g->set_block_lists(nullptr, &lg);
     }
