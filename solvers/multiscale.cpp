@@ -26,6 +26,10 @@ using Clock = std::chrono::steady_clock;
 // iterations are cheap next to the finest level's, whose count its accuracy sets.
 constexpr double kCoarseResidual = 0.1;
 
+// The first screen's threshold sits this far below theta_b (in units of eps): where the dropped
+// mass allows it, about a fifth fewer kept pairs at the scales (docs/multiscale.md).
+constexpr double kThetaTrial = 3.0;
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -375,23 +379,37 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   s.annealing_iterations = coarse_summary.annealing_iterations;
   s.relaxation = 1.0;
   s.certificates = coarse_summary.certificates;
-  // The truncation: a dropped pair holds at most a_i b_j e^-(theta_b - drift / eps), so each side
-  // loses at most m_a m_b e^-(...) of plan mass (1 for a balanced problem; docs/multiscale.md).
+  // The truncation (docs/multiscale.md): the screen bounds the plan mass D on the pairs it drops
+  // (each dropped pair of cells holds at most mass_I mass_J e^(bound / eps)); the potentials
+  // drifting up by delta since the mask multiply it by at most e^(delta / eps), and each side's
+  // marginal loses at most that mass: tail = 2 D e^(delta / eps). The mask is rebuilt when delta
+  // exceeds slack * eps, so the tail stays below 2 D e^slack; a screen is accepted when that is
+  // at most half the tolerance. Its threshold: theta_b - kThetaTrial first (D is usually far
+  // below its worst case, e^-theta m_a m_b), theta_b when that drops too much; at theta_b the
+  // worst case itself is tol / 2 (theta_b = ln(4 max(1, m_a m_b) / tol) + slack).
   const double mass_ab = s.mass_a * s.mass_b;
   const double theta_b = std::log(4.0 * std::max(1.0, mass_ab) / s.tolerance) + mo.slack;
   const BlockShape shape = oracle->block_shape();
 
   std::vector<double> fb = download(ctx, f), gb = download(ctx, g);  // the mask's potentials
   Screen sc;
-  double seconds_screen = 0;
+  double seconds_screen = 0, screen_theta = 0;
+  int screen_retries = 0;
   auto build_mask = [&]() {
     const auto t_screen = Clock::now();
     const Hierarchy hx = build_hierarchy(xs.data(), ap.data(), fb.data(), n, d, shape.key_tile,
                                          64, threads);
     const Hierarchy hy = build_hierarchy(ys.data(), bp.data(), gb.data(), m, d, shape.key_tile,
                                          64, threads);
-    sc = screen(hx, hy, n, m, d, c, theta_b * eps, 0.0, shape, threads);
+    double theta = std::max(0.5, theta_b - kThetaTrial);
+    sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads);
+    if (2 * std::exp(mo.slack) * sc.dropped_mass > 0.5 * s.tolerance) {
+      theta = theta_b;
+      sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads);
+      ++screen_retries;
+    }
     s.kept_fraction = sc.kept_fraction;
+    screen_theta = theta;
     seconds_screen += seconds_since(t_screen);
   };
   build_mask();
@@ -513,7 +531,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         ++s.mask_rebuilds;
       } else {
         const auto t_cert = Clock::now();
-        tail = 2 * mass_ab * std::exp(-(theta_b - drift / eps));
+        tail = 2 * sc.dropped_mass * std::exp(drift / eps);
         // The decision is kept-pair bound + tail <= tolerance: the engine may decide it in fp32.
         cert = oracle->certify_kept(eps, f.data(), g.data(), std::max(0.0, s.tolerance - tail));
         seconds_cert += seconds_since(t_cert);
@@ -576,7 +594,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // The certificate of the returned potentials, when the loop did not end on one.
     const std::vector<double> fn = download(ctx, f), gn = download(ctx, g);
     const double drift = max_drift(fn, fb, ap) + max_drift(gn, gb, bp);
-    tail = 2 * mass_ab * std::exp(-(theta_b - drift / eps));
+    tail = 2 * sc.dropped_mass * std::exp(drift / eps);
     if (cert_iteration != fine_iterations) {
       const auto t_cert = Clock::now();
       cert = oracle->certify_kept(eps, f.data(), g.data(), std::max(0.0, s.tolerance - tail));
@@ -618,7 +636,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     std::ostringstream os;
     os << std::setprecision(3) << s.solver_note << (s.solver_note.empty() ? "" : "; ") << n
        << " x " << m << " points: " << fine_iterations << " iterations, " << 100 * s.kept_fraction
-       << "% kept; seconds: order " << t_setup << ", lift " << seconds_lift << ", screen "
+       << "% kept (theta " << screen_theta << (screen_retries ? ", after a retry" : "")
+       << "); seconds: order " << t_setup << ", lift " << seconds_lift << ", screen "
        << seconds_screen << ", passes "
        << s.seconds_iterations - (seconds_screen - first_screen) - seconds_cert
        << ", certificates " << seconds_cert << " (" << level_certs << ", " << fp32_certs

@@ -170,13 +170,14 @@ void fit_atom(const double* x, const double* w, const double* pot, std::int64_t 
     lo[a] = std::numeric_limits<double>::infinity();
     hi[a] = -std::numeric_limits<double>::infinity();
   }
-  double cnt = 0, fmean = 0;
+  double cnt = 0, fmean = 0, mass = 0;
   for (std::int64_t i = b; i < e; ++i) {
     for (int a = 0; a < d; ++a) {
       lo[a] = std::min(lo[a], x[i * d + a]);
       hi[a] = std::max(hi[a], x[i * d + a]);
     }
     if (!(w[i] > 0)) continue;
+    mass += w[i];
     if (!std::isfinite(pot[i]))
       throw InvalidArgument("multiscale: the potential of point " + std::to_string(i) +
                             " (sorted order) is not finite");
@@ -185,6 +186,7 @@ void fit_atom(const double* x, const double* w, const double* pot, std::int64_t 
     for (int a = 0; a < d; ++a) mean[a] += x[i * d + a];
   }
   M->cnt[std::size_t(k)] = cnt;
+  L->mass[std::size_t(k)] = mass;
   L->active[std::size_t(k)] = cnt > 0;
   if (cnt == 0) return;
   fmean /= cnt;
@@ -230,8 +232,9 @@ void merge_cell(const CellLevel& C, const Moments& MC, int d, CellLevel* L, Mome
   double* mean = M->mean.data() + k * d;
   double* S = M->scatter.data() + k * d * d;
   double* r = M->cross.data() + k * d;
-  double fmean = 0;
+  double fmean = 0, mass = 0;
   for (std::int64_t c = 2 * k; c < std::min(C.count, 2 * k + 2); ++c) {
+    mass += C.mass[std::size_t(c)];
     for (int a = 0; a < d; ++a) {
       lo[a] = std::min(lo[a], C.lo[std::size_t(c * d + a)]);
       hi[a] = std::max(hi[a], C.hi[std::size_t(c * d + a)]);
@@ -263,6 +266,7 @@ void merge_cell(const CellLevel& C, const Moments& MC, int d, CellLevel* L, Mome
   }
   M->cnt[std::size_t(k)] = cnt;
   M->fmean[std::size_t(k)] = fmean;
+  L->mass[std::size_t(k)] = mass;
   L->active[std::size_t(k)] = cnt > 0;
   if (cnt == 0) return;
   double* grad = L->grad.data() + k * d;
@@ -334,6 +338,7 @@ Hierarchy build_hierarchy(const double* x, const double* w, const double* pot, s
     L.value.assign(std::size_t(L.count), 0.0);
     L.resid.assign(std::size_t(L.count), 0.0);
     L.active.assign(std::size_t(L.count), 0);
+    L.mass.assign(std::size_t(L.count), 0.0);
     Moments M;
     M.resize(L.count, d);
     if (h.levels.empty()) {
@@ -573,7 +578,15 @@ using BlockRows = std::vector<std::vector<std::pair<std::int32_t, std::uint64_t>
 
 template <int D>
 std::int64_t descend(const Hierarchy& hx, const Hierarchy& hy, int d, double c, double keep_at,
-                     int threads, int* bx_out, int* by_out, BlockRows* rec_out) {
+                     double eps, int threads, int* bx_out, int* by_out, BlockRows* rec_out,
+                     double* dropped_out) {
+  // A dropped pair of cells (I, J) with bound b holds at most mass_I mass_J e^(b / eps) of the
+  // plan: summed per row (then in row order: deterministic) into the dropped mass.
+  auto dropped = [&](const CellLevel& X, std::int64_t I, const CellLevel& Y, std::int64_t J,
+                     double b) {
+    return X.mass[std::size_t(I)] * Y.mass[std::size_t(J)] * std::exp(b / eps);
+  };
+  double dropped_total = 0;
   const std::int64_t st = 3 * std::int64_t(d) + 3;
   auto bound = [&](const CellLevel& X, std::int64_t I, const CellLevel& Y, std::int64_t J) {
     return pair_bound_impl<D>(X.packed.data() + I * st, Y.packed.data() + J * st, d, c);
@@ -604,10 +617,16 @@ std::int64_t descend(const Hierarchy& hx, const Hierarchy& hy, int d, double c, 
     const CellLevel& Xc = hx.levels[std::size_t(dx ? lx - 1 : lx)];
     const CellLevel& Yc = hy.levels[std::size_t(dy ? ly - 1 : ly)];
     std::vector<std::vector<std::int32_t>> next(static_cast<std::size_t>(Xc.count));
+    std::vector<double> lost(static_cast<std::size_t>(X.count), 0.0);
     detail::parallel_for(X.count, threads, [&](std::int64_t I) {
       std::vector<std::int32_t> kept;
-      for (const std::int32_t J : cand[std::size_t(I)])
-        if (bound(X, I, Y, J) >= keep_at) kept.push_back(J);
+      for (const std::int32_t J : cand[std::size_t(I)]) {
+        const double b = bound(X, I, Y, J);
+        if (b >= keep_at)
+          kept.push_back(J);
+        else
+          lost[std::size_t(I)] += dropped(X, I, Y, J, b);
+      }
       tested.fetch_add(std::int64_t(cand[std::size_t(I)].size()), std::memory_order_relaxed);
       for (int a = 0; a <= (dx ? 1 : 0); ++a) {
         const std::int64_t I2 = dx ? 2 * I + a : I;
@@ -621,6 +640,7 @@ std::int64_t descend(const Hierarchy& hx, const Hierarchy& hy, int d, double c, 
       }
     });
     cand.swap(next);
+    for (const double v : lost) dropped_total += v;
   }
   // Each candidate block pair: the rest of the descent, down to the atoms, as a mask.
   *bx_out = level(tx, steps);
@@ -629,14 +649,21 @@ std::int64_t descend(const Hierarchy& hx, const Hierarchy& hy, int d, double c, 
   const CellLevel& XB = hx.levels[std::size_t(bx)];
   std::vector<std::vector<std::pair<std::int32_t, std::uint64_t>>>& rec = *rec_out;
   rec.assign(static_cast<std::size_t>(XB.count), {});
+  std::vector<double> lost(static_cast<std::size_t>(XB.count), 0.0);
   detail::parallel_for(XB.count, threads, [&](std::int64_t I0) {
     std::int64_t count = 0;
+    double lost_here = 0;
     // The cells (I, J) at levels (lx, ly), whose first atoms are a and b atoms into the block.
     auto refine = [&](auto&& self, int lx, int ly, std::int64_t I, std::int64_t J, int a,
                       int b) -> std::uint64_t {
       ++count;
-      if (bound(hx.levels[std::size_t(lx)], I, hy.levels[std::size_t(ly)], J) < keep_at)
+      const CellLevel& X = hx.levels[std::size_t(lx)];
+      const CellLevel& Y = hy.levels[std::size_t(ly)];
+      const double bnd = bound(X, I, Y, J);
+      if (bnd < keep_at) {
+        lost_here += dropped(X, I, Y, J, bnd);
         return 0;
+      }
       if (lx == 0 && ly == 0) return std::uint64_t(1) << (8 * a + b);
       const bool dx = lx > 0, dy = ly > 0;
       const int cx = dx ? lx - 1 : lx, cy = dy ? ly - 1 : ly;
@@ -660,14 +687,18 @@ std::int64_t descend(const Hierarchy& hx, const Hierarchy& hy, int d, double c, 
       if (mask) r.emplace_back(J0, mask);
     }
     tested.fetch_add(count, std::memory_order_relaxed);
+    lost[std::size_t(I0)] = lost_here;
   });
+  for (const double v : lost) dropped_total += v;
+  *dropped_out = dropped_total;
   return tested.load();
 }
 
 }  // namespace
 
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
-              double c, double threshold, double margin, const BlockShape& shape, int threads) {
+              double c, double threshold, double margin, double eps, const BlockShape& shape,
+              int threads) {
   if (shape.key_tile <= 0 || shape.row_tile <= 0 || shape.row_tile % shape.key_tile != 0)
     throw InvalidArgument("multiscale: the engine's row tile (" + std::to_string(shape.row_tile) +
                           ") is not a multiple of its key tile (" +
@@ -676,11 +707,12 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
   const double keep_at = -threshold - margin;
   int bx = 0, by = 0;
   BlockRows rec;
+  double lost = 0;
   switch (d) {
-    case 1: out.tested_pairs = descend<1>(hx, hy, d, c, keep_at, threads, &bx, &by, &rec); break;
-    case 2: out.tested_pairs = descend<2>(hx, hy, d, c, keep_at, threads, &bx, &by, &rec); break;
-    case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, threads, &bx, &by, &rec); break;
-    default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, threads, &bx, &by, &rec); break;
+    case 1: out.tested_pairs = descend<1>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
+    case 2: out.tested_pairs = descend<2>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
+    case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
+    default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
   }
   const CellLevel& XB = hx.levels[std::size_t(bx)];
   // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
@@ -805,6 +837,10 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
   out.g_side = block_list(transpose(bp, hy.levels[std::size_t(by)].count, threads), m, n, shape,
                           threads, &unused);
   out.kept_fraction = covered / (double(n) * double(m));
+  // Rounding: each term's exp and products (a few units of 2^-53), the sums of weights behind
+  // the masses and the sum of the terms (below 2^-30 relative for any size these lists can
+  // index); terms under double's range (each below 2^-1074) by the count of tests.
+  out.dropped_mass = lost * (1 + 1e-6) + double(out.tested_pairs) * 0x1.0p-1074;
   return out;
 }
 

@@ -32,6 +32,7 @@ struct CellLevel {
   std::vector<double> center, grad;  ///< count x d
   std::vector<double> value, resid;  ///< count
   std::vector<char> active;          ///< the cell holds a point of positive weight
+  std::vector<double> mass;          ///< the sum of its points' positive weights
   /// What pair_bound reads, one record of 3 d + 3 doubles per cell: lo, hi, grad, then
   /// value + resid - <grad, center>, a bound of the magnitudes behind it, the largest |coordinate|.
   std::vector<double> packed;
@@ -64,6 +65,10 @@ struct Screen {
   std::int64_t tested_pairs = 0;   ///< pair bounds evaluated, all levels
   double kept_fraction = 0;        ///< point pairs the f-side list covers / (n m)
   std::int64_t orphans = 0;        ///< atoms that kept no partner and got their best one
+  /// An upper bound of the plan mass on the dropped pairs, sum a_i b_j e^((f_i + g_j - C_ij) / eps)
+  /// for the potentials of the hierarchies: each dropped pair of cells contributes
+  /// mass_I mass_J e^(bound / eps). At most e^(-threshold / eps) m_a m_b, usually far less.
+  double dropped_mass = 0;
 };
 
 /// Keeps every atom pair (I, J) whose bound is >= -threshold - margin (threshold = theta_b eps,
@@ -71,7 +76,9 @@ struct Screen {
 /// (all pairs at the top level). Every atom, on either side, keeps at least one partner holding
 /// positive weight (its best by the bound, or by box distance for an atom without weight), so no
 /// row of a pass is empty. Atoms are shape.key_tile points; shape.row_tile must be a multiple.
+/// eps scales the dropped mass (Screen::dropped_mass).
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
-              double c, double threshold, double margin, const BlockShape& shape, int threads);
+              double c, double threshold, double margin, double eps, const BlockShape& shape,
+              int threads);
 
 }  // namespace kantor::multiscale

@@ -67,8 +67,10 @@ struct MultiscaleOptions {
   /// points a side on the H200, 5 iterations on the points and 0.38 s against 74 and 0.77 s for
   /// 64 (docs/multiscale.md).
   std::int64_t cell_points = 8;
-  /// Screening slack kappa: pairs are kept above -(ln(4 / tol) + slack) eps, and the mask stays
-  /// valid while the potentials drift up by at most slack * eps. > 0.
+  /// Screening slack kappa: the mask is rebuilt when the potentials drift up by more than
+  /// slack * eps, and a mask is accepted when its truncation at that drift stays within half the
+  /// tolerance; pairs are kept above -(ln(4 / tol) + slack - 3) eps when that holds, else above
+  /// -(ln(4 / tol) + slack) eps, where it always does (docs/multiscale.md). > 0.
   double slack = 2.0;
   /// Fall back to dense fine passes when the screen keeps more than this fraction of the pairs
   /// (high dimension: boxes do not prune). In (0, 1]. A truncated pass costs about its kept

@@ -199,13 +199,18 @@ TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartn
   const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), n, int(d), 64, 8, 2);
   const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), m, int(d), 64, 8, 2);
   const BlockShape shape{128, 64};
-  const multiscale::Screen sc = multiscale::screen(hx, hy, n, m, int(d), c, threshold, 0.0, shape, 2);
+  const multiscale::Screen sc = multiscale::screen(hx, hy, n, m, int(d), c, threshold, 0.0, 0.01, shape, 2);
   validate_block_list(sc.f_side, n, m, shape, "f side");
   validate_block_list(sc.g_side, m, n, shape, "g side");
   EXPECT_GT(sc.kept_fraction, 0.0);
   EXPECT_LT(sc.kept_fraction, 0.9) << "the screen prunes";
   const std::vector<char> kf = block_list_mask(sc.f_side.run_ptr, sc.f_side.runs, 128, 64, n, m, false);
   const std::vector<char> kg = block_list_mask(sc.g_side.run_ptr, sc.g_side.runs, 128, 64, m, n, true);
+  // The dropped mass: above the plan mass outside either list, below its worst case.
+  const double eps = 0.01;
+  double outside_f = 0, outside_g = 0, ma = 0, mb = 0;
+  for (double w : wa) ma += w;
+  for (double w : wb) mb += w;
   for (std::int64_t i = 0; i < n; ++i) {
     bool any_f = false;
     for (std::int64_t j = 0; j < m; ++j) {
@@ -216,12 +221,21 @@ TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartn
       }
       const double v = f[std::size_t(i)] + g[std::size_t(j)] - c * sq;
       const bool positive = wa[std::size_t(i)] > 0 && wb[std::size_t(j)] > 0;
+      const double p = positive ? wa[std::size_t(i)] * wb[std::size_t(j)] * std::exp(v / eps) : 0.0;
+      if (!kf[std::size_t(i * m + j)]) outside_f += p;
+      if (!kg[std::size_t(i * m + j)]) outside_g += p;
       if (positive && !kf[std::size_t(i * m + j)]) ASSERT_LT(v, -threshold) << i << ", " << j;
       if (positive && !kg[std::size_t(i * m + j)]) ASSERT_LT(v, -threshold) << i << ", " << j;
       any_f = any_f || (kf[std::size_t(i * m + j)] && wb[std::size_t(j)] > 0);
     }
     ASSERT_TRUE(any_f) << "row " << i << " keeps a key of positive weight";
   }
+  EXPECT_GT(outside_f, 0.0);
+  EXPECT_LE(outside_f, sc.dropped_mass);
+  EXPECT_LE(outside_g, sc.dropped_mass);
+  EXPECT_LE(sc.dropped_mass, std::exp(-threshold / eps) * ma * mb * (1 + 1e-6));
+  // Not vacuous: well below the worst case (every dropped pair at the threshold).
+  EXPECT_LT(sc.dropped_mass, 0.5 * std::exp(-threshold / eps) * ma * mb);
   for (std::int64_t j = 0; j < m; ++j) {
     bool any = false;
     for (std::int64_t i = 0; i < n && !any; ++i) any = kg[std::size_t(i * m + j)] != 0;
@@ -315,7 +329,7 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
     const BlockShape shape{k.row_tile, k.atom};
     for (int threads : {1, 3}) {
       const multiscale::Screen sc =
-          multiscale::screen(hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, shape, threads);
+          multiscale::screen(hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads);
       std::int64_t tested = 0;
       const std::vector<char> kept = reference_kept(hx, hy, int(k.d), c, -k.threshold, &tested);
       const std::int64_t ax = hx.levels[0].count, ay = hy.levels[0].count;
