@@ -401,11 +401,17 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                          64, threads);
     const Hierarchy hy = build_hierarchy(ys.data(), bp.data(), gb.data(), m, d, shape.key_tile,
                                          64, threads);
+    // On the CPU engine the kept atom pairs are tested once more on their points (the box bound
+    // keeps 1.7x the exact tile-level pairs at 2^17 points): the test costs about one pass over
+    // the kept pairs without exponentials and saves a third or more of every later pass. On the
+    // CUDA engine it would run on the host, slower than the passes it saves (a kernel would not).
+    const ScreenPoints pts{xs.data(), ys.data(), fb.data(), gb.data(), ap.data(), bp.data()};
+    const ScreenPoints* on_points = ctx.backend() == Backend::kCpu ? &pts : nullptr;
     double theta = std::max(0.5, theta_b - kThetaTrial);
-    sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads);
+    sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
     if (2 * std::exp(mo.slack) * sc.dropped_mass > 0.5 * s.tolerance) {
       theta = theta_b;
-      sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads);
+      sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
       ++screen_retries;
     }
     s.kept_fraction = sc.kept_fraction;

@@ -69,6 +69,17 @@ struct Screen {
   /// for the potentials of the hierarchies: each dropped pair of cells contributes
   /// mass_I mass_J e^(bound / eps). At most e^(-threshold / eps) m_a m_b, usually far less.
   double dropped_mass = 0;
+  std::int64_t point_tests = 0;    ///< kept atom pairs tested on their points (ScreenPoints)
+  std::int64_t point_drops = 0;    ///< of which dropped
+};
+
+/// The points behind two hierarchies (sorted, as given to build_hierarchy: x n x d, y m x d, the
+/// potentials and the weights): with them the screen tests every atom pair its bound keeps on
+/// the points themselves and drops those whose exact maximum of f_i + g_j - c |x_i - y_j|^2 is
+/// below the threshold (the box bound over-estimates by about c times the atoms' squared size).
+struct ScreenPoints {
+  const double *x = nullptr, *y = nullptr, *f = nullptr, *g = nullptr, *a = nullptr,
+               *b = nullptr;
 };
 
 /// Keeps every atom pair (I, J) whose bound is >= -threshold - margin (threshold = theta_b eps,
@@ -76,9 +87,10 @@ struct Screen {
 /// (all pairs at the top level). Every atom, on either side, keeps at least one partner holding
 /// positive weight (its best by the bound, or by box distance for an atom without weight), so no
 /// row of a pass is empty. Atoms are shape.key_tile points; shape.row_tile must be a multiple.
-/// eps scales the dropped mass (Screen::dropped_mass).
+/// eps scales the dropped mass (Screen::dropped_mass). With `points`, the kept atom pairs are
+/// tested once more on their points (ScreenPoints).
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
-              int threads);
+              int threads, const ScreenPoints* points = nullptr);
 
 }  // namespace kantor::multiscale

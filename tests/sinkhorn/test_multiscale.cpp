@@ -199,7 +199,17 @@ TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartn
   const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), n, int(d), 64, 8, 2);
   const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), m, int(d), 64, 8, 2);
   const BlockShape shape{128, 64};
-  const multiscale::Screen sc = multiscale::screen(hx, hy, n, m, int(d), c, threshold, 0.0, 0.01, shape, 2);
+  const multiscale::ScreenPoints pts{x.data(), y.data(), f.data(), g.data(), wa.data(), wb.data()};
+  double box_kept = 0;
+  for (const bool on_points : {false, true}) {
+  SCOPED_TRACE(on_points ? "on points" : "boxes");
+  const multiscale::Screen sc = multiscale::screen(hx, hy, n, m, int(d), c, threshold, 0.0, 0.01,
+                                                   shape, 2, on_points ? &pts : nullptr);
+  if (on_points) {
+    EXPECT_GT(sc.point_drops, 0);
+    EXPECT_LT(sc.kept_fraction, box_kept) << "the points prune what the boxes keep";
+  }
+  box_kept = sc.kept_fraction;
   validate_block_list(sc.f_side, n, m, shape, "f side");
   validate_block_list(sc.g_side, m, n, shape, "g side");
   EXPECT_GT(sc.kept_fraction, 0.0);
@@ -240,6 +250,7 @@ TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartn
     bool any = false;
     for (std::int64_t i = 0; i < n && !any; ++i) any = kg[std::size_t(i * m + j)] != 0;
     ASSERT_TRUE(any) << "column " << j << " (zero-weight atoms included) keeps a key";
+  }
   }
 }
 
@@ -327,16 +338,47 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
     const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), k.n, int(k.d), k.atom, 4, 2);
     const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), k.m, int(k.d), k.atom, 4, 2);
     const BlockShape shape{k.row_tile, k.atom};
-    for (int threads : {1, 3}) {
-      const multiscale::Screen sc =
-          multiscale::screen(hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads);
+    const multiscale::ScreenPoints pts{x.data(), y.data(), f.data(), g.data(), wa.data(), wb.data()};
+    for (int threads : {1, 3})
+    for (const bool on_points : {false, true}) {
+      const multiscale::Screen sc = multiscale::screen(hx, hy, k.n, k.m, int(k.d), c, k.threshold,
+                                                       0.0, 0.01, shape, threads,
+                                                       on_points ? &pts : nullptr);
       std::int64_t tested = 0;
-      const std::vector<char> kept = reference_kept(hx, hy, int(k.d), c, -k.threshold, &tested);
+      std::vector<char> kept = reference_kept(hx, hy, int(k.d), c, -k.threshold, &tested);
       const std::int64_t ax = hx.levels[0].count, ay = hy.levels[0].count;
+      std::int64_t box_pairs = 0, point_drops = 0;
+      for (char v : kept) box_pairs += v;
+      if (on_points) {
+        // The second stage, brute force: an atom pair stays when one of its point pairs of
+        // positive weight reaches the threshold.
+        for (std::int64_t I = 0; I < ax; ++I)
+          for (std::int64_t J = 0; J < ay; ++J) {
+            if (!kept[std::size_t(I * ay + J)]) continue;
+            double best = -HUGE_VAL;
+            for (std::int64_t i = I * k.atom; i < std::min(k.n, (I + 1) * k.atom); ++i)
+              for (std::int64_t j = J * k.atom; j < std::min(k.m, (J + 1) * k.atom); ++j) {
+                if (!(wa[std::size_t(i)] > 0 && wb[std::size_t(j)] > 0)) continue;
+                double sq = 0;
+                for (std::int64_t a = 0; a < k.d; ++a) {
+                  const double t = x[std::size_t(i * k.d + a)] - y[std::size_t(j * k.d + a)];
+                  sq += t * t;
+                }
+                best = std::max(best, f[std::size_t(i)] + g[std::size_t(j)] - c * sq);
+              }
+            if (best < -k.threshold) {
+              kept[std::size_t(I * ay + J)] = 0;
+              ++point_drops;
+            }
+          }
+      }
       std::int64_t pairs = 0;
       for (char v : kept) pairs += v;
-      SCOPED_TRACE("case " + std::to_string(which) + ", threads " + std::to_string(threads));
+      SCOPED_TRACE("case " + std::to_string(which) + ", threads " + std::to_string(threads) +
+                   (on_points ? ", on points" : ""));
       EXPECT_EQ(sc.tested_pairs, tested);
+      EXPECT_EQ(sc.point_tests, on_points ? box_pairs : 0);
+      EXPECT_EQ(sc.point_drops, point_drops);
       // Every atom keeps a partner by the bound here: no repaired pairs to tell apart.
       ASSERT_EQ(sc.orphans, 0);
       EXPECT_EQ(sc.atom_pairs, pairs);
