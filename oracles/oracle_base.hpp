@@ -10,6 +10,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
@@ -93,6 +94,24 @@ class OracleBase : public Oracle<T> {
       throw InvalidArgument(std::string(what) +
                             " is defined for a squared-Euclidean cost only (this problem's cost "
                             "is label-augmented)");
+  }
+  /// atom_pair_maxima's arguments: a squared-Euclidean cost, atom > 0, (I, J) pairs of atoms
+  /// inside the clouds. Throws InvalidArgument naming the first defect.
+  void check_atom_pairs(std::int64_t atom, const std::vector<std::int32_t>& pairs) const {
+    require_sqeuclidean("atom_pair_maxima");
+    if (atom <= 0 || pairs.size() % 2 != 0)
+      throw InvalidArgument("atom_pair_maxima: atom (" + std::to_string(atom) +
+                            ") must be positive and pairs hold (I, J) pairs (" +
+                            std::to_string(pairs.size()) + " entries)");
+    const std::int64_t ax = (n_ + atom - 1) / atom, ay = (m_ + atom - 1) / atom;
+    for (std::size_t k = 0; 2 * k < pairs.size(); ++k)
+      if (pairs[2 * k] < 0 || pairs[2 * k] >= ax || pairs[2 * k + 1] < 0 ||
+          pairs[2 * k + 1] >= ay)
+        throw InvalidArgument("atom_pair_maxima: pair " + std::to_string(k) + " (" +
+                              std::to_string(pairs[2 * k]) + ", " +
+                              std::to_string(pairs[2 * k + 1]) + ") is outside the " +
+                              std::to_string(ax) + " x " + std::to_string(ay) + " atoms of " +
+                              std::to_string(atom) + " points");
   }
   /// Called after set_block_lists: the engine copies the lists where its passes read them.
   virtual void block_lists_changed() = 0;

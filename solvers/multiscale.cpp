@@ -401,12 +401,16 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                          64, threads);
     const Hierarchy hy = build_hierarchy(ys.data(), bp.data(), gb.data(), m, d, shape.key_tile,
                                          64, threads);
-    // On the CPU engine the kept atom pairs are tested once more on their points (the box bound
-    // keeps 1.7x the exact tile-level pairs at 2^17 points): the test costs about one pass over
-    // the kept pairs without exponentials and saves a third or more of every later pass. On the
-    // CUDA engine it would run on the host, slower than the passes it saves (a kernel would not).
-    const ScreenPoints pts{xs.data(), ys.data(), fb.data(), gb.data(), ap.data(), bp.data()};
-    const ScreenPoints* on_points = ctx.backend() == Backend::kCpu ? &pts : nullptr;
+    // The kept atom pairs are evaluated once more on their points by the engine (the box bound
+    // keeps 1.7x the exact tile-level pairs at 2^17 points): about one pass over the kept pairs
+    // without exponentials, and a third or more of every later pass saved. The potentials are
+    // those of the mask (fb, gb are copies of f, g now). On the CPU engine only for now: the
+    // CUDA engine's kernel has not run on a GPU yet (docs/multiscale.md).
+    const AtomPairMaxima maxima = [&](const std::vector<std::int32_t>& pairs, double stop_at,
+                                      std::vector<double>* out) {
+      oracle->atom_pair_maxima(f.data(), g.data(), shape.key_tile, pairs, stop_at, out);
+    };
+    const AtomPairMaxima* on_points = ctx.backend() == Backend::kCpu ? &maxima : nullptr;
     double theta = std::max(0.5, theta_b - kThetaTrial);
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
     if (2 * std::exp(mo.slack) * sc.dropped_mass > 0.5 * s.tolerance) {

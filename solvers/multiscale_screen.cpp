@@ -622,7 +622,7 @@ std::int64_t descend(const Hierarchy& hx, const Hierarchy& hy, int d, double c, 
       std::vector<std::int32_t> kept;
       for (const std::int32_t J : cand[std::size_t(I)]) {
         const double b = bound(X, I, Y, J);
-        if (b >= keep_at)
+        if (!(b < keep_at))  // kept (NaN too)
           kept.push_back(J);
         else
           lost[std::size_t(I)] += dropped(X, I, Y, J, b);
@@ -694,106 +694,80 @@ std::int64_t descend(const Hierarchy& hx, const Hierarchy& hy, int d, double c, 
   return tested.load();
 }
 
-// The second stage of the screen (ScreenPoints): every kept atom pair is tested on its points,
-// max over pairs of positive weight of f_i + g_j - c |x_i - y_j|^2 (float64, plus a rounding
-// allowance), and dropped when that is below keep_at; its mass bound then uses the exact maximum.
-// A row of the atom that reaches keep_at ends the test (most kept pairs: one row). Returns the
-// dropped mass added; counts the atom pairs tested and dropped.
-template <int D>
-double refine_on_points(const Hierarchy& hx, const Hierarchy& hy, const ScreenPoints& pts,
-                        std::int64_t n, std::int64_t m, int dyn_d, double c, double keep_at,
-                        double eps, int bx, int by, int threads, BlockRows* rec,
-                        std::int64_t* tested, std::int64_t* dropped) {
-  const int d = D > 0 ? D : dyn_d;
-  const std::int64_t atom = hx.levels[0].size;
-  // The allowance: |error| <= (d + 5) 2^-53 (|f| + |g| + c |x - y|^2) for each term; bounded
-  // once with the largest magnitudes.
-  double fmax = 0, gmax = 0, ext = 0;
-  for (std::int64_t i = 0; i < n; ++i)
-    if (pts.a[i] > 0) fmax = std::max(fmax, std::fabs(pts.f[i]));
-  for (std::int64_t j = 0; j < m; ++j)
-    if (pts.b[j] > 0) gmax = std::max(gmax, std::fabs(pts.g[j]));
-  for (std::int64_t k = 0; k < n * d; ++k) ext = std::max(ext, std::fabs(pts.x[k]));
-  for (std::int64_t k = 0; k < m * d; ++k) ext = std::max(ext, std::fabs(pts.y[k]));
-  const double allowance =
-      (4.0 * d + 16.0) * kRound * (fmax + gmax + c * double(d) * 4 * ext * ext);
+// The second stage of the screen: every kept atom pair's maximum on its points from the
+// caller's evaluator (Oracle::atom_pair_maxima); pairs below keep_at leave the masks and enter
+// the dropped mass with mass_I mass_J e^(max / eps). Returns the dropped mass added; counts the
+// atom pairs evaluated and dropped.
+double refine_with_maxima(const Hierarchy& hx, const Hierarchy& hy, const AtomPairMaxima& maxima,
+                          double keep_at, double eps, int bx, int by, int threads, BlockRows* rec,
+                          std::int64_t* tested, std::int64_t* dropped) {
   const std::int64_t rows = std::int64_t(rec->size());
-  std::vector<double> lost(static_cast<std::size_t>(rows), 0.0);
-  std::vector<std::int64_t> count(static_cast<std::size_t>(rows), 0),
-      gone(static_cast<std::size_t>(rows), 0);
-  const double ninf = -std::numeric_limits<double>::infinity();
-  detail::parallel_for(rows, threads, [&](std::int64_t I0) {
-    std::vector<double> yt(static_cast<std::size_t>(d * atom)), gt(static_cast<std::size_t>(atom));
-    std::vector<double> sc(static_cast<std::size_t>(atom));
-    auto& r = (*rec)[std::size_t(I0)];
-    for (auto& e : r) {
-      for (std::uint32_t bj = 0; bj < 8; ++bj) {
-        // the atoms J of this column of the mask, and the rows I with the bit set
-        std::uint64_t col = 0;
-        for (int a = 0; a < 8; ++a) col |= ((e.second >> (8 * a + bj)) & 1u) << a;
-        if (!col) continue;
-        const std::int64_t J = (std::int64_t(e.first) << by) + bj;
-        const std::int64_t j0 = J * atom, j1 = std::min(m, j0 + atom), len = j1 - j0;
-        for (std::int64_t jj = 0; jj < len; ++jj) {
-          for (int a = 0; a < d; ++a)
-            yt[std::size_t(a * atom + jj)] = pts.y[(j0 + jj) * d + a];
-          gt[std::size_t(jj)] = pts.b[j0 + jj] > 0 ? pts.g[j0 + jj] : ninf;
-        }
-        for (std::uint64_t v = col; v; v &= v - 1) {
-          const int a_bit = __builtin_ctzll(v);
-          const std::int64_t I = (I0 << bx) + a_bit;
-          const std::int64_t i0 = I * atom, i1 = std::min(n, i0 + atom);
-          ++count[std::size_t(I0)];
-          double best = ninf;
-          for (std::int64_t i = i0; i < i1 && best + allowance < keep_at; ++i) {
-            if (!(pts.a[i] > 0)) continue;
-            const double* xi = pts.x + i * d;
-            for (std::int64_t jj = 0; jj < len; ++jj) sc[std::size_t(jj)] = 0;
-            for (int a = 0; a < d; ++a) {
-              const double xa = xi[a];
-              const double* ya = yt.data() + a * atom;
-              for (std::int64_t jj = 0; jj < len; ++jj) {
-                const double t = xa - ya[jj];
-                sc[std::size_t(jj)] += t * t;
-              }
-            }
-            const double fi = pts.f[i];
-            double row = ninf;
-            for (std::int64_t jj = 0; jj < len; ++jj)
-              row = std::max(row, fi + gt[std::size_t(jj)] - c * sc[std::size_t(jj)]);
-            best = std::max(best, row);
-          }
-          if (best + allowance >= keep_at) continue;
-          // Dropped on its points: the mask bit cleared, its mass bound from the exact maximum.
-          e.second &= ~(std::uint64_t(1) << (8 * a_bit + bj));
-          ++gone[std::size_t(I0)];
-          lost[std::size_t(I0)] += hx.levels[0].mass[std::size_t(I)] *
-                                   hy.levels[0].mass[std::size_t(J)] *
-                                   std::exp((best + allowance) / eps);
-        }
+  std::vector<std::int64_t> start(static_cast<std::size_t>(rows + 1), 0);
+  for (std::int64_t I0 = 0; I0 < rows; ++I0) {
+    std::int64_t k = 0;
+    for (const auto& e : (*rec)[std::size_t(I0)]) k += __builtin_popcountll(e.second);
+    start[std::size_t(I0 + 1)] = start[std::size_t(I0)] + k;
+  }
+  const std::int64_t total = start.back();
+  // The atom pairs in (block row, record, bit) order; the same walk reads the results back.
+  auto walk = [&](std::int64_t I0, auto&& visit) {
+    std::int64_t k = start[std::size_t(I0)];
+    for (auto& e : (*rec)[std::size_t(I0)])
+      for (std::uint64_t v = e.second; v; v &= v - 1) {
+        const int bit = __builtin_ctzll(v);
+        visit(k++, (I0 << bx) + (bit >> 3), (std::int64_t(e.first) << by) + (bit & 7), e, bit);
       }
-    }
+  };
+  std::vector<std::int32_t> pairs(static_cast<std::size_t>(2 * total));
+  detail::parallel_for(rows, threads, [&](std::int64_t I0) {
+    walk(I0, [&](std::int64_t k, std::int64_t I, std::int64_t J, auto&, int) {
+      pairs[std::size_t(2 * k)] = std::int32_t(I);
+      pairs[std::size_t(2 * k + 1)] = std::int32_t(J);
+    });
+  });
+  std::vector<double> best;
+  maxima(pairs, keep_at, &best);
+  if (std::int64_t(best.size()) != total)
+    throw InvalidArgument("multiscale: the atom-pair evaluator returned " +
+                          std::to_string(best.size()) + " values for " + std::to_string(total) +
+                          " pairs");
+  std::vector<double> lost(static_cast<std::size_t>(rows), 0.0);
+  std::vector<std::int64_t> gone(static_cast<std::size_t>(rows), 0);
+  detail::parallel_for(rows, threads, [&](std::int64_t I0) {
+    walk(I0, [&](std::int64_t k, std::int64_t I, std::int64_t J, auto& e, int bit) {
+      const double v = best[std::size_t(k)];
+      if (!(v < keep_at)) return;  // kept (NaN too)
+      e.second &= ~(std::uint64_t(1) << bit);
+      ++gone[std::size_t(I0)];
+      lost[std::size_t(I0)] +=
+          hx.levels[0].mass[std::size_t(I)] * hy.levels[0].mass[std::size_t(J)] * std::exp(v / eps);
+    });
+    auto& r = (*rec)[std::size_t(I0)];
     r.erase(std::remove_if(r.begin(), r.end(), [](const auto& e) { return e.second == 0; }),
             r.end());
   });
-  double total = 0;
+  double total_lost = 0;
   for (std::int64_t I0 = 0; I0 < rows; ++I0) {
-    total += lost[std::size_t(I0)];
-    *tested += count[std::size_t(I0)];
+    total_lost += lost[std::size_t(I0)];
     *dropped += gone[std::size_t(I0)];
   }
-  return total;
+  *tested += total;
+  return total_lost;
 }
 
 }  // namespace
 
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
-              int threads, const ScreenPoints* points) {
+              int threads, const AtomPairMaxima* maxima) {
   if (shape.key_tile <= 0 || shape.row_tile <= 0 || shape.row_tile % shape.key_tile != 0)
     throw InvalidArgument("multiscale: the engine's row tile (" + std::to_string(shape.row_tile) +
                           ") is not a multiple of its key tile (" +
                           std::to_string(shape.key_tile) + ")");
+  if (hx.levels.empty() || hy.levels.empty() || hx.levels[0].size != shape.key_tile ||
+      hy.levels[0].size != shape.key_tile)
+    throw InvalidArgument("multiscale: the hierarchies' atoms are not the engine's key tiles (" +
+                          std::to_string(shape.key_tile) + " points)");
   Screen out;
   const double keep_at = -threshold - margin;
   int bx = 0, by = 0;
@@ -805,16 +779,9 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
     default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
   }
-  if (points) {
-    double more = 0;
-    switch (d) {
-      case 1: more = refine_on_points<1>(hx, hy, *points, n, m, d, c, keep_at, eps, bx, by, threads, &rec, &out.point_tests, &out.point_drops); break;
-      case 2: more = refine_on_points<2>(hx, hy, *points, n, m, d, c, keep_at, eps, bx, by, threads, &rec, &out.point_tests, &out.point_drops); break;
-      case 3: more = refine_on_points<3>(hx, hy, *points, n, m, d, c, keep_at, eps, bx, by, threads, &rec, &out.point_tests, &out.point_drops); break;
-      default: more = refine_on_points<0>(hx, hy, *points, n, m, d, c, keep_at, eps, bx, by, threads, &rec, &out.point_tests, &out.point_drops); break;
-    }
-    lost += more;
-  }
+  if (maxima)
+    lost += refine_with_maxima(hx, hy, *maxima, keep_at, eps, bx, by, threads, &rec,
+                               &out.point_tests, &out.point_drops);
   const CellLevel& XB = hx.levels[std::size_t(bx)];
   // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
   // nearest box centre (atoms without weight, which have no potential model).
@@ -940,8 +907,14 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
   out.kept_fraction = covered / (double(n) * double(m));
   // Rounding: each term's exp and products (a few units of 2^-53), the sums of weights behind
   // the masses and the sum of the terms (below 2^-30 relative for any size these lists can
-  // index); terms under double's range (each below 2^-1074) by the count of tests.
-  out.dropped_mass = lost * (1 + 1e-6) + double(out.tested_pairs) * 0x1.0p-1074;
+  // index); a term in double's subnormal range carries up to mass_I mass_J 2^-1074 + 2^-1075
+  // absolute: (tests + m_a m_b) 2^-1073 covers them all.
+  double ma = 0, mb = 0;
+  for (const double v : hx.levels.back().mass) ma += v;
+  for (const double v : hy.levels.back().mass) mb += v;
+  out.dropped_mass = lost * (1 + 1e-6) +
+                     (double(out.tested_pairs + out.point_tests) + ma * mb * (1 + 1e-6)) *
+                         0x1.0p-1073;
   return out;
 }
 

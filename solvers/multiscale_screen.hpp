@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kantor/oracle.hpp"
@@ -67,30 +68,29 @@ struct Screen {
   std::int64_t orphans = 0;        ///< atoms that kept no partner and got their best one
   /// An upper bound of the plan mass on the dropped pairs, sum a_i b_j e^((f_i + g_j - C_ij) / eps)
   /// for the potentials of the hierarchies: each dropped pair of cells contributes
-  /// mass_I mass_J e^(bound / eps). At most e^(-threshold / eps) m_a m_b, usually far less.
+  /// mass_I mass_J e^(bound / eps), with allowances for its rounding. At most about
+  /// e^(-threshold / eps) m_a m_b (every dropped pair at the threshold), usually far less.
   double dropped_mass = 0;
-  std::int64_t point_tests = 0;    ///< kept atom pairs tested on their points (ScreenPoints)
+  std::int64_t point_tests = 0;    ///< kept atom pairs evaluated on their points (AtomPairMaxima)
   std::int64_t point_drops = 0;    ///< of which dropped
 };
 
-/// The points behind two hierarchies (sorted, as given to build_hierarchy: x n x d, y m x d, the
-/// potentials and the weights): with them the screen tests every atom pair its bound keeps on
-/// the points themselves and drops those whose exact maximum of f_i + g_j - c |x_i - y_j|^2 is
-/// below the threshold (the box bound over-estimates by about c times the atoms' squared size).
-struct ScreenPoints {
-  const double *x = nullptr, *y = nullptr, *f = nullptr, *g = nullptr, *a = nullptr,
-               *b = nullptr;
-};
+/// The screen's second stage: out (resized to pairs.size() / 2) bounds, for each atom pair
+/// (pairs[2k] an x atom, pairs[2k + 1] a y atom), the largest f_i + g_j - c |x_i - y_j|^2 over
+/// its points of positive weight from above, or is some value >= stop_at where that is reached
+/// (Oracle::atom_pair_maxima on the sorted problem: the engine evaluates it where the points are).
+using AtomPairMaxima = std::function<void(const std::vector<std::int32_t>& pairs,
+                                          double stop_at, std::vector<double>* out)>;
 
-/// Keeps every atom pair (I, J) whose bound is >= -threshold - margin (threshold = theta_b eps,
-/// margin = the bound's rounding allowance), testing only children of pairs kept one level up
-/// (all pairs at the top level). Every atom, on either side, keeps at least one partner holding
-/// positive weight (its best by the bound, or by box distance for an atom without weight), so no
-/// row of a pass is empty. Atoms are shape.key_tile points; shape.row_tile must be a multiple.
-/// eps scales the dropped mass (Screen::dropped_mass). With `points`, the kept atom pairs are
-/// tested once more on their points (ScreenPoints).
+/// Keeps the atom pairs (I, J) whose bound is >= -threshold - margin (threshold = theta eps,
+/// margin = an extra allowance), testing only children of pairs kept one level up (all pairs at
+/// the top level); with `maxima`, only those of them whose maximum on the points also reaches
+/// it. Every atom, on either side, keeps at least one partner holding positive weight (its best
+/// by the bound, or by box distance for an atom without weight), so no row of a pass is empty.
+/// Atoms are shape.key_tile points (the hierarchies' atoms); shape.row_tile must be a multiple.
+/// eps scales the dropped mass (Screen::dropped_mass).
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
-              int threads, const ScreenPoints* points = nullptr);
+              int threads, const AtomPairMaxima* maxima = nullptr);
 
 }  // namespace kantor::multiscale

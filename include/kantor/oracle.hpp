@@ -209,6 +209,17 @@ class Oracle {
   }
   /// certify_kept() with a decision target, as certify(eps, f, g, target).
   virtual Certificate certify_kept(double eps, const T* f, const T* g, double target) = 0;
+
+  /// The multiscale screen's second stage (docs/multiscale.md): `pairs` holds K pairs (I, J) of
+  /// atoms of `atom` points (x points [I atom, min(n, (I + 1) atom)), y points likewise; 2 K
+  /// entries). out[k] (resized to K) is at least the largest f_i + g_j - c |x_i - y_j|^2 over the
+  /// atom pair's points of positive weight, on the certificate's float64 coordinates (computed
+  /// in float64 with a rounding allowance: an upper bound); -inf when no pair has positive
+  /// weight. Where the largest reaches `stop_at`, out[k] is some value >= stop_at (an engine may
+  /// stop early). Squared-Euclidean cost only. Synchronizes.
+  virtual void atom_pair_maxima(const T* f, const T* g, std::int64_t atom,
+                                const std::vector<std::int32_t>& pairs, double stop_at,
+                                std::vector<double>* out) = 0;
 };
 
 /// The oracle for (context backend, the problem's cost, precision). Copies, centres and

@@ -178,6 +178,19 @@ inline float certificate_exp2f(float z) {
   return p * scale;
 }
 
+/// Oracle::atom_pair_maxima, the engines' shared rounding model. Each engine computes
+/// w_ij = (f_i + g_j) - c' sq_ij in float64, sq_ij the sum of squared exact-difference terms, with
+/// the cost scale shrunk to c' = maxima_cost_scale(c, d) = c (1 - (2 d + 16) 2^-53): then
+/// c' sq^ (1 + rounding) <= c sq for every pair (sq^ carries at most (d + 3) rounding units, the
+/// product and the subtraction two more, with or without fused multiply-adds), and the only
+/// remaining error is that of f_i + g_j and of the final subtraction on it, at most
+/// 2.01 2^-53 (|f_i| + |g_j|). So max_ij w_ij + maxima_allowance(F + G), F and G the largest |f_i|
+/// and |g_j| of positive weight in the atom pair, bounds the true maximum from above.
+KANTOR_HOST_DEVICE inline double maxima_cost_scale(double c, int d) {
+  return c * (1.0 - (2.0 * d + 16.0) * 0x1.0p-53);
+}
+KANTOR_HOST_DEVICE inline double maxima_allowance(double fg_max) { return 0x1.0p-50 * fg_max; }
+
 /// Whether a certificate decides "bound <= target": its bound is at most the target, or its
 /// computed error minus its slack (a lower bound of the true error) is above it.
 inline bool certificate_decides(const Certificate& c, double target) {

@@ -210,6 +210,56 @@ class CpuOracle final : public OracleBase<T> {
     out[0] = side_error(eps, 0, a_, f, tn_) + side_error(eps, 1, b_, g, tm_);
   }
 
+  void atom_pair_maxima(const T* f, const T* g, std::int64_t atom,
+                        const std::vector<std::int32_t>& pairs, double stop_at,
+                        std::vector<double>* out) override {
+    this->check_atom_pairs(atom, pairs);
+    const std::int64_t K = std::int64_t(pairs.size() / 2), d = dim();
+    out->assign(std::size_t(K), 0.0);
+    const double cs = maxima_cost_scale(c_, int(d));
+    const double ninf = -std::numeric_limits<double>::infinity();
+    constexpr std::int64_t kChunk = 64;
+    pool_.run((K + kChunk - 1) / kChunk, [&](std::int64_t chunk) {
+      // The key atom's coordinates by axis (the inner loop runs over keys: it vectorizes).
+      std::vector<double> yt(static_cast<std::size_t>(d * atom)), gk(static_cast<std::size_t>(atom)),
+          sq(static_cast<std::size_t>(atom));
+      for (std::int64_t k = chunk * kChunk; k < std::min(K, (chunk + 1) * kChunk); ++k) {
+        const std::int64_t I = pairs[std::size_t(2 * k)], J = pairs[std::size_t(2 * k + 1)];
+        const std::int64_t i0 = I * atom, i1 = std::min(n(), i0 + atom);
+        const std::int64_t j0 = J * atom, len = std::min(m(), j0 + atom) - j0;
+        double G = 0;
+        for (std::int64_t jj = 0; jj < len; ++jj) {
+          const bool in = b_ref_[std::size_t(j0 + jj)] > 0;
+          for (std::int64_t a = 0; a < d; ++a)
+            yt[std::size_t(a * atom + jj)] = y_ref_[std::size_t((j0 + jj) * d + a)];
+          gk[std::size_t(jj)] = in ? double(g[j0 + jj]) : ninf;
+          if (in) G = std::max(G, std::fabs(double(g[j0 + jj])));
+        }
+        double best = ninf, F = 0;
+        for (std::int64_t i = i0; i < i1; ++i) {
+          if (!(a_ref_[std::size_t(i)] > 0)) continue;
+          const double fi = double(f[i]);
+          F = std::max(F, std::fabs(fi));
+          for (std::int64_t jj = 0; jj < len; ++jj) sq[std::size_t(jj)] = 0;
+          for (std::int64_t a = 0; a < d; ++a) {
+            const double xa = x_ref_[std::size_t(i * d + a)];
+            const double* ya = yt.data() + a * atom;
+            for (std::int64_t jj = 0; jj < len; ++jj) {
+              const double t = xa - ya[jj];
+              sq[std::size_t(jj)] += t * t;
+            }
+          }
+          double row = ninf;
+          for (std::int64_t jj = 0; jj < len; ++jj)
+            row = std::max(row, (fi + gk[std::size_t(jj)]) - cs * sq[std::size_t(jj)]);
+          best = std::max(best, row);
+          if (best + maxima_allowance(F + G) >= stop_at) break;  // decided: at or above stop_at
+        }
+        (*out)[std::size_t(k)] = best == ninf ? ninf : best + maxima_allowance(F + G);
+      }
+    });
+  }
+
   Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32) override {
     const BlockList* l0 = kept ? this->block_list(0) : nullptr;
     const BlockList* l1 = kept ? this->block_list(1) : nullptr;
@@ -259,7 +309,7 @@ class CpuOracle final : public OracleBase<T> {
           if (wq[std::size_t(i0 + r)] > 0) ri[a] = std::max(ri[a], std::fabs(v));
         }
       double a_max = 0;
-      alignas(64) float ek[kMaxD][kC], gk[kC], wk32[kC], sq[kC], term[kC], ss[kC], zz[kC];
+      alignas(64) float ek[kMaxD][kC], gk[kC], wk32[kC];
       const std::int64_t tile = list ? blk : 0;
       const std::int64_t r0 = list ? list->run_ptr[std::size_t(tile)] : 0;
       const std::int64_t r1 = list ? list->run_ptr[std::size_t(tile + 1)] : 1;
@@ -294,43 +344,45 @@ class CpuOracle final : public OracleBase<T> {
             if (!(wq[std::size_t(i0 + r)] > 0)) continue;
             const float fi = float(pq[i0 + r]);
             const float* x = xi.data() + r * d;
-            for (int jj = 0; jj < kC; ++jj) sq[jj] = 0.0f;
-            for (int a = 0; a < d; ++a)
-              for (int jj = 0; jj < kC; ++jj) {
-                const float df = x[a] - ek[a][jj];
-                sq[jj] += df * df;
-              }
-            // Elementwise loops (the compiler vectorizes them), then lane-wise max and sums
-            // (no reassociation needed).
-            for (int jj = 0; jj < kC; ++jj) {
-              const float s2 = fi + gk[jj];
-              const float z2 = (s2 - cf * sq[jj]) * lf;
-              const float e = certificate_exp2f(std::min(127.0f, std::max(-126.0f, z2)));
-              // Below the range 0, above it inf, NaN stays NaN (a non-finite certificate).
-              const float ev =
-                  z2 < -126.0f ? 0.0f : (z2 > 127.0f ? INFINITY : (z2 == z2 ? e : z2));
-              zz[jj] = z2;
-              term[jj] = wk32[jj] * ev;
-              ss[jj] = s2;
-            }
+            // Blocks of 16 keys, one per vector lane, computed and summed in registers: lane l
+            // sums the terms of keys l, l + 16, l + 32, l + 48 in order, then the lanes are summed
+            // pairwise (a summation tree of height 7 for the chunk's 64 terms: inside the model's
+            // 63 u). Max and sums need no reassociation.
             constexpr int kL = 16;
             float mx[kL], su[kL] = {}, sc[kL] = {}, sp[kL] = {};
-            for (int l = 0; l < kL; ++l) mx[l] = zz[l];
-            for (int jb = 0; jb < kC; jb += kL)
+            for (int l = 0; l < kL; ++l) mx[l] = -INFINITY;
+            for (int jb = 0; jb < kC; jb += kL) {
+              float sq[kL] = {};
+              for (int a = 0; a < d; ++a)
+                for (int l = 0; l < kL; ++l) {
+                  const float df = x[a] - ek[a][jb + l];
+                  sq[l] += df * df;
+                }
               for (int l = 0; l < kL; ++l) {
                 const int jj = jb + l;
-                mx[l] = zz[jj] > mx[l] ? zz[jj] : mx[l];
-                su[l] += term[jj];
-                sc[l] += term[jj] * (cf * sq[jj]);
-                sp[l] += term[jj] * ss[jj];
+                const float s2 = fi + gk[jj];
+                const float z2 = (s2 - cf * sq[l]) * lf;
+                const float e = certificate_exp2f(std::min(127.0f, std::max(-126.0f, z2)));
+                // Below the range 0, above it inf, NaN stays NaN (a non-finite certificate).
+                const float ev =
+                    z2 < -126.0f ? 0.0f : (z2 > 127.0f ? INFINITY : (z2 == z2 ? e : z2));
+                const float t = wk32[jj] * ev;
+                mx[l] = z2 > mx[l] ? z2 : mx[l];
+                su[l] += t;
+                sc[l] += t * (cf * sq[l]);
+                sp[l] += t * s2;
               }
-            float zm = zmax[std::size_t(r)], ts = 0, tc = 0, tp = 0;
-            for (int l = 0; l < kL; ++l) {
-              zm = mx[l] > zm ? mx[l] : zm;
-              ts += su[l];
-              tc += sc[l];
-              tp += sp[l];
             }
+            for (int w = kL / 2; w >= 1; w /= 2)
+              for (int l = 0; l < w; ++l) {
+                mx[l] = mx[l + w] > mx[l] ? mx[l + w] : mx[l];
+                su[l] += su[l + w];
+                sc[l] += sc[l + w];
+                sp[l] += sp[l + w];
+              }
+            float zm = zmax[std::size_t(r)];
+            zm = mx[0] > zm ? mx[0] : zm;
+            const float ts = su[0], tc = sc[0], tp = sp[0];
             zmax[std::size_t(r)] = zm;
             sum[std::size_t(r)] += double(ts);
             weighted[std::size_t(r)] += double(ts) * at;

@@ -32,6 +32,7 @@
 #include "lib/cuda/lse_params.hpp"
 #include "lib/cuda/lse_values.hpp"
 #include "lib/cuda/operands.hpp"
+#include "lib/cuda/pair_maxima.hpp"
 #include "lib/cuda/runtime.hpp"
 #include "lib/cuda/vector_ops.hpp"
 #include "lib/runtime/context_impl.hpp"
@@ -475,6 +476,40 @@ class CudaOracle final : public OracleBase<T> {
                        sizeof(T) * std::size_t(m_));
     symmetric_step(eps, T(1), f_tmp_.data(), g_tmp_.data(), out);
   }
+  // The multiscale screen's second stage (lib/cuda/pair_maxima.cu): every pair evaluated in
+  // full (stop_at is a permission, not a duty), on the certificate's float64 coordinates.
+  void atom_pair_maxima(const T* f, const T* g, std::int64_t atom,
+                        const std::vector<std::int32_t>& pairs, double /*stop_at*/,
+                        std::vector<double>* out) override {
+    this->check_atom_pairs(atom, pairs);
+    if (atom > cuda::kMaxPairAtom)
+      throw InvalidArgument("atom_pair_maxima: atoms of " + std::to_string(atom) +
+                            " points exceed the CUDA engine's " +
+                            std::to_string(cuda::kMaxPairAtom));
+    const std::int64_t K = std::int64_t(pairs.size() / 2);
+    out->assign(std::size_t(K), 0.0);
+    if (K == 0) return;
+    const Buffer<std::int32_t> dev_pairs = upload(pairs);
+    Buffer<double> dev_out(ctx_, K);
+    cuda::PairMaxima<T> p;
+    p.x = x_ref_.data();
+    p.y = y_ref();
+    p.a = a_ref_.data();
+    p.b = b_ref_.data();
+    p.f = f;
+    p.g = g;
+    p.n = n_;
+    p.m = m_;
+    p.d = int(d_);
+    p.cost_scale = c_;
+    p.atom = atom;
+    p.pairs = dev_pairs.data();
+    p.count = K;
+    p.out = dev_out.data();
+    cuda::launch_atom_pair_maxima(p, stream_);
+    *out = to_host(ctx_, dev_out.cview());  // synchronizes
+  }
+
   // The certificate over every pair, or (kept) over the pairs of the current block lists; fast =
   // the fp32 path (lib/cuda/certify.cu).
   Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fast) override {

@@ -71,6 +71,31 @@ std::vector<double> smooth_potential(Rng& rng, const std::vector<double>& x, std
   return f;
 }
 
+// The screen's second stage for tests: the exact largest f_i + g_j - c |x_i - y_j|^2 of each atom
+// pair over its points of positive weight (no early stop, no allowance), by brute force.
+multiscale::AtomPairMaxima brute_maxima(const std::vector<double>& x, const std::vector<double>& y,
+                                        const std::vector<double>& f, const std::vector<double>& g,
+                                        const std::vector<double>& wa, const std::vector<double>& wb,
+                                        std::int64_t d, double c, std::int64_t atom) {
+  return [&, d, c, atom](const std::vector<std::int32_t>& pairs, double, std::vector<double>* out) {
+    const std::int64_t n = std::int64_t(wa.size()), m = std::int64_t(wb.size());
+    out->assign(pairs.size() / 2, -HUGE_VAL);
+    for (std::size_t k = 0; k < out->size(); ++k) {
+      const std::int64_t I = pairs[2 * k], J = pairs[2 * k + 1];
+      for (std::int64_t i = I * atom; i < std::min(n, (I + 1) * atom); ++i)
+        for (std::int64_t j = J * atom; j < std::min(m, (J + 1) * atom); ++j) {
+          if (!(wa[std::size_t(i)] > 0 && wb[std::size_t(j)] > 0)) continue;
+          double sq = 0;
+          for (std::int64_t a = 0; a < d; ++a) {
+            const double t = x[std::size_t(i * d + a)] - y[std::size_t(j * d + a)];
+            sq += t * t;
+          }
+          (*out)[k] = std::max((*out)[k], f[std::size_t(i)] + g[std::size_t(j)] - c * sq);
+        }
+    }
+  };
+}
+
 TEST(MultiscaleScreen, MortonOrderIsAStablePermutationThatGroupsNeighbours) {
   Rng rng(3);
   const std::int64_t n = 4096, m = 3000, d = 3;
@@ -199,7 +224,7 @@ TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartn
   const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), n, int(d), 64, 8, 2);
   const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), m, int(d), 64, 8, 2);
   const BlockShape shape{128, 64};
-  const multiscale::ScreenPoints pts{x.data(), y.data(), f.data(), g.data(), wa.data(), wb.data()};
+  const multiscale::AtomPairMaxima pts = brute_maxima(x, y, f, g, wa, wb, d, c, 64);
   double box_kept = 0;
   for (const bool on_points : {false, true}) {
   SCOPED_TRACE(on_points ? "on points" : "boxes");
@@ -257,14 +282,22 @@ TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartn
 // The screen's descent written the plain way: a depth-first walk from every pair of top cells
 // (both sides descend while both can), a pair's children tested only when it is kept; the kept
 // atom pairs as a dense mask, and a side's list as each row tile's union of its atoms' keys.
+// Also the dropped mass, sum over the dropped pairs of cells of mass_I mass_J e^(bound / eps).
 std::vector<char> reference_kept(const multiscale::Hierarchy& hx, const multiscale::Hierarchy& hy,
-                                 int d, double c, double keep_at, std::int64_t* tested) {
+                                 int d, double c, double keep_at, std::int64_t* tested,
+                                 double eps = 1, double* dropped = nullptr) {
   const std::int64_t ax = hx.levels[0].count, ay = hy.levels[0].count;
   std::vector<char> kept(std::size_t(ax * ay), 0);
   auto walk = [&](auto&& self, int lx, int ly, std::int64_t I, std::int64_t J) -> void {
     ++*tested;
-    if (pair_bound(hx.levels[std::size_t(lx)], I, hy.levels[std::size_t(ly)], J, d, c) < keep_at)
+    const double b =
+        pair_bound(hx.levels[std::size_t(lx)], I, hy.levels[std::size_t(ly)], J, d, c);
+    if (b < keep_at) {
+      if (dropped)
+        *dropped += hx.levels[std::size_t(lx)].mass[std::size_t(I)] *
+                    hy.levels[std::size_t(ly)].mass[std::size_t(J)] * std::exp(b / eps);
       return;
+    }
     if (lx == 0 && ly == 0) {
       kept[std::size_t(I * ay + J)] = 1;
       return;
@@ -338,14 +371,16 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
     const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), k.n, int(k.d), k.atom, 4, 2);
     const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), k.m, int(k.d), k.atom, 4, 2);
     const BlockShape shape{k.row_tile, k.atom};
-    const multiscale::ScreenPoints pts{x.data(), y.data(), f.data(), g.data(), wa.data(), wb.data()};
+    const multiscale::AtomPairMaxima pts = brute_maxima(x, y, f, g, wa, wb, k.d, c, k.atom);
     for (int threads : {1, 3})
     for (const bool on_points : {false, true}) {
       const multiscale::Screen sc = multiscale::screen(hx, hy, k.n, k.m, int(k.d), c, k.threshold,
                                                        0.0, 0.01, shape, threads,
                                                        on_points ? &pts : nullptr);
       std::int64_t tested = 0;
-      std::vector<char> kept = reference_kept(hx, hy, int(k.d), c, -k.threshold, &tested);
+      double dropped = 0;
+      std::vector<char> kept =
+          reference_kept(hx, hy, int(k.d), c, -k.threshold, &tested, 0.01, &dropped);
       const std::int64_t ax = hx.levels[0].count, ay = hy.levels[0].count;
       std::int64_t box_pairs = 0, point_drops = 0;
       for (char v : kept) box_pairs += v;
@@ -369,6 +404,8 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
             if (best < -k.threshold) {
               kept[std::size_t(I * ay + J)] = 0;
               ++point_drops;
+              dropped += hx.levels[0].mass[std::size_t(I)] * hy.levels[0].mass[std::size_t(J)] *
+                         std::exp(best / 0.01);
             }
           }
       }
@@ -377,6 +414,17 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
       SCOPED_TRACE("case " + std::to_string(which) + ", threads " + std::to_string(threads) +
                    (on_points ? ", on points" : ""));
       EXPECT_EQ(sc.tested_pairs, tested);
+      // The dropped mass: the reference's sum, plus only the stated rounding allowances.
+      EXPECT_GE(sc.dropped_mass, dropped);
+      EXPECT_LE(sc.dropped_mass, dropped * (1 + 2e-6) + 1e-300);
+      EXPECT_GT(dropped, 0.0);
+      // Whatever the thread count: the same lists and the same dropped mass, bit for bit.
+      const multiscale::Screen one = multiscale::screen(hx, hy, k.n, k.m, int(k.d), c, k.threshold,
+                                                        0.0, 0.01, shape, 1,
+                                                        on_points ? &pts : nullptr);
+      EXPECT_EQ(one.dropped_mass, sc.dropped_mass);
+      EXPECT_EQ(one.f_side.runs, sc.f_side.runs);
+      EXPECT_EQ(one.g_side.runs, sc.g_side.runs);
       EXPECT_EQ(sc.point_tests, on_points ? box_pairs : 0);
       EXPECT_EQ(sc.point_drops, point_drops);
       // Every atom keeps a partner by the bound here: no repaired pairs to tell apart.
@@ -392,6 +440,144 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
       EXPECT_EQ(sc.g_side.runs, rg.runs);
     }
   }
+}
+
+TEST(MultiscaleScreen, RepairedAtomsKeepAPartnerOnBothSides) {
+  // Whole atoms without weight on both sides, and atoms far from the other cloud (x spans
+  // [0, 2]^2, y [0, 1]^2): they keep nothing by the bound and get a partner. With row tiles of
+  // one atom, the f-side list is the kept atom mask itself and the g side its transpose.
+  Rng rng(77);
+  const std::int64_t n = 2048, m = 1536, d = 2, atom = 64;
+  std::vector<double> x0 = uniform_cloud(rng, n, d);
+  for (double& v : x0) v *= 2;
+  const std::vector<double> y0 = uniform_cloud(rng, m, d);
+  std::vector<std::int64_t> ox, oy;
+  morton_order(x0.data(), n, y0.data(), m, int(d), &ox, &oy, 2);
+  const std::vector<double> x = permuted(x0, ox, d), y = permuted(y0, oy, d);
+  const std::vector<double> f = smooth_potential(rng, x, d, 0.0, 0.0, 0.002);
+  const std::vector<double> g = smooth_potential(rng, y, d, 0.0, 0.0, 0.002);
+  std::vector<double> wa(std::size_t(n), 1.0), wb(std::size_t(m), 1.0);
+  for (std::int64_t i = 5 * atom; i < 7 * atom; ++i) wa[std::size_t(i)] = 0;
+  for (std::int64_t j = 3 * atom; j < 4 * atom; ++j) wb[std::size_t(j)] = 0;
+  const double c = 1.0, threshold = 0.02;
+  const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), n, int(d), atom, 4, 2);
+  const auto hy = build_hierarchy(y.data(), wb.data(), g.data(), m, int(d), atom, 4, 2);
+  const BlockShape shape{atom, atom};
+  const multiscale::AtomPairMaxima pts = brute_maxima(x, y, f, g, wa, wb, d, c, atom);
+  for (const bool on_points : {false, true}) {
+    SCOPED_TRACE(on_points ? "on points" : "boxes");
+    const multiscale::Screen sc = multiscale::screen(hx, hy, n, m, int(d), c, threshold, 0.0,
+                                                     0.01, shape, 2, on_points ? &pts : nullptr);
+    EXPECT_GT(sc.orphans, 2) << "zero-weight atoms on both sides and far atoms";
+    const std::int64_t ax = n / atom, ay = m / atom;
+    const std::vector<char> kf = block_list_mask(sc.f_side.run_ptr, sc.f_side.runs, atom, atom,
+                                                 n, m, false);
+    const std::vector<char> kg = block_list_mask(sc.g_side.run_ptr, sc.g_side.runs, atom, atom,
+                                                 m, n, true);
+    EXPECT_EQ(kf, kg) << "the g side is the transpose of the f side";
+    for (std::int64_t I = 0; I < ax; ++I) {
+      bool any = false;
+      for (std::int64_t J = 0; J < ay && !any; ++J)
+        any = kf[std::size_t(I * atom * m + J * atom)] && wb[std::size_t(J * atom)] > 0;
+      EXPECT_TRUE(any) << "x atom " << I << " keeps a y atom of positive weight";
+    }
+    for (std::int64_t J = 0; J < ay; ++J) {
+      bool any = false;
+      for (std::int64_t I = 0; I < ax && !any; ++I)
+        any = kf[std::size_t(I * atom * m + J * atom)] && wa[std::size_t(I * atom)] > 0;
+      EXPECT_TRUE(any) << "y atom " << J << " keeps an x atom of positive weight";
+    }
+  }
+}
+
+// Oracle::atom_pair_maxima on `backend` against a long double reference: clouds 1000 away from
+// the origin (the differences' rounding), fp32 potentials of both signs, zero weights (a whole
+// zero-weight atom too), partial last atoms, repeated and arbitrary pairs. Every value is an upper
+// bound of the true maximum and within 1e-12 of it (relative to the magnitudes); with a finite
+// stop_at, pairs reaching it report a value >= stop_at and the others their maximum. Returns the
+// values without a stop (for the engines' comparison).
+std::vector<double> check_atom_pair_maxima(Backend backend) {
+  Rng rng(91);
+  const std::int64_t n = 700, m = 530, d = 3, atom = 64;
+  std::vector<double> x = uniform_cloud(rng, n, d), y = squeezed_cloud(rng, m, d);
+  for (double& v : x) v += 1000;
+  for (double& v : y) v += 1000;
+  std::vector<double> a = random_weights(rng, n), b = random_weights(rng, m);
+  for (std::int64_t i = 0; i < n; i += 5) a[std::size_t(i)] = 0;
+  for (std::int64_t j = 64; j < 128; ++j) b[std::size_t(j)] = 0;  // atom 1 of y: no weight
+  PointData<float> pd = make_point_data<float>(d, x, y, a, {}, 0.01);
+  pd.b = cast_vector<float>(same_mass(b, std::vector<double>(pd.a.begin(), pd.a.end())));
+  for (std::int64_t j = 0; j < m; ++j) b[std::size_t(j)] = double(pd.b[std::size_t(j)]);
+  Problem<float> p = pd.problem();
+  p.reference_x = host_matrix<const double>(x.data(), n, d);
+  p.reference_y = host_matrix<const double>(y.data(), m, d);
+  Context ctx(ContextOptions{backend, 2});
+  auto oracle = make_oracle(ctx, p, Precision::kFp32);
+  const std::vector<double> fd = smooth_potential(rng, x, d, 0.3, -0.2, 0.05);
+  const std::vector<double> gd = smooth_potential(rng, y, d, -0.4, 0.1, 0.05);
+  const std::vector<float> f(fd.begin(), fd.end()), g(gd.begin(), gd.end());
+  const MemorySpace space = backend == Backend::kCuda ? MemorySpace::kDevice : MemorySpace::kHost;
+  Buffer<float> fb(ctx, n), gb(ctx, m);
+  detail::copy_bytes(ctx, fb.data(), space, f.data(), MemorySpace::kHost, sizeof(float) * f.size());
+  detail::copy_bytes(ctx, gb.data(), space, g.data(), MemorySpace::kHost, sizeof(float) * g.size());
+  const std::int64_t ax = (n + atom - 1) / atom, ay = (m + atom - 1) / atom;
+  std::vector<std::int32_t> pairs;
+  for (std::int32_t I = 0; I < ax; ++I)
+    for (std::int32_t J = 0; J < ay; ++J) pairs.insert(pairs.end(), {I, J});
+  pairs.insert(pairs.end(), {3, 2, 3, 2, std::int32_t(ax - 1), std::int32_t(ay - 1)});
+  const double c = 1.0;
+  std::vector<long double> truth(pairs.size() / 2, -HUGE_VALL);
+  double scale = 0;
+  for (std::size_t k = 0; k < truth.size(); ++k)
+    for (std::int64_t i = pairs[2 * k] * atom; i < std::min(n, (pairs[2 * k] + 1) * atom); ++i)
+      for (std::int64_t j = pairs[2 * k + 1] * atom; j < std::min(m, (pairs[2 * k + 1] + 1) * atom); ++j) {
+        if (!(a[std::size_t(i)] > 0 && b[std::size_t(j)] > 0)) continue;
+        long double sq = 0;
+        for (std::int64_t e = 0; e < d; ++e) {
+          const long double t = (long double)x[std::size_t(i * d + e)] - y[std::size_t(j * d + e)];
+          sq += t * t;
+        }
+        const long double v = (long double)f[std::size_t(i)] + g[std::size_t(j)] - c * sq;
+        truth[k] = std::max(truth[k], v);
+        scale = std::max(scale, std::fabs(double(f[std::size_t(i)])) + std::fabs(double(g[std::size_t(j)])));
+      }
+  std::vector<double> full;
+  oracle->atom_pair_maxima(fb.data(), gb.data(), atom, pairs, HUGE_VAL, &full);
+  EXPECT_EQ(full.size(), truth.size());
+  std::size_t lonely = 0;
+  for (std::size_t k = 0; k < truth.size() && k < full.size(); ++k) {
+    if (truth[k] == -HUGE_VALL) {
+      EXPECT_EQ(full[k], -HUGE_VAL) << "pair " << k << " has no pair of positive weight";
+      ++lonely;
+      continue;
+    }
+    EXPECT_GE((long double)full[k], truth[k]) << "pair " << k << ": an upper bound";
+    EXPECT_LE((long double)full[k] - truth[k], 1e-12L * scale) << "pair " << k << ": tight";
+  }
+  EXPECT_EQ(lonely, std::size_t(ax)) << "the zero-weight y atom, against every x atom";
+  // A stop in the middle of the values.
+  std::vector<long double> sorted(truth.begin(), truth.end());
+  std::sort(sorted.begin(), sorted.end());
+  const double stop = double(sorted[sorted.size() / 2]) + 1e-9;
+  std::vector<double> part;
+  oracle->atom_pair_maxima(fb.data(), gb.data(), atom, pairs, stop, &part);
+  for (std::size_t k = 0; k < truth.size() && k < part.size(); ++k) {
+    if (truth[k] >= stop)
+      EXPECT_GE(part[k], stop) << "pair " << k;
+    else
+      EXPECT_EQ(part[k], full[k]) << "pair " << k << ": below the stop, the full maximum";
+  }
+  // Refusals name the problem.
+  std::vector<double> out;
+  EXPECT_THROW(oracle->atom_pair_maxima(fb.data(), gb.data(), atom, {0, std::int32_t(ay)}, 0.0, &out),
+               InvalidArgument);
+  EXPECT_THROW(oracle->atom_pair_maxima(fb.data(), gb.data(), atom, {0}, 0.0, &out), InvalidArgument);
+  EXPECT_THROW(oracle->atom_pair_maxima(fb.data(), gb.data(), 0, {0, 0}, 0.0, &out), InvalidArgument);
+  return full;
+}
+
+TEST(MultiscaleOracle, AtomPairMaximaBoundTheTrueMaximumTightly) {
+  check_atom_pair_maxima(Backend::kCpu);
 }
 
 TEST(MultiscaleOracle, KeptCertificateIsTheFloat64SumOverTheKeptPairs) {
@@ -664,6 +850,15 @@ TEST(Multiscale, AutoRuleAndRefusals) {
 }
 
 // ---- GPU ------------------------------------------------------------------------------------
+
+TEST(CudaMultiscale, AtomPairMaximaMatchTheCpuEngine) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::vector<double> gpu = check_atom_pair_maxima(Backend::kCuda);
+  const std::vector<double> cpu = check_atom_pair_maxima(Backend::kCpu);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (std::size_t k = 0; k < gpu.size(); ++k)
+    EXPECT_NEAR(gpu[k], cpu[k], 1e-12 * (1 + std::fabs(cpu[k]))) << "pair " << k;
+}
 
 TEST(CudaMultiscale, CertifiedAndEqualToDenseOnTheGpu) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
