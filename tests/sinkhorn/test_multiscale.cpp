@@ -71,6 +71,26 @@ std::vector<double> smooth_potential(Rng& rng, const std::vector<double>& x, std
   return f;
 }
 
+// Two clouds in their joint Morton order with potentials of a plan concentrated near the
+// diagonal (f + g - C near 0 there: noise only) and unit weights: the screen tests' data.
+struct ScreenData {
+  std::vector<double> x, y, f, g, wa, wb;
+};
+ScreenData screen_data(Rng& rng, const std::vector<double>& x0, const std::vector<double>& y0,
+                       std::int64_t d) {
+  const std::int64_t n = std::int64_t(x0.size()) / d, m = std::int64_t(y0.size()) / d;
+  std::vector<std::int64_t> ox, oy;
+  morton_order(x0.data(), n, y0.data(), m, int(d), &ox, &oy, 2);
+  ScreenData s;
+  s.x = permuted(x0, ox, d);
+  s.y = permuted(y0, oy, d);
+  s.f = smooth_potential(rng, s.x, d, 0.0, 0.0, 0.002);
+  s.g = smooth_potential(rng, s.y, d, 0.0, 0.0, 0.002);
+  s.wa.assign(std::size_t(n), 1.0);
+  s.wb.assign(std::size_t(m), 1.0);
+  return s;
+}
+
 // The screen's second stage for tests: the exact largest f_i + g_j - c |x_i - y_j|^2 of each atom
 // pair over its points of positive weight (no early stop, no allowance), by brute force.
 multiscale::AtomPairMaxima brute_maxima(const std::vector<double>& x, const std::vector<double>& y,
@@ -212,13 +232,9 @@ TEST(MultiscaleScreen, EveryDroppedPairIsBelowTheThresholdAndEveryRowKeepsAPartn
   Rng rng(21);
   const std::int64_t n = 2048, m = 1536, d = 2;
   const std::vector<double> x0 = uniform_cloud(rng, n, d), y0 = squeezed_cloud(rng, m, d);
-  std::vector<std::int64_t> ox, oy;
-  morton_order(x0.data(), n, y0.data(), m, int(d), &ox, &oy, 2);
-  const std::vector<double> x = permuted(x0, ox, d), y = permuted(y0, oy, d);
-  // Potentials of a plan concentrated near the diagonal: f + g - C is near 0 on it.
-  const std::vector<double> f = smooth_potential(rng, x, d, 0.0, 0.0, 0.002);
-  const std::vector<double> g = smooth_potential(rng, y, d, 0.0, 0.0, 0.002);
-  std::vector<double> wa(std::size_t(n), 1.0), wb(std::size_t(m), 1.0);
+  ScreenData sd = screen_data(rng, x0, y0, d);
+  const std::vector<double>&x = sd.x, &y = sd.y, &f = sd.f, &g = sd.g, &wa = sd.wa;
+  std::vector<double>& wb = sd.wb;
   for (std::int64_t i = 0; i < 64; ++i) wb[std::size_t(i)] = 0;  // a key atom without weight
   const double c = 1.0, threshold = 0.05;
   const auto hx = build_hierarchy(x.data(), wa.data(), f.data(), n, int(d), 64, 8, 2);
@@ -358,12 +374,9 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
   for (const Case& k : cases) {
     Rng rng(400 + which++);
     const std::vector<double> x0 = uniform_cloud(rng, k.n, k.d), y0 = uniform_cloud(rng, k.m, k.d);
-    std::vector<std::int64_t> ox, oy;
-    morton_order(x0.data(), k.n, y0.data(), k.m, int(k.d), &ox, &oy, 2);
-    const std::vector<double> x = permuted(x0, ox, k.d), y = permuted(y0, oy, k.d);
-    const std::vector<double> f = smooth_potential(rng, x, k.d, 0.0, 0.0, 0.002);
-    const std::vector<double> g = smooth_potential(rng, y, k.d, 0.0, 0.0, 0.002);
-    std::vector<double> wa(std::size_t(k.n), 1.0), wb(std::size_t(k.m), 1.0);
+    ScreenData sd = screen_data(rng, x0, y0, k.d);
+    const std::vector<double>&x = sd.x, &y = sd.y, &f = sd.f, &g = sd.g;
+    std::vector<double>&wa = sd.wa, &wb = sd.wb;
     // Zero weights inside atoms (whole zero-weight atoms get repaired partners, tested above).
     for (std::int64_t i = 0; i < k.n; i += 7) wa[std::size_t(i)] = 0;
     for (std::int64_t i = 3; i < k.m; i += 5) wb[std::size_t(i)] = 0;
@@ -451,12 +464,9 @@ TEST(MultiscaleScreen, RepairedAtomsKeepAPartnerOnBothSides) {
   std::vector<double> x0 = uniform_cloud(rng, n, d);
   for (double& v : x0) v *= 2;
   const std::vector<double> y0 = uniform_cloud(rng, m, d);
-  std::vector<std::int64_t> ox, oy;
-  morton_order(x0.data(), n, y0.data(), m, int(d), &ox, &oy, 2);
-  const std::vector<double> x = permuted(x0, ox, d), y = permuted(y0, oy, d);
-  const std::vector<double> f = smooth_potential(rng, x, d, 0.0, 0.0, 0.002);
-  const std::vector<double> g = smooth_potential(rng, y, d, 0.0, 0.0, 0.002);
-  std::vector<double> wa(std::size_t(n), 1.0), wb(std::size_t(m), 1.0);
+  ScreenData sd = screen_data(rng, x0, y0, d);
+  const std::vector<double>&x = sd.x, &y = sd.y, &f = sd.f, &g = sd.g;
+  std::vector<double>&wa = sd.wa, &wb = sd.wb;
   for (std::int64_t i = 5 * atom; i < 7 * atom; ++i) wa[std::size_t(i)] = 0;
   for (std::int64_t j = 3 * atom; j < 4 * atom; ++j) wb[std::size_t(j)] = 0;
   const double c = 1.0, threshold = 0.02;
