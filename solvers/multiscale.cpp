@@ -26,9 +26,6 @@ using Clock = std::chrono::steady_clock;
 // iterations are cheap next to the finest level's, whose count its accuracy sets.
 constexpr double kCoarseResidual = 0.1;
 
-// The first screen's threshold sits this far below theta_b (in units of eps): where the dropped
-// mass allows it, about a fifth fewer kept pairs at the scales (docs/multiscale.md).
-constexpr double kThetaTrial = 3.0;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -384,7 +381,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // drifting up by delta since the mask multiply it by at most e^(delta / eps), and each side's
   // marginal loses at most that mass: tail = 2 D e^(delta / eps). The mask is rebuilt when delta
   // exceeds slack * eps, so the tail stays below 2 D e^slack; a screen is accepted when that is
-  // at most half the tolerance. Its threshold: theta_b - kThetaTrial first (D is usually far
+  // at most half the tolerance. Its threshold: theta_b - theta_trial first (D is usually far
   // below its worst case, e^-theta m_a m_b), theta_b when that drops too much; at theta_b the
   // worst case itself is tol / 2 (theta_b = ln(4 max(1, m_a m_b) / tol) + slack).
   const double mass_ab = s.mass_a * s.mass_b;
@@ -411,9 +408,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       oracle->atom_pair_maxima(f.data(), g.data(), shape.key_tile, pairs, stop_at, out);
     };
     const AtomPairMaxima* on_points = ctx.backend() == Backend::kCpu ? &maxima : nullptr;
-    double theta = std::max(0.5, theta_b - kThetaTrial);
+    double theta = std::min(theta_b, std::max(0.5, theta_b - mo.theta_trial));
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
-    if (2 * std::exp(mo.slack) * sc.dropped_mass > 0.5 * s.tolerance) {
+    if (theta < theta_b && 2 * std::exp(mo.slack) * sc.dropped_mass > 0.5 * s.tolerance) {
       theta = theta_b;
       sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
       ++screen_retries;

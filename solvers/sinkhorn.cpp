@@ -104,6 +104,9 @@ bool SinkhornOptions::is_valid(std::string* why) const {
                 std::to_string(multiscale.cell_points));
   if (!(multiscale.slack > 0) || !std::isfinite(multiscale.slack))
     return fail("multiscale.slack must be > 0, got " + format_number(multiscale.slack));
+  if (!(multiscale.theta_trial >= 0) || !std::isfinite(multiscale.theta_trial))
+    return fail("multiscale.theta_trial must be >= 0, got " +
+                format_number(multiscale.theta_trial));
   if (!(multiscale.max_density > 0 && multiscale.max_density <= 1))
     return fail("multiscale.max_density must be in (0, 1], got " +
                 format_number(multiscale.max_density));

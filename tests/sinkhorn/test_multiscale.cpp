@@ -761,6 +761,39 @@ TEST(Multiscale, CertifiedAndEqualToDenseFp32) {
     check_case<float>(k, Backend::kCpu, Precision::kFp32, 5e-3);
 }
 
+TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
+  // theta_trial = 8: the first screen (theta_b - 8) drops more mass than the tolerance allows,
+  // so the screen runs again at theta_b. slack = 0.05: the potentials soon drift by more than
+  // 0.05 eps, so masks are rebuilt. Either way the certificate must bound the true error.
+  const PointData<double> pd = case_data<double>(kCases[0], 99);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  for (const bool retry : {true, false}) {
+    SCOPED_TRACE(retry ? "theta_trial 8" : "slack 0.05");
+    SinkhornOptions o;
+    o.precision = Precision::kFp64;
+    o.tolerance = 1e-3;
+    o.max_iterations = 20000;
+    o.solver = SolverKind::kMultiscale;
+    o.multiscale.max_density = 1.0;
+    o.multiscale.verify = true;
+    if (retry)
+      o.multiscale.theta_trial = 8;
+    else
+      o.multiscale.slack = 0.05;
+    const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o);
+    ASSERT_TRUE(std::isfinite(s.verified_error)) << s.full_report();
+    EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
+    EXPECT_TRUE(s.converged()) << s.full_report();
+    if (retry)
+      EXPECT_NE(s.solver_note.find("after a retry"), std::string::npos) << s.solver_note;
+    else
+      EXPECT_GE(s.mask_rebuilds, 1) << s.full_report();
+  }
+  SinkhornOptions bad;
+  bad.multiscale.theta_trial = -1;
+  EXPECT_THROW(solve_sinkhorn(ctx, pd.problem(), bad), InvalidArgument);
+}
+
 TEST(Multiscale, RecursiveLevelsLiftThroughTheCoarseLists) {
   // Small cells and a small dense limit force two levels below the points (1024 -> 128 -> 16
   // cells), so the lift through a coarse level's block lists runs; zero weights included.
