@@ -309,7 +309,7 @@ class CpuOracle final : public OracleBase<T> {
           if (wq[std::size_t(i0 + r)] > 0) ri[a] = std::max(ri[a], std::fabs(v));
         }
       double a_max = 0;
-      alignas(64) float ek[kMaxD][kC], gk[kC], wk32[kC];
+      alignas(64) float ek[kMaxD][kC], gk[kC], wk32[kC], sq[kC], term[kC], ss[kC], zz[kC];
       const std::int64_t tile = list ? blk : 0;
       const std::int64_t r0 = list ? list->run_ptr[std::size_t(tile)] : 0;
       const std::int64_t r1 = list ? list->run_ptr[std::size_t(tile + 1)] : 1;
@@ -344,45 +344,43 @@ class CpuOracle final : public OracleBase<T> {
             if (!(wq[std::size_t(i0 + r)] > 0)) continue;
             const float fi = float(pq[i0 + r]);
             const float* x = xi.data() + r * d;
-            // Blocks of 16 keys, one per vector lane, computed and summed in registers: lane l
-            // sums the terms of keys l, l + 16, l + 32, l + 48 in order, then the lanes are summed
-            // pairwise (a summation tree of height 7 for the chunk's 64 terms: inside the model's
-            // 63 u). Max and sums need no reassociation.
+            for (int jj = 0; jj < kC; ++jj) sq[jj] = 0.0f;
+            for (int a = 0; a < d; ++a)
+              for (int jj = 0; jj < kC; ++jj) {
+                const float df = x[a] - ek[a][jj];
+                sq[jj] += df * df;
+              }
+            // Elementwise loops (the compiler vectorizes them), then lane-wise max and sums
+            // (no reassociation needed).
+            for (int jj = 0; jj < kC; ++jj) {
+              const float s2 = fi + gk[jj];
+              const float z2 = (s2 - cf * sq[jj]) * lf;
+              const float e = certificate_exp2f(std::min(127.0f, std::max(-126.0f, z2)));
+              // Below the range 0, above it inf, NaN stays NaN (a non-finite certificate).
+              const float ev =
+                  z2 < -126.0f ? 0.0f : (z2 > 127.0f ? INFINITY : (z2 == z2 ? e : z2));
+              zz[jj] = z2;
+              term[jj] = wk32[jj] * ev;
+              ss[jj] = s2;
+            }
             constexpr int kL = 16;
             float mx[kL], su[kL] = {}, sc[kL] = {}, sp[kL] = {};
-            for (int l = 0; l < kL; ++l) mx[l] = -INFINITY;
-            for (int jb = 0; jb < kC; jb += kL) {
-              float sq[kL] = {};
-              for (int a = 0; a < d; ++a)
-                for (int l = 0; l < kL; ++l) {
-                  const float df = x[a] - ek[a][jb + l];
-                  sq[l] += df * df;
-                }
+            for (int l = 0; l < kL; ++l) mx[l] = zz[l];
+            for (int jb = 0; jb < kC; jb += kL)
               for (int l = 0; l < kL; ++l) {
                 const int jj = jb + l;
-                const float s2 = fi + gk[jj];
-                const float z2 = (s2 - cf * sq[l]) * lf;
-                const float e = certificate_exp2f(std::min(127.0f, std::max(-126.0f, z2)));
-                // Below the range 0, above it inf, NaN stays NaN (a non-finite certificate).
-                const float ev =
-                    z2 < -126.0f ? 0.0f : (z2 > 127.0f ? INFINITY : (z2 == z2 ? e : z2));
-                const float t = wk32[jj] * ev;
-                mx[l] = z2 > mx[l] ? z2 : mx[l];
-                su[l] += t;
-                sc[l] += t * (cf * sq[l]);
-                sp[l] += t * s2;
+                mx[l] = zz[jj] > mx[l] ? zz[jj] : mx[l];
+                su[l] += term[jj];
+                sc[l] += term[jj] * (cf * sq[jj]);
+                sp[l] += term[jj] * ss[jj];
               }
+            float zm = zmax[std::size_t(r)], ts = 0, tc = 0, tp = 0;
+            for (int l = 0; l < kL; ++l) {
+              zm = mx[l] > zm ? mx[l] : zm;
+              ts += su[l];
+              tc += sc[l];
+              tp += sp[l];
             }
-            for (int w = kL / 2; w >= 1; w /= 2)
-              for (int l = 0; l < w; ++l) {
-                mx[l] = mx[l + w] > mx[l] ? mx[l + w] : mx[l];
-                su[l] += su[l + w];
-                sc[l] += sc[l + w];
-                sp[l] += sp[l + w];
-              }
-            float zm = zmax[std::size_t(r)];
-            zm = mx[0] > zm ? mx[0] : zm;
-            const float ts = su[0], tc = sc[0], tp = sp[0];
             zmax[std::size_t(r)] = zm;
             sum[std::size_t(r)] += double(ts);
             weighted[std::size_t(r)] += double(ts) * at;
