@@ -9,6 +9,7 @@
 #include <limits>
 #include <memory>
 #include <sstream>
+#include <tuple>
 
 #include "kantor/buffer.hpp"
 #include "kantor/error.hpp"
@@ -31,10 +32,23 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// A matrix view (host or device, any stride) as a contiguous host array of rows x cols.
+// A matrix view (host or device, any stride) as contiguous host rows x cols: the view's own
+// memory when it already is that (no copy: at 2^20 points each copy is ~25 MB of fresh pages),
+// else a copy.
 template <class U>
-std::vector<U> host_rows(const Context& ctx, const MatrixView<const U>& v) {
-  std::vector<U> out(static_cast<std::size_t>(v.rows * v.cols));
+struct HostRows {
+  std::vector<U> own;
+  const U* data = nullptr;
+};
+template <class U>
+HostRows<U> host_rows(const Context& ctx, const MatrixView<const U>& v) {
+  HostRows<U> out;
+  if (v.space == MemorySpace::kHost && (v.stride == v.cols || v.rows <= 1)) {
+    out.data = v.data;
+    return out;
+  }
+  out.own.resize(static_cast<std::size_t>(v.rows * v.cols));
+  out.data = out.own.data();
   if (v.rows == 0) return out;
   std::vector<U> raw;
   const U* src = v.data;
@@ -45,7 +59,7 @@ std::vector<U> host_rows(const Context& ctx, const MatrixView<const U>& v) {
     src = raw.data();
   }
   for (std::int64_t i = 0; i < v.rows; ++i)
-    std::copy(src + i * v.stride, src + i * v.stride + v.cols, out.begin() + i * v.cols);
+    std::copy(src + i * v.stride, src + i * v.stride + v.cols, out.own.begin() + i * v.cols);
   return out;
 }
 
@@ -207,71 +221,79 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     return s;
   }
 
-  // ---- order: one joint Morton key, on centred float64 coordinates (the certificate's) ----
-  std::vector<T> xh = host_rows(ctx, fe.x), yh = host_rows(ctx, fe.y);
+  // ---- order: one joint Morton key on the certificate's float64 coordinates ----
+  const HostRows<T> xh = host_rows(ctx, fe.x), yh = host_rows(ctx, fe.y);
   const bool has_ref = problem.reference_x.rows > 0;
-  std::vector<double> xr, yr;  // the certificate's coordinates
+  // The certificate's coordinates in the caller's order: the reference, else the engine's
+  // coordinates in double.
+  HostRows<double> xr, yr;
   if (has_ref) {
     xr = host_rows(ctx, problem.reference_x);
     yr = host_rows(ctx, problem.reference_y);
   } else {
-    xr.assign(xh.begin(), xh.end());
-    yr.assign(yh.begin(), yh.end());
+    for (auto [to, from, rows] : {std::make_tuple(&xr, &xh, n), std::make_tuple(&yr, &yh, m)}) {
+      to->own.resize(static_cast<std::size_t>(rows * d));
+      const T* src = from->data;
+      std::vector<double>& dst = to->own;
+      detail::parallel_ranges(rows * d, threads, 1 << 18, [&](std::int64_t b, std::int64_t e) {
+        for (std::int64_t k = b; k < e; ++k) dst[std::size_t(k)] = double(src[k]);
+      });
+      to->data = to->own.data();
+    }
   }
+  // The screen works on coordinates centred on the clouds' bounding box (the cost is translation
+  // invariant): it keeps the bound's arithmetic small.
+  std::vector<double> mid(static_cast<std::size_t>(d));
   {
-    // Centre (the cost is translation invariant): keeps the screen's arithmetic small.
     std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity()), hi(lo);
     for (int a = 0; a < d; ++a) hi[std::size_t(a)] = -lo[std::size_t(a)];
-    for (const auto* v : {&xr, &yr})
-      for (std::size_t i = 0; i < v->size(); i += std::size_t(d))
+    for (const auto& [v, rows] : {std::make_pair(xr.data, n), std::make_pair(yr.data, m)})
+      for (std::int64_t i = 0; i < rows; ++i)
         for (int a = 0; a < d; ++a) {
-          lo[std::size_t(a)] = std::min(lo[std::size_t(a)], (*v)[i + std::size_t(a)]);
-          hi[std::size_t(a)] = std::max(hi[std::size_t(a)], (*v)[i + std::size_t(a)]);
+          lo[std::size_t(a)] = std::min(lo[std::size_t(a)], v[i * d + a]);
+          hi[std::size_t(a)] = std::max(hi[std::size_t(a)], v[i * d + a]);
         }
-    std::vector<double> mid(static_cast<std::size_t>(d));
     for (int a = 0; a < d; ++a) mid[std::size_t(a)] = 0.5 * (lo[std::size_t(a)] + hi[std::size_t(a)]);
-    for (auto* v : {&xr, &yr})
-      detail::parallel_ranges(std::int64_t(v->size()) / d, threads, 65536,
-                              [&](std::int64_t b, std::int64_t e) {
-                                for (std::int64_t i = b; i < e; ++i)
-                                  for (int a = 0; a < d; ++a)
-                                    (*v)[std::size_t(i * d + a)] -= mid[std::size_t(a)];
-                              });
   }
   std::vector<std::int64_t> ox, oy;
-  morton_order(xr.data(), n, yr.data(), m, d, &ox, &oy, threads);
+  morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads);
   const std::vector<double> wa = host_weights(ctx, problem.a, n, problem.unbalanced());
   const std::vector<double> wb = host_weights(ctx, problem.b, m, problem.unbalanced());
-  auto permute_rows = [&](const auto& src, const std::vector<std::int64_t>& o) {
-    std::remove_const_t<std::remove_reference_t<decltype(src)>> out(src.size());
-    detail::parallel_ranges(std::int64_t(o.size()), threads, 65536,
-                            [&](std::int64_t b, std::int64_t e) {
-                              for (std::int64_t k = b; k < e; ++k) {
-                                const auto* from = src.data() + o[std::size_t(k)] * d;
-                                auto* to = out.data() + k * d;
-                                for (int a = 0; a < d; ++a) to[a] = from[a];
-                              }
-                            });
+  // One gather per side in Morton order (its reads are random; one pass reads every array at
+  // the same index): the engine's coordinates, the screen's centred ones, the caller's reference
+  // (uncentred, when given) and the weights (double and T).
+  struct Side {
+    std::vector<T> p, w;                   // engine coordinates, weights
+    std::vector<double> centred, ref, wd;  // screen coordinates, reference, weights
+  };
+  auto gather = [&](const T* eng, const double* cert, const std::vector<double>& w,
+                    const std::vector<std::int64_t>& o) {
+    Side out;
+    const std::int64_t rows = std::int64_t(o.size());
+    out.p.resize(std::size_t(rows * d));
+    out.centred.resize(std::size_t(rows * d));
+    if (has_ref) out.ref.resize(std::size_t(rows * d));
+    out.wd.resize(std::size_t(rows));
+    out.w.resize(std::size_t(rows));
+    detail::parallel_ranges(rows, threads, 16384, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t k = b; k < e; ++k) {
+        const std::int64_t i = o[std::size_t(k)];
+        for (int a = 0; a < d; ++a) {
+          const double v = cert[i * d + a];
+          out.p[std::size_t(k * d + a)] = eng[i * d + a];
+          out.centred[std::size_t(k * d + a)] = v - mid[std::size_t(a)];
+          if (has_ref) out.ref[std::size_t(k * d + a)] = v;
+        }
+        out.wd[std::size_t(k)] = w[std::size_t(i)];
+        out.w[std::size_t(k)] = T(w[std::size_t(i)]);
+      }
+    });
     return out;
   };
-  auto permute = [&](const std::vector<double>& src, const std::vector<std::int64_t>& o) {
-    std::vector<double> out(src.size());
-    detail::parallel_ranges(std::int64_t(o.size()), threads, 65536,
-                            [&](std::int64_t b, std::int64_t e) {
-                              for (std::int64_t k = b; k < e; ++k)
-                                out[std::size_t(k)] = src[std::size_t(o[std::size_t(k)])];
-                            });
-    return out;
-  };
-  const std::vector<T> xp = permute_rows(xh, ox), yp = permute_rows(yh, oy);
-  const std::vector<double> xs = permute_rows(xr, ox), ys = permute_rows(yr, oy);
-  const std::vector<double> ap = permute(wa, ox), bp = permute(wb, oy);
-  std::vector<double> xrp, yrp;  // the caller's reference coordinates, sorted (uncentred)
-  if (has_ref) {
-    xrp = permute_rows(host_rows(ctx, problem.reference_x), ox);
-    yrp = permute_rows(host_rows(ctx, problem.reference_y), oy);
-  }
-  const std::vector<T> apt(ap.begin(), ap.end()), bpt(bp.begin(), bp.end());
+  const Side sx = gather(xh.data, xr.data, wa, ox), sy = gather(yh.data, yr.data, wb, oy);
+  const std::vector<T>&xp = sx.p, &yp = sy.p, &apt = sx.w, &bpt = sy.w;
+  const std::vector<double>&xs = sx.centred, &ys = sy.centred, &ap = sx.wd, &bp = sy.wd;
+  const std::vector<double>&xrp = sx.ref, &yrp = sy.ref;
   Problem<T> sorted;
   sorted.cost = SqEuclidean<T>{host_matrix(xp.data(), n, d), host_matrix(yp.data(), m, d), c};
   sorted.a = host_vector(apt.data(), n);
