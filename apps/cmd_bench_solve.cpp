@@ -35,6 +35,7 @@ struct Options {
   std::uint64_t seed = 0;
   std::int64_t cell = 0;
   double max_density = -1;  // < 0: the library's default
+  std::string points_stage = "auto";
   bool verify = false, json = false;
   std::string mask_path;
 };
@@ -67,6 +68,9 @@ int run(const Options& o) {
   so.multiscale.keep_mask = !o.mask_path.empty();
   if (o.cell > 0) so.multiscale.cell_points = o.cell;
   if (o.max_density >= 0) so.multiscale.max_density = o.max_density;
+  so.multiscale.points_stage = o.points_stage == "on"    ? PointsStage::kOn
+                               : o.points_stage == "off" ? PointsStage::kOff
+                                                         : PointsStage::kAuto;
   {
     std::string why;
     if (!so.is_valid(&why)) throw InvalidArgument("SinkhornOptions: " + why);
@@ -115,6 +119,7 @@ int run(const Options& o) {
       .add("solver_asked", o.solver)
       .add("solver", s.solver)
       .add("solver_note", s.solver_note)
+      .add("points_stage", o.points_stage)
       .add("precision", to_string(s.precision))
       .add("backend", to_string(s.backend))
       .add("engine", s.engine)
@@ -167,6 +172,9 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("cell", po::value(&o.cell), "multiscale: points per coarse cell (default: the library's)")
     ("max-density", po::value(&o.max_density),
      "multiscale: densest kept fraction still run on block lists (default: the library's)")
+    ("points-stage", po::value(&o.points_stage),
+     "multiscale: evaluate the screen's kept atom pairs on their points: auto (the CPU engine) | "
+     "on | off (default auto)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("repeats", po::value(&o.repeats), "solves in one process; the first is the cold one (default 3)")
@@ -189,6 +197,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
   if (o.repeats < 1) throw InvalidArgument("--repeats must be >= 1, got " + std::to_string(o.repeats));
   if (vm.count("max-density") && !(o.max_density > 0 && o.max_density <= 1))
     throw InvalidArgument("--max-density must be in (0, 1], got " + format_number(o.max_density));
+  if (o.points_stage != "auto" && o.points_stage != "on" && o.points_stage != "off")
+    throw InvalidArgument("--points-stage must be auto, on or off, got '" + o.points_stage + "'");
   if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
     throw InvalidArgument("--epsilon must be a finite number > 0");
   if (!(o.tolerance > 0) || !std::isfinite(o.tolerance))

@@ -423,13 +423,15 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // The kept atom pairs are evaluated once more on their points by the engine (the box bound
     // keeps 1.7x the exact tile-level pairs at 2^17 points): about one pass over the kept pairs
     // without exponentials, and a third or more of every later pass saved. The potentials are
-    // those of the mask (fb, gb are copies of f, g now). On the CPU engine only for now: the
-    // CUDA engine's kernel has not run on a GPU yet (docs/multiscale.md).
+    // those of the mask (fb, gb are copies of f, g now). By default on the CPU engine only for
+    // now: the CUDA engine's kernel has not run on a GPU yet (docs/multiscale.md).
     const AtomPairMaxima maxima = [&](const std::vector<std::int32_t>& pairs, double stop_at,
                                       std::vector<double>* out) {
       oracle->atom_pair_maxima(f.data(), g.data(), shape.key_tile, pairs, stop_at, out);
     };
-    const AtomPairMaxima* on_points = ctx.backend() == Backend::kCpu ? &maxima : nullptr;
+    const bool points = mo.points_stage == PointsStage::kOn ||
+                        (mo.points_stage == PointsStage::kAuto && ctx.backend() == Backend::kCpu);
+    const AtomPairMaxima* on_points = points ? &maxima : nullptr;
     double theta = std::min(theta_b, std::max(0.5, theta_b - mo.theta_trial));
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
     if (theta < theta_b && 2 * std::exp(mo.slack) * sc.dropped_mass > 0.5 * s.tolerance) {

@@ -61,6 +61,14 @@ enum class SolverKind {
 std::string to_string(SolverKind s);
 SolverKind parse_solver_kind(const std::string& s, const std::string& what = "solver");
 
+/// Whether the multiscale screen evaluates its kept atom pairs on their points
+/// (MultiscaleOptions::points_stage; docs/multiscale.md, step 4).
+enum class PointsStage {
+  kAuto,  ///< on the CPU engine; not yet on the CUDA engine (its kernel has not run on a GPU)
+  kOn,    ///< on either engine
+  kOff,   ///< never: the box bound alone
+};
+
 /// Knobs of the multiscale solver (SinkhornOptions::solver).
 struct MultiscaleOptions {
   /// Points per cell of a coarse level (each level coarsens by this factor), >= 2. 8: at 2^17
@@ -77,6 +85,8 @@ struct MultiscaleOptions {
   /// 3: at 2^17 points 16.7% kept instead of 18.7%, accepted at every level. 0: theta_b at once.
   /// >= 0.
   double theta_trial = 3.0;
+  /// The screen's points stage (PointsStage).
+  PointsStage points_stage = PointsStage::kAuto;
   /// Fall back to dense fine passes when the screen keeps more than this fraction of the pairs
   /// (high dimension: boxes do not prune). In (0, 1]. A truncated pass costs about its kept
   /// fraction of a dense one plus ~15% per scanned tile (docs/multiscale.md, "Fallback"), so

@@ -66,6 +66,12 @@ TEST_F(CliMultiscaleTest, BenchSolveWritesOneJsonObject) {
   EXPECT_TRUE(j["converged"].b);
   EXPECT_GT(j["warm_s_median"].num, 0.0);
   EXPECT_GT(j["cold_s"].num, 0.0);
+  EXPECT_EQ(j["points_stage"].str, "auto");
+  // Without the points stage the screen keeps at least as much.
+  const Json off = run_json("bench solve --backend cpu --n 2048 --d 2 --epsilon 0.005 --tolerance "
+                            "1e-2 --repeats 1 --points-stage off");
+  EXPECT_TRUE(off["converged"].b);
+  EXPECT_GE(off["kept_fraction"].num, j["kept_fraction"].num);
 }
 
 TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {
@@ -79,6 +85,7 @@ TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {
       {"bench solve --solver nope", {"--solver"}},
       {"bench solve --max-density 0", {"--max-density"}},
       {"bench solve --max-density 1.5", {"--max-density"}},
+      {"bench solve --points-stage maybe", {"--points-stage", "maybe"}},
       {"bench sinkhorn --n 100 --hvp --cg-max-iterations 0", {"--cg-max-iterations"}},
   };
   for (const BadCase& c : cases) {

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The multiscale GPU checks and timings of docs/multiscale.md and docs/benchmarks.md: the CUDA
+# multiscale tests (the points-stage kernel against the CPU engine among them) and
+# compute-sanitizer memcheck on that kernel, then `kantor bench solve` on the issue's data at 2^17
+# and 2^20 points a side, for each binary folder given, interleaved in rounds (compare only
+# within one call), with the screen's points stage off and on for the new binary. One JSON line
+# per solve on stdout (and in OUT/multiscale.jsonl).
+#
+# Usage: scripts/gpu-multiscale.sh OUT_DIR BIN_DIR [OLD_BIN_DIR]
+#   BIN_DIR      folder holding `kantor` and `kantor_test_sinkhorn` (this tree's build)
+#   OLD_BIN_DIR  optional folder holding an older `kantor` (the baseline, run with its defaults)
+# Environment: KANTOR_MS_SIZES (default "131072 1048576"), KANTOR_MS_ROUNDS (default 2),
+#              KANTOR_MS_REPEATS (default 3).
+set -uo pipefail
+out="${1:?usage: scripts/gpu-multiscale.sh OUT_DIR BIN_DIR [OLD_BIN_DIR]}"
+bin="${2:?usage: scripts/gpu-multiscale.sh OUT_DIR BIN_DIR [OLD_BIN_DIR]}"
+old="${3:-}"
+sizes="${KANTOR_MS_SIZES:-131072 1048576}"
+rounds="${KANTOR_MS_ROUNDS:-2}"
+repeats="${KANTOR_MS_REPEATS:-3}"
+mkdir -p "$out"
+status=0
+if [ -x "$bin/kantor_test_sinkhorn" ]; then
+  "$bin/kantor_test_sinkhorn" --gtest_brief=1 --gtest_filter='CudaMultiscale.*:MultiscaleOracle.*' \
+    2>&1 | tail -8 || status=1
+  if command -v compute-sanitizer > /dev/null; then
+    compute-sanitizer --tool memcheck "$bin/kantor_test_sinkhorn" \
+      --gtest_filter='CudaMultiscale.AtomPairMaxima*' 2>&1 | tail -3 || status=1
+  fi
+fi
+solve() {  # tag, binary, n, extra args...
+  local tag="$1" kantor="$2" n="$3"
+  shift 3
+  local line
+  line=$("$kantor" bench solve --backend cuda --n "$n" --repeats "$repeats" --json "$@" 2>&1 | tail -1)
+  python3 - "$tag" "$line" <<'PY' | tee -a "$out/multiscale.jsonl" || status=1
+import json, sys
+tag, line = sys.argv[1], sys.argv[2]
+try:
+    j = json.loads(line)
+except ValueError:
+    print(json.dumps({"tag": tag, "error": line}))
+    sys.exit(1)
+j["tag"] = tag
+print(json.dumps(j))
+PY
+}
+for r in $(seq 1 "$rounds"); do
+  for n in $sizes; do
+    [ -n "$old" ] && solve "old" "$old/kantor" "$n"
+    solve "new, points stage off" "$bin/kantor" "$n" --points-stage off
+    solve "new, points stage on" "$bin/kantor" "$n" --points-stage on
+  done
+done
+exit $status
