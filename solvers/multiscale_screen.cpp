@@ -709,43 +709,53 @@ double refine_with_maxima(const Hierarchy& hx, const Hierarchy& hy, const AtomPa
     start[std::size_t(I0 + 1)] = start[std::size_t(I0)] + k;
   }
   const std::int64_t total = start.back();
-  // The atom pairs in (block row, record, bit) order; the same walk reads the results back.
-  auto walk = [&](std::int64_t I0, auto&& visit) {
-    std::int64_t k = start[std::size_t(I0)];
+  // The atom pairs in (block row, record, bit) order, in batches of whole block rows of at most
+  // kBatch pairs (2^23 points a side keep ~1e9 atom pairs); the same walk reads the results back.
+  constexpr std::int64_t kBatch = std::int64_t(1) << 24;
+  auto walk = [&](std::int64_t I0, std::int64_t base, auto&& visit) {
+    std::int64_t k = start[std::size_t(I0)] - base;
     for (auto& e : (*rec)[std::size_t(I0)])
       for (std::uint64_t v = e.second; v; v &= v - 1) {
         const int bit = __builtin_ctzll(v);
         visit(k++, (I0 << bx) + (bit >> 3), (std::int64_t(e.first) << by) + (bit & 7), e, bit);
       }
   };
-  std::vector<std::int32_t> pairs(static_cast<std::size_t>(2 * total));
-  detail::parallel_for(rows, threads, [&](std::int64_t I0) {
-    walk(I0, [&](std::int64_t k, std::int64_t I, std::int64_t J, auto&, int) {
-      pairs[std::size_t(2 * k)] = std::int32_t(I);
-      pairs[std::size_t(2 * k + 1)] = std::int32_t(J);
-    });
-  });
-  std::vector<double> best;
-  maxima(pairs, keep_at, &best);
-  if (std::int64_t(best.size()) != total)
-    throw InvalidArgument("multiscale: the atom-pair evaluator returned " +
-                          std::to_string(best.size()) + " values for " + std::to_string(total) +
-                          " pairs");
   std::vector<double> lost(static_cast<std::size_t>(rows), 0.0);
   std::vector<std::int64_t> gone(static_cast<std::size_t>(rows), 0);
-  detail::parallel_for(rows, threads, [&](std::int64_t I0) {
-    walk(I0, [&](std::int64_t k, std::int64_t I, std::int64_t J, auto& e, int bit) {
-      const double v = best[std::size_t(k)];
-      if (!(v < keep_at)) return;  // kept (NaN too)
-      e.second &= ~(std::uint64_t(1) << bit);
-      ++gone[std::size_t(I0)];
-      lost[std::size_t(I0)] +=
-          hx.levels[0].mass[std::size_t(I)] * hy.levels[0].mass[std::size_t(J)] * std::exp(v / eps);
+  std::vector<std::int32_t> pairs;
+  std::vector<double> best;
+  for (std::int64_t r0 = 0; r0 < rows;) {
+    std::int64_t r1 = r0 + 1;
+    while (r1 < rows && start[std::size_t(r1 + 1)] - start[std::size_t(r0)] <= kBatch) ++r1;
+    const std::int64_t base = start[std::size_t(r0)], count = start[std::size_t(r1)] - base;
+    pairs.resize(static_cast<std::size_t>(2 * count));
+    detail::parallel_for(r1 - r0, threads, [&](std::int64_t q) {
+      walk(r0 + q, base, [&](std::int64_t k, std::int64_t I, std::int64_t J, auto&, int) {
+        pairs[std::size_t(2 * k)] = std::int32_t(I);
+        pairs[std::size_t(2 * k + 1)] = std::int32_t(J);
+      });
     });
-    auto& r = (*rec)[std::size_t(I0)];
-    r.erase(std::remove_if(r.begin(), r.end(), [](const auto& e) { return e.second == 0; }),
-            r.end());
-  });
+    maxima(pairs, keep_at, &best);
+    if (std::int64_t(best.size()) != count)
+      throw InvalidArgument("multiscale: the atom-pair evaluator returned " +
+                            std::to_string(best.size()) + " values for " +
+                            std::to_string(count) + " pairs");
+    detail::parallel_for(r1 - r0, threads, [&](std::int64_t q) {
+      const std::int64_t I0 = r0 + q;
+      walk(I0, base, [&](std::int64_t k, std::int64_t I, std::int64_t J, auto& e, int bit) {
+        const double v = best[std::size_t(k)];
+        if (!(v < keep_at)) return;  // kept (NaN too)
+        e.second &= ~(std::uint64_t(1) << bit);
+        ++gone[std::size_t(I0)];
+        lost[std::size_t(I0)] += hx.levels[0].mass[std::size_t(I)] *
+                                 hy.levels[0].mass[std::size_t(J)] * std::exp(v / eps);
+      });
+      auto& r = (*rec)[std::size_t(I0)];
+      r.erase(std::remove_if(r.begin(), r.end(), [](const auto& e) { return e.second == 0; }),
+              r.end());
+    });
+    r0 = r1;
+  }
   double total_lost = 0;
   for (std::int64_t I0 = 0; I0 < rows; ++I0) {
     total_lost += lost[std::size_t(I0)];
