@@ -27,7 +27,6 @@ using Clock = std::chrono::steady_clock;
 // iterations are cheap next to the finest level's, whose count its accuracy sets.
 constexpr double kCoarseResidual = 0.1;
 
-
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
