@@ -34,6 +34,7 @@ struct Options {
   int repeats = 3;
   std::uint64_t seed = 0;
   std::int64_t cell = 0;
+  std::int64_t dense_pairs = 0;  // 0: the library's default
   double max_density = -1;  // < 0: the library's default
   std::string points_stage = "auto";
   bool verify = false, json = false;
@@ -67,6 +68,7 @@ int run(const Options& o) {
   so.multiscale.verify = o.verify;
   so.multiscale.keep_mask = !o.mask_path.empty();
   if (o.cell > 0) so.multiscale.cell_points = o.cell;
+  if (o.dense_pairs > 0) so.multiscale.dense_pairs = o.dense_pairs;
   if (o.max_density >= 0) so.multiscale.max_density = o.max_density;
   so.multiscale.points_stage = o.points_stage == "on"    ? PointsStage::kOn
                                : o.points_stage == "off" ? PointsStage::kOff
@@ -170,6 +172,9 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("tolerance", po::value(&o.tolerance), "certified L1 marginal error (default 5e-3)")
     ("solver", po::value(&o.solver), "dense | multiscale | auto (default multiscale)")
     ("cell", po::value(&o.cell), "multiscale: points per coarse cell (default: the library's)")
+    ("dense-pairs", po::value(&o.dense_pairs),
+     "multiscale: coarse problems with at most this many pairs are solved dense (default: the "
+     "library's)")
     ("max-density", po::value(&o.max_density),
      "multiscale: densest kept fraction still run on block lists (default: the library's)")
     ("points-stage", po::value(&o.points_stage),
@@ -195,6 +200,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
   if (o.m < 0) throw InvalidArgument("--m must be >= 1, got " + std::to_string(o.m));
   if (o.d < 1 || o.d > 64) throw InvalidArgument("--d must be in [1, 64], got " + std::to_string(o.d));
   if (o.repeats < 1) throw InvalidArgument("--repeats must be >= 1, got " + std::to_string(o.repeats));
+  if (vm.count("dense-pairs") && o.dense_pairs < 1)
+    throw InvalidArgument("--dense-pairs must be >= 1, got " + std::to_string(o.dense_pairs));
   if (vm.count("max-density") && !(o.max_density > 0 && o.max_density <= 1))
     throw InvalidArgument("--max-density must be in (0, 1], got " + format_number(o.max_density));
   if (o.points_stage != "auto" && o.points_stage != "on" && o.points_stage != "off")

@@ -84,6 +84,7 @@ TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {
       {"bench solve --tolerance -1", {"--tolerance"}},
       {"bench solve --solver nope", {"--solver"}},
       {"bench solve --max-density 0", {"--max-density"}},
+      {"bench solve --dense-pairs 0", {"--dense-pairs"}},
       {"bench solve --max-density 1.5", {"--max-density"}},
       {"bench solve --points-stage maybe", {"--points-stage", "maybe"}},
       {"bench sinkhorn --n 100 --hvp --cg-max-iterations 0", {"--cg-max-iterations"}},

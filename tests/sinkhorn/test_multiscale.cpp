@@ -903,6 +903,51 @@ TEST(CudaMultiscale, AtomPairMaximaMatchTheCpuEngine) {
     EXPECT_NEAR(gpu[k], cpu[k], 1e-12 * (1 + std::fabs(cpu[k]))) << "pair " << k;
 }
 
+// At the size where the solver calls it in batches of millions of pairs (2^20 points a side,
+// atoms of 32, 2^21 random atom pairs, weights partly zero): the GPU's values equal the CPU's.
+TEST(CudaMultiscale, AtomPairMaximaMatchTheCpuEngineAtScale) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  Rng rng(17);
+  const std::int64_t n = std::int64_t(1) << 20, m = n - 77, d = 3, atom = 32;
+  const std::vector<double> x = uniform_cloud(rng, n, d), y = squeezed_cloud(rng, m, d);
+  std::vector<double> a(std::size_t(n), 1.0 / double(n)), b(std::size_t(m), 1.0 / double(m));
+  for (std::int64_t i = 0; i < n; i += 7) a[std::size_t(i)] = 0;
+  PointData<float> pd = make_point_data<float>(d, x, y, a, {}, 0.0025);
+  pd.b = cast_vector<float>(same_mass(b, std::vector<double>(pd.a.begin(), pd.a.end())));
+  Problem<float> p = pd.problem();
+  p.reference_x = host_matrix<const double>(x.data(), n, d);
+  p.reference_y = host_matrix<const double>(y.data(), m, d);
+  const std::vector<double> fd = smooth_potential(rng, x, d, 0.3, -0.2, 0.05);
+  const std::vector<double> gd = smooth_potential(rng, y, d, -0.4, 0.1, 0.05);
+  const std::vector<float> f(fd.begin(), fd.end()), g(gd.begin(), gd.end());
+  const std::int64_t ax = (n + atom - 1) / atom, ay = (m + atom - 1) / atom;
+  std::mt19937_64 pick(3);
+  std::vector<std::int32_t> pairs;
+  for (int k = 0; k < (1 << 21); ++k)
+    pairs.insert(pairs.end(), {std::int32_t(pick() % std::uint64_t(ax)),
+                               std::int32_t(pick() % std::uint64_t(ay))});
+  pairs.insert(pairs.end(), {std::int32_t(ax - 1), std::int32_t(ay - 1)});
+  std::vector<double> out[2];
+  for (const Backend backend : {Backend::kCpu, Backend::kCuda}) {
+    Context ctx(ContextOptions{backend, 0});
+    auto oracle = make_oracle(ctx, p, Precision::kFp32);
+    const MemorySpace space = backend == Backend::kCuda ? MemorySpace::kDevice : MemorySpace::kHost;
+    Buffer<float> fb(ctx, n), gb(ctx, m);
+    detail::copy_bytes(ctx, fb.data(), space, f.data(), MemorySpace::kHost, sizeof(float) * f.size());
+    detail::copy_bytes(ctx, gb.data(), space, g.data(), MemorySpace::kHost, sizeof(float) * g.size());
+    oracle->atom_pair_maxima(fb.data(), gb.data(), atom, pairs, HUGE_VAL,
+                             &out[backend == Backend::kCuda ? 1 : 0]);
+  }
+  ASSERT_EQ(out[0].size(), pairs.size() / 2);
+  ASSERT_EQ(out[1].size(), pairs.size() / 2);
+  std::int64_t bad = 0;
+  for (std::size_t k = 0; k < out[0].size(); ++k)
+    if (!(std::fabs(out[1][k] - out[0][k]) <= 1e-12 * (1 + std::fabs(out[0][k]))) && bad++ < 10)
+      ADD_FAILURE() << "pair " << k << " (" << pairs[2 * k] << ", " << pairs[2 * k + 1]
+                    << "): gpu " << out[1][k] << ", cpu " << out[0][k];
+  EXPECT_EQ(bad, 0);
+}
+
 TEST(CudaMultiscale, CertifiedAndEqualToDenseOnTheGpu) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   for (const Case& k : {kCases[0], kCases[1], kCases[4], kCases[5], kCases[7], kCases[8]})
