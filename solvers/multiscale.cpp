@@ -379,7 +379,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   }
 
   // ---- the points: screen, truncated passes, certificate ----
+  const auto t_engine = Clock::now();
   std::unique_ptr<Oracle<T>> oracle = make_oracle(ctx, sorted, precision);
+  const double seconds_engine = seconds_since(t_engine);
   s.n = n;
   s.m = m;
   s.d = d;
@@ -667,7 +669,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     os << std::setprecision(3) << s.solver_note << (s.solver_note.empty() ? "" : "; ") << n
        << " x " << m << " points: " << fine_iterations << " iterations, " << 100 * s.kept_fraction
        << "% kept (theta " << screen_theta << (screen_retries ? ", after a retry" : "")
-       << "); seconds: order " << t_setup << ", lift " << seconds_lift << ", screen "
+       << "); seconds: order " << t_setup << ", lift " << seconds_lift << ", engine "
+       << seconds_engine << ", screen "
        << seconds_screen << ", passes "
        << s.seconds_iterations - (seconds_screen - first_screen) - seconds_cert
        << ", certificates " << seconds_cert << " (" << level_certs << ", " << fp32_certs
