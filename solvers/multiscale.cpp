@@ -433,9 +433,12 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const bool points = mo.points_stage == PointsStage::kOn ||
                         (mo.points_stage == PointsStage::kAuto && ctx.backend() == Backend::kCpu);
     const AtomPairMaxima* on_points = points ? &maxima : nullptr;
+    // A trial screen dropping more than this is rejected (the points stage is skipped then).
+    const double budget = 0.25 * s.tolerance / std::exp(mo.slack);
     double theta = std::min(theta_b, std::max(0.5, theta_b - mo.theta_trial));
-    sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
-    if (theta < theta_b && 2 * std::exp(mo.slack) * sc.dropped_mass > 0.5 * s.tolerance) {
+    sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
+                theta < theta_b ? budget : HUGE_VAL);
+    if (theta < theta_b && !(sc.dropped_mass <= budget)) {
       theta = theta_b;
       sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
       ++screen_retries;

@@ -769,7 +769,7 @@ double refine_with_maxima(const Hierarchy& hx, const Hierarchy& hy, const AtomPa
 
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
-              int threads, const AtomPairMaxima* maxima) {
+              int threads, const AtomPairMaxima* maxima, double points_budget) {
   if (shape.key_tile <= 0 || shape.row_tile <= 0 || shape.row_tile % shape.key_tile != 0)
     throw InvalidArgument("multiscale: the engine's row tile (" + std::to_string(shape.row_tile) +
                           ") is not a multiple of its key tile (" +
@@ -789,7 +789,8 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
     default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
   }
-  if (maxima)
+  out.points_skipped = maxima && !(lost <= points_budget);
+  if (maxima && !out.points_skipped)
     lost += refine_with_maxima(hx, hy, *maxima, keep_at, eps, bx, by, threads, &rec,
                                &out.point_tests, &out.point_drops);
   const CellLevel& XB = hx.levels[std::size_t(bx)];

@@ -4,6 +4,7 @@
 // Host code, float64, no engine types: unit-tested on its own (tests/sinkhorn/test_multiscale.cpp).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -73,6 +74,7 @@ struct Screen {
   double dropped_mass = 0;
   std::int64_t point_tests = 0;    ///< kept atom pairs evaluated on their points (AtomPairMaxima)
   std::int64_t point_drops = 0;    ///< of which dropped
+  bool points_skipped = false;     ///< the box stage alone dropped more than points_budget
 };
 
 /// The screen's second stage: out (resized to pairs.size() / 2) bounds, for each atom pair
@@ -88,9 +90,12 @@ using AtomPairMaxima = std::function<void(const std::vector<std::int32_t>& pairs
 /// it. Every atom, on either side, keeps at least one partner holding positive weight (its best
 /// by the bound, or by box distance for an atom without weight), so no row of a pass is empty.
 /// Atoms are shape.key_tile points (the hierarchies' atoms); shape.row_tile must be a multiple.
-/// eps scales the dropped mass (Screen::dropped_mass).
+/// eps scales the dropped mass (Screen::dropped_mass). The points stage adds to the dropped mass
+/// and never takes from it: it is skipped (Screen::points_skipped) when the box stage alone
+/// drops more than points_budget, the most a caller would accept.
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
-              int threads, const AtomPairMaxima* maxima = nullptr);
+              int threads, const AtomPairMaxima* maxima = nullptr,
+              double points_budget = HUGE_VAL);
 
 }  // namespace kantor::multiscale

@@ -451,6 +451,29 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
       EXPECT_EQ(sc.f_side.runs, rf.runs);
       EXPECT_EQ(sc.g_side.run_ptr, rg.run_ptr);
       EXPECT_EQ(sc.g_side.runs, rg.runs);
+      EXPECT_FALSE(sc.points_skipped);
+      if (on_points) {
+        // A budget below the box stage's dropped mass skips the points stage (the caller
+        // rejects such a screen whatever the points add): the box stage's lists and mass.
+        const multiscale::Screen box = multiscale::screen(hx, hy, k.n, k.m, int(k.d), c,
+                                                          k.threshold, 0.0, 0.01, shape, threads);
+        ASSERT_GT(box.dropped_mass, 0.0);
+        const multiscale::Screen skipped = multiscale::screen(
+            hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads, &pts,
+            0.5 * box.dropped_mass);
+        EXPECT_TRUE(skipped.points_skipped);
+        EXPECT_EQ(skipped.point_tests, 0);
+        EXPECT_EQ(skipped.dropped_mass, box.dropped_mass);
+        EXPECT_EQ(skipped.f_side.runs, box.f_side.runs);
+        EXPECT_EQ(skipped.g_side.runs, box.g_side.runs);
+        // A budget at the box stage's dropped mass: the points stage runs.
+        const multiscale::Screen ran = multiscale::screen(
+            hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads, &pts,
+            box.dropped_mass);
+        EXPECT_FALSE(ran.points_skipped);
+        EXPECT_EQ(ran.dropped_mass, sc.dropped_mass);
+        EXPECT_EQ(ran.f_side.runs, sc.f_side.runs);
+      }
     }
   }
 }
