@@ -424,8 +424,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // The kept atom pairs are evaluated once more on their points by the engine (the box bound
     // keeps 1.7x the exact tile-level pairs at 2^17 points): about one pass over the kept pairs
     // without exponentials, and a third or more of every later pass saved. The potentials are
-    // those of the mask (fb, gb are copies of f, g now). By default on the CPU engine only for
-    // now: the CUDA engine's kernel has not run on a GPU yet (docs/multiscale.md).
+    // those of the mask (fb, gb are copies of f, g now). By default on the CPU engine only: on
+    // the H100 the CUDA engine's points stage (its kernel equal to the CPU's, tested) cost more
+    // than its passes saved (2^20 points: 2.31 s against 1.70 s warm; 2^17: 0.28 s both;
+    // docs/multiscale.md).
     const AtomPairMaxima maxima = [&](const std::vector<std::int32_t>& pairs, double stop_at,
                                       std::vector<double>* out) {
       oracle->atom_pair_maxima(f.data(), g.data(), shape.key_tile, pairs, stop_at, out);
@@ -436,11 +438,16 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // A trial screen dropping more than this is rejected (the points stage is skipped then).
     const double budget = 0.25 * s.tolerance / std::exp(mo.slack);
     double theta = std::min(theta_b, std::max(0.5, theta_b - mo.theta_trial));
+    // A coarse level also keeps the box stage's lists: they lift its potentials to the finer
+    // points (its points stage tests the cells' centroids, not the points beneath them; lifting
+    // through the tighter lists left the 2^20 points' level 93 iterations instead of 2 on the
+    // H100, docs/multiscale.md).
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
-                theta < theta_b ? budget : HUGE_VAL);
+                theta < theta_b ? budget : HUGE_VAL, coarse_level);
     if (theta < theta_b && !(sc.dropped_mass <= budget)) {
       theta = theta_b;
-      sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points);
+      sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
+                  HUGE_VAL, coarse_level);
       ++screen_retries;
     }
     s.kept_fraction = sc.kept_fraction;
@@ -620,8 +627,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                   " spent before the tolerance was met";
     s.seconds_iterations = seconds_since(t_iter);
     if (lists) {
-      lists[0] = sc.f_side;
-      lists[1] = sc.g_side;
+      const bool box = !sc.box_f_side.run_ptr.empty();  // lift through the box stage's lists
+      lists[0] = box ? sc.box_f_side : sc.f_side;
+      lists[1] = box ? sc.box_g_side : sc.g_side;
     }
   }
   if (!dense_fine && !coarse_level) {

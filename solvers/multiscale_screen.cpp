@@ -769,7 +769,8 @@ double refine_with_maxima(const Hierarchy& hx, const Hierarchy& hy, const AtomPa
 
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
-              int threads, const AtomPairMaxima* maxima, double points_budget) {
+              int threads, const AtomPairMaxima* maxima, double points_budget,
+              bool box_lists) {
   if (shape.key_tile <= 0 || shape.row_tile <= 0 || shape.row_tile % shape.key_tile != 0)
     throw InvalidArgument("multiscale: the engine's row tile (" + std::to_string(shape.row_tile) +
                           ") is not a multiple of its key tile (" +
@@ -790,132 +791,147 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
   }
   out.points_skipped = maxima && !(lost <= points_budget);
-  if (maxima && !out.points_skipped)
+  const bool points = maxima && !out.points_skipped;
+  BlockRows box_rec;
+  if (points && box_lists) box_rec = rec;
+  if (points)
     lost += refine_with_maxima(hx, hy, *maxima, keep_at, eps, bx, by, threads, &rec,
                                &out.point_tests, &out.point_drops);
   const CellLevel& XB = hx.levels[std::size_t(bx)];
-  // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
-  // nearest box centre (atoms without weight, which have no potential model).
-  const CellLevel& X = hx.levels[0];
-  const CellLevel& Y = hy.levels[0];
-  auto add_pair = [&](std::int64_t I, std::int64_t J) {  // atoms I (x) and J (y)
-    auto& r = rec[std::size_t(I >> bx)];
-    const std::int32_t Jb = std::int32_t(J >> by);
-    const std::uint64_t bit = std::uint64_t(1)
-                              << (8 * (I - ((I >> bx) << bx)) + (J - (std::int64_t(Jb) << by)));
-    auto it = std::lower_bound(r.begin(), r.end(), std::make_pair(Jb, std::uint64_t(0)));
-    if (it != r.end() && it->first == Jb)
-      it->second |= bit;
-    else
-      r.insert(it, {Jb, bit});
-  };
-  auto repair = [&](const CellLevel& A, bool a_is_x) {
-    std::vector<std::atomic<unsigned char>> has(static_cast<std::size_t>(A.count));
-    for (auto& h : has) h.store(0, std::memory_order_relaxed);
-    detail::parallel_for(XB.count, threads, [&](std::int64_t I0) {
-      for (const auto& e : rec[std::size_t(I0)]) {
-        // x atoms: the mask's non-zero rows (bytes); y atoms: its non-zero columns.
-        const std::int64_t first = a_is_x ? I0 << bx : std::int64_t(e.first) << by;
-        const std::uint32_t bits = fold_bytes(a_is_x ? transpose_bits(e.second) : e.second);
-        for (std::uint32_t v = bits; v; v &= v - 1)
-          has[std::size_t(first + __builtin_ctz(v))].store(1, std::memory_order_relaxed);
-      }
-    });
-    std::vector<std::int64_t> lonely;
-    for (std::int64_t I = 0; I < A.count; ++I)
-      if (!has[std::size_t(I)]) lonely.push_back(I);
-    std::vector<std::int64_t> partner(lonely.size(), -1);
-    // The partner: descend B's hierarchy from its top level, at each level taking the child with
-    // the best score against A's cell at the matching level (O(levels) per atom; any partner
-    // keeps the row non-empty, and a good one keeps its potential sensible).
-    const Hierarchy& HA = a_is_x ? hx : hy;
-    const Hierarchy& HB = a_is_x ? hy : hx;
-    detail::parallel_for(std::int64_t(lonely.size()), threads, [&](std::int64_t q) {
-      const std::int64_t I0 = lonely[std::size_t(q)];
-      auto score = [&](int la, std::int64_t Ia, int lb, std::int64_t Jb) {
-        const CellLevel& Ac = HA.levels[std::size_t(la)];
-        const CellLevel& Bc = HB.levels[std::size_t(lb)];
-        if (Ac.active[std::size_t(Ia)] && A.active[std::size_t(I0)])
-          return a_is_x ? pair_bound(Ac, Ia, Bc, Jb, d, c) : pair_bound(Bc, Jb, Ac, Ia, d, c);
-        double v = 0;
-        for (int k = 0; k < d; ++k) {
-          const double t = 0.5 * (Ac.lo[std::size_t(Ia * d + k)] + Ac.hi[std::size_t(Ia * d + k)]) -
-                           0.5 * (Bc.lo[std::size_t(Jb * d + k)] + Bc.hi[std::size_t(Jb * d + k)]);
-          v -= t * t;
-        }
-        return v;
-      };
-      const int lbt = int(HB.levels.size()) - 1;
-      auto a_level = [&](int lb) { return std::min(lb, int(HA.levels.size()) - 1); };
-      std::int64_t arg = -1;
-      double best = -std::numeric_limits<double>::infinity();
-      {
-        const int la = a_level(lbt);
-        const std::int64_t Ia = I0 >> la;
-        for (std::int64_t J = 0; J < HB.levels[std::size_t(lbt)].count; ++J) {
-          if (!HB.levels[std::size_t(lbt)].active[std::size_t(J)]) continue;
-          const double v = score(la, Ia, lbt, J);
-          if (arg < 0 || v > best) {
-            best = v;
-            arg = J;
-          }
-        }
-      }
-      for (int lb = lbt - 1; lb >= 0 && arg >= 0; --lb) {
-        const CellLevel& Bc = HB.levels[std::size_t(lb)];
-        const int la = a_level(lb);
-        std::int64_t next = -1;
-        best = -std::numeric_limits<double>::infinity();
-        for (std::int64_t J = 2 * arg; J < std::min(Bc.count, 2 * arg + 2); ++J) {
-          if (!Bc.active[std::size_t(J)]) continue;
-          const double v = score(la, I0 >> la, lb, J);
-          if (next < 0 || v > best) {
-            best = v;
-            next = J;
-          }
-        }
-        arg = next;
-      }
-      partner[std::size_t(q)] = arg;
-    });
-    // The partners join the pairs (so the x side's count for the y atoms too).
-    for (std::size_t q = 0; q < lonely.size(); ++q) {
-      if (partner[q] < 0) continue;  // no weight on the other side at all: validation refuses that
-      ++out.orphans;
-      if (a_is_x)
-        add_pair(lonely[q], partner[q]);
+  // The kept pairs of `rec` as the two sides' lists: repaired (below), flattened, transposed;
+  // rec is consumed.
+  auto lists = [&](BlockRows& rec, BlockList* f_side, BlockList* g_side, double* covered,
+                   std::int64_t* orphans, std::int64_t* atom_pairs) {
+    // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
+    // nearest box centre (atoms without weight, which have no potential model).
+    const CellLevel& X = hx.levels[0];
+    const CellLevel& Y = hy.levels[0];
+    auto add_pair = [&](std::int64_t I, std::int64_t J) {  // atoms I (x) and J (y)
+      auto& r = rec[std::size_t(I >> bx)];
+      const std::int32_t Jb = std::int32_t(J >> by);
+      const std::uint64_t bit = std::uint64_t(1)
+                                << (8 * (I - ((I >> bx) << bx)) + (J - (std::int64_t(Jb) << by)));
+      auto it = std::lower_bound(r.begin(), r.end(), std::make_pair(Jb, std::uint64_t(0)));
+      if (it != r.end() && it->first == Jb)
+        it->second |= bit;
       else
-        add_pair(partner[q], lonely[q]);
-    }
+        r.insert(it, {Jb, bit});
+    };
+    auto repair = [&](const CellLevel& A, bool a_is_x) {
+      std::vector<std::atomic<unsigned char>> has(static_cast<std::size_t>(A.count));
+      for (auto& h : has) h.store(0, std::memory_order_relaxed);
+      detail::parallel_for(XB.count, threads, [&](std::int64_t I0) {
+        for (const auto& e : rec[std::size_t(I0)]) {
+          // x atoms: the mask's non-zero rows (bytes); y atoms: its non-zero columns.
+          const std::int64_t first = a_is_x ? I0 << bx : std::int64_t(e.first) << by;
+          const std::uint32_t bits = fold_bytes(a_is_x ? transpose_bits(e.second) : e.second);
+          for (std::uint32_t v = bits; v; v &= v - 1)
+            has[std::size_t(first + __builtin_ctz(v))].store(1, std::memory_order_relaxed);
+        }
+      });
+      std::vector<std::int64_t> lonely;
+      for (std::int64_t I = 0; I < A.count; ++I)
+        if (!has[std::size_t(I)]) lonely.push_back(I);
+      std::vector<std::int64_t> partner(lonely.size(), -1);
+      // The partner: descend B's hierarchy from its top level, at each level taking the child with
+      // the best score against A's cell at the matching level (O(levels) per atom; any partner
+      // keeps the row non-empty, and a good one keeps its potential sensible).
+      const Hierarchy& HA = a_is_x ? hx : hy;
+      const Hierarchy& HB = a_is_x ? hy : hx;
+      detail::parallel_for(std::int64_t(lonely.size()), threads, [&](std::int64_t q) {
+        const std::int64_t I0 = lonely[std::size_t(q)];
+        auto score = [&](int la, std::int64_t Ia, int lb, std::int64_t Jb) {
+          const CellLevel& Ac = HA.levels[std::size_t(la)];
+          const CellLevel& Bc = HB.levels[std::size_t(lb)];
+          if (Ac.active[std::size_t(Ia)] && A.active[std::size_t(I0)])
+            return a_is_x ? pair_bound(Ac, Ia, Bc, Jb, d, c) : pair_bound(Bc, Jb, Ac, Ia, d, c);
+          double v = 0;
+          for (int k = 0; k < d; ++k) {
+            const double t = 0.5 * (Ac.lo[std::size_t(Ia * d + k)] + Ac.hi[std::size_t(Ia * d + k)]) -
+                             0.5 * (Bc.lo[std::size_t(Jb * d + k)] + Bc.hi[std::size_t(Jb * d + k)]);
+            v -= t * t;
+          }
+          return v;
+        };
+        const int lbt = int(HB.levels.size()) - 1;
+        auto a_level = [&](int lb) { return std::min(lb, int(HA.levels.size()) - 1); };
+        std::int64_t arg = -1;
+        double best = -std::numeric_limits<double>::infinity();
+        {
+          const int la = a_level(lbt);
+          const std::int64_t Ia = I0 >> la;
+          for (std::int64_t J = 0; J < HB.levels[std::size_t(lbt)].count; ++J) {
+            if (!HB.levels[std::size_t(lbt)].active[std::size_t(J)]) continue;
+            const double v = score(la, Ia, lbt, J);
+            if (arg < 0 || v > best) {
+              best = v;
+              arg = J;
+            }
+          }
+        }
+        for (int lb = lbt - 1; lb >= 0 && arg >= 0; --lb) {
+          const CellLevel& Bc = HB.levels[std::size_t(lb)];
+          const int la = a_level(lb);
+          std::int64_t next = -1;
+          best = -std::numeric_limits<double>::infinity();
+          for (std::int64_t J = 2 * arg; J < std::min(Bc.count, 2 * arg + 2); ++J) {
+            if (!Bc.active[std::size_t(J)]) continue;
+            const double v = score(la, I0 >> la, lb, J);
+            if (next < 0 || v > best) {
+              best = v;
+              next = J;
+            }
+          }
+          arg = next;
+        }
+        partner[std::size_t(q)] = arg;
+      });
+      // The partners join the pairs (so the x side's count for the y atoms too).
+      for (std::size_t q = 0; q < lonely.size(); ++q) {
+        if (partner[q] < 0) continue;  // no weight on the other side at all: validation refuses that
+        ++*orphans;
+        if (a_is_x)
+          add_pair(lonely[q], partner[q]);
+        else
+          add_pair(partner[q], lonely[q]);
+      }
+    };
+    repair(X, true);
+    repair(Y, false);
+    // Flatten to block pairs (rows: x blocks), then the two sides' lists.
+    BlockPairs bp;
+    bp.lx = bx;
+    bp.ly = by;
+    bp.ptr.assign(std::size_t(XB.count + 1), 0);
+    for (std::int64_t I = 0; I < XB.count; ++I)
+      bp.ptr[std::size_t(I + 1)] = bp.ptr[std::size_t(I)] + std::int64_t(rec[std::size_t(I)].size());
+    bp.col.resize(std::size_t(bp.ptr.back()));
+    bp.mask.resize(std::size_t(bp.ptr.back()));
+    std::vector<std::int64_t> pairs(static_cast<std::size_t>(XB.count), 0);
+    detail::parallel_for(XB.count, threads, [&](std::int64_t I) {
+      std::int64_t at = bp.ptr[std::size_t(I)], k = 0;
+      for (const auto& e : rec[std::size_t(I)]) {
+        bp.col[std::size_t(at)] = e.first;
+        bp.mask[std::size_t(at++)] = e.second;
+        k += __builtin_popcountll(e.second);
+      }
+      pairs[std::size_t(I)] = k;
+      std::vector<std::pair<std::int32_t, std::uint64_t>>().swap(rec[std::size_t(I)]);
+    });
+    for (const std::int64_t k : pairs) *atom_pairs += k;
+    double unused = 0;
+    *f_side = block_list(bp, n, m, shape, threads, covered);
+    *g_side = block_list(transpose(bp, hy.levels[std::size_t(by)].count, threads), m, n, shape,
+                         threads, &unused);
   };
-  repair(X, true);
-  repair(Y, false);
-  // Flatten to block pairs (rows: x blocks), then the two sides' lists.
-  BlockPairs bp;
-  bp.lx = bx;
-  bp.ly = by;
-  bp.ptr.assign(std::size_t(XB.count + 1), 0);
-  for (std::int64_t I = 0; I < XB.count; ++I)
-    bp.ptr[std::size_t(I + 1)] = bp.ptr[std::size_t(I)] + std::int64_t(rec[std::size_t(I)].size());
-  bp.col.resize(std::size_t(bp.ptr.back()));
-  bp.mask.resize(std::size_t(bp.ptr.back()));
-  std::vector<std::int64_t> pairs(static_cast<std::size_t>(XB.count), 0);
-  detail::parallel_for(XB.count, threads, [&](std::int64_t I) {
-    std::int64_t at = bp.ptr[std::size_t(I)], k = 0;
-    for (const auto& e : rec[std::size_t(I)]) {
-      bp.col[std::size_t(at)] = e.first;
-      bp.mask[std::size_t(at++)] = e.second;
-      k += __builtin_popcountll(e.second);
-    }
-    pairs[std::size_t(I)] = k;
-    std::vector<std::pair<std::int32_t, std::uint64_t>>().swap(rec[std::size_t(I)]);
-  });
-  for (const std::int64_t k : pairs) out.atom_pairs += k;
-  double covered = 0, unused = 0;
-  out.f_side = block_list(bp, n, m, shape, threads, &covered);
-  out.g_side = block_list(transpose(bp, hy.levels[std::size_t(by)].count, threads), m, n, shape,
-                          threads, &unused);
+  double covered = 0;
+  lists(rec, &out.f_side, &out.g_side, &covered, &out.orphans, &out.atom_pairs);
   out.kept_fraction = covered / (double(n) * double(m));
+  if (points && box_lists) {
+    double box_covered = 0;
+    std::int64_t box_orphans = 0, box_pairs = 0;
+    lists(box_rec, &out.box_f_side, &out.box_g_side, &box_covered, &box_orphans, &box_pairs);
+  }
   // Rounding: each term's exp and products (a few units of 2^-53), the sums of weights behind
   // the masses and the sum of the terms (below 2^-30 relative for any size these lists can
   // index); a term in double's subnormal range carries up to mass_I mass_J 2^-1074 + 2^-1075

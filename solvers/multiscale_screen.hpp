@@ -75,6 +75,10 @@ struct Screen {
   std::int64_t point_tests = 0;    ///< kept atom pairs evaluated on their points (AtomPairMaxima)
   std::int64_t point_drops = 0;    ///< of which dropped
   bool points_skipped = false;     ///< the box stage alone dropped more than points_budget
+  /// With box_lists and a points stage that ran: the lists of the box stage alone (repaired
+  /// like f_side and g_side), for lifting a coarse level's potentials to finer points (the
+  /// points stage tests a coarse level's centroids, not the points beneath them); else empty.
+  BlockList box_f_side, box_g_side;
 };
 
 /// The screen's second stage: out (resized to pairs.size() / 2) bounds, for each atom pair
@@ -92,10 +96,11 @@ using AtomPairMaxima = std::function<void(const std::vector<std::int32_t>& pairs
 /// Atoms are shape.key_tile points (the hierarchies' atoms); shape.row_tile must be a multiple.
 /// eps scales the dropped mass (Screen::dropped_mass). The points stage adds to the dropped mass
 /// and never takes from it: it is skipped (Screen::points_skipped) when the box stage alone
-/// drops more than points_budget, the most a caller would accept.
+/// drops more than points_budget, the most a caller would accept. box_lists: also keep the box
+/// stage's lists (Screen::box_f_side) when the points stage runs.
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima = nullptr,
-              double points_budget = HUGE_VAL);
+              double points_budget = HUGE_VAL, bool box_lists = false);
 
 }  // namespace kantor::multiscale

@@ -473,6 +473,20 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
         EXPECT_FALSE(ran.points_skipped);
         EXPECT_EQ(ran.dropped_mass, sc.dropped_mass);
         EXPECT_EQ(ran.f_side.runs, sc.f_side.runs);
+        // The box stage's lists beside the points stage's (a coarse level lifts through them).
+        EXPECT_TRUE(sc.box_f_side.run_ptr.empty() && sc.box_g_side.run_ptr.empty());
+        const multiscale::Screen both = multiscale::screen(
+            hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads, &pts,
+            HUGE_VAL, true);
+        EXPECT_EQ(both.f_side.run_ptr, sc.f_side.run_ptr);
+        EXPECT_EQ(both.f_side.runs, sc.f_side.runs);
+        EXPECT_EQ(both.g_side.runs, sc.g_side.runs);
+        EXPECT_EQ(both.dropped_mass, sc.dropped_mass);
+        EXPECT_EQ(both.orphans, sc.orphans);
+        EXPECT_EQ(both.box_f_side.run_ptr, box.f_side.run_ptr);
+        EXPECT_EQ(both.box_f_side.runs, box.f_side.runs);
+        EXPECT_EQ(both.box_g_side.run_ptr, box.g_side.run_ptr);
+        EXPECT_EQ(both.box_g_side.runs, box.g_side.runs);
       }
     }
   }
