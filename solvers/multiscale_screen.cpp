@@ -798,16 +798,16 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     lost += refine_with_maxima(hx, hy, *maxima, keep_at, eps, bx, by, threads, &rec,
                                &out.point_tests, &out.point_drops);
   const CellLevel& XB = hx.levels[std::size_t(bx)];
-  // The kept pairs of `rec` as the two sides' lists: repaired (below), flattened, transposed;
-  // rec is consumed.
-  auto lists = [&](BlockRows& rec, BlockList* f_side, BlockList* g_side, double* covered,
+  // The pairs in `kept` as the two sides' lists: repaired (below), flattened, transposed;
+  // kept is consumed.
+  auto lists = [&](BlockRows& kept, BlockList* f_side, BlockList* g_side, double* covered,
                    std::int64_t* orphans, std::int64_t* atom_pairs) {
     // Every atom keeps a partner of positive weight: its best by the bound (active atoms) or the
     // nearest box centre (atoms without weight, which have no potential model).
     const CellLevel& X = hx.levels[0];
     const CellLevel& Y = hy.levels[0];
     auto add_pair = [&](std::int64_t I, std::int64_t J) {  // atoms I (x) and J (y)
-      auto& r = rec[std::size_t(I >> bx)];
+      auto& r = kept[std::size_t(I >> bx)];
       const std::int32_t Jb = std::int32_t(J >> by);
       const std::uint64_t bit = std::uint64_t(1)
                                 << (8 * (I - ((I >> bx) << bx)) + (J - (std::int64_t(Jb) << by)));
@@ -821,7 +821,7 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
       std::vector<std::atomic<unsigned char>> has(static_cast<std::size_t>(A.count));
       for (auto& h : has) h.store(0, std::memory_order_relaxed);
       detail::parallel_for(XB.count, threads, [&](std::int64_t I0) {
-        for (const auto& e : rec[std::size_t(I0)]) {
+        for (const auto& e : kept[std::size_t(I0)]) {
           // x atoms: the mask's non-zero rows (bytes); y atoms: its non-zero columns.
           const std::int64_t first = a_is_x ? I0 << bx : std::int64_t(e.first) << by;
           const std::uint32_t bits = fold_bytes(a_is_x ? transpose_bits(e.second) : e.second);
@@ -904,19 +904,19 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     bp.ly = by;
     bp.ptr.assign(std::size_t(XB.count + 1), 0);
     for (std::int64_t I = 0; I < XB.count; ++I)
-      bp.ptr[std::size_t(I + 1)] = bp.ptr[std::size_t(I)] + std::int64_t(rec[std::size_t(I)].size());
+      bp.ptr[std::size_t(I + 1)] = bp.ptr[std::size_t(I)] + std::int64_t(kept[std::size_t(I)].size());
     bp.col.resize(std::size_t(bp.ptr.back()));
     bp.mask.resize(std::size_t(bp.ptr.back()));
     std::vector<std::int64_t> pairs(static_cast<std::size_t>(XB.count), 0);
     detail::parallel_for(XB.count, threads, [&](std::int64_t I) {
       std::int64_t at = bp.ptr[std::size_t(I)], k = 0;
-      for (const auto& e : rec[std::size_t(I)]) {
+      for (const auto& e : kept[std::size_t(I)]) {
         bp.col[std::size_t(at)] = e.first;
         bp.mask[std::size_t(at++)] = e.second;
         k += __builtin_popcountll(e.second);
       }
       pairs[std::size_t(I)] = k;
-      std::vector<std::pair<std::int32_t, std::uint64_t>>().swap(rec[std::size_t(I)]);
+      std::vector<std::pair<std::int32_t, std::uint64_t>>().swap(kept[std::size_t(I)]);
     });
     for (const std::int64_t k : pairs) *atom_pairs += k;
     double unused = 0;
