@@ -435,16 +435,17 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const bool points = mo.points_stage == PointsStage::kOn ||
                         (mo.points_stage == PointsStage::kAuto && ctx.backend() == Backend::kCpu);
     const AtomPairMaxima* on_points = points ? &maxima : nullptr;
-    // A trial screen dropping more than this is rejected (the points stage is skipped then).
-    const double budget = 0.25 * s.tolerance / std::exp(mo.slack);
+    // A trial screen dropping more than this is rejected (the screen stops early when its box
+    // stage alone drops more).
+    const double drop_budget = 0.25 * s.tolerance / std::exp(mo.slack);
     double theta = std::min(theta_b, std::max(0.5, theta_b - mo.theta_trial));
     // A coarse level also keeps the box stage's lists: they lift its potentials to the finer
     // points (its points stage tests the cells' centroids, not the points beneath them; lifting
     // through the tighter lists left the 2^20 points' level 93 iterations instead of 2 on the
     // H100, docs/multiscale.md).
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
-                theta < theta_b ? budget : HUGE_VAL, coarse_level);
-    if (theta < theta_b && !(sc.dropped_mass <= budget)) {
+                theta < theta_b ? drop_budget : HUGE_VAL, coarse_level);
+    if (theta < theta_b && !(sc.dropped_mass <= drop_budget)) {
       theta = theta_b;
       sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
                   HUGE_VAL, coarse_level);
@@ -628,8 +629,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     s.seconds_iterations = seconds_since(t_iter);
     if (lists) {
       const bool box = !sc.box_f_side.run_ptr.empty();  // lift through the box stage's lists
-      lists[0] = box ? sc.box_f_side : sc.f_side;
-      lists[1] = box ? sc.box_g_side : sc.g_side;
+      BlockList& lf = box ? sc.box_f_side : sc.f_side;
+      BlockList& lg = box ? sc.box_g_side : sc.g_side;
+      // A coarse level reads sc no more (the finest level's certificate and mask below do).
+      lists[0] = coarse_level ? std::move(lf) : lf;
+      lists[1] = coarse_level ? std::move(lg) : lg;
     }
   }
   if (!dense_fine && !coarse_level) {

@@ -769,7 +769,7 @@ double refine_with_maxima(const Hierarchy& hx, const Hierarchy& hy, const AtomPa
 
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
-              int threads, const AtomPairMaxima* maxima, double points_budget,
+              int threads, const AtomPairMaxima* maxima, double drop_budget,
               bool box_lists) {
   if (shape.key_tile <= 0 || shape.row_tile <= 0 || shape.row_tile % shape.key_tile != 0)
     throw InvalidArgument("multiscale: the engine's row tile (" + std::to_string(shape.row_tile) +
@@ -790,8 +790,25 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
     default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
   }
-  out.points_skipped = maxima && !(lost <= points_budget);
-  const bool points = maxima && !out.points_skipped;
+  // The dropped mass as reported: rounding of each term's exp and products (a few units of
+  // 2^-53), of the sums of weights behind the masses and of the sum of the terms (below 2^-30
+  // relative for any size these lists can index); a term in double's subnormal range carries up
+  // to mass_I mass_J 2^-1074 + 2^-1075 absolute: (tests + m_a m_b) 2^-1073 covers them all.
+  double ma = 0, mb = 0;
+  for (const double v : hx.levels.back().mass) ma += v;
+  for (const double v : hy.levels.back().mass) mb += v;
+  auto reported = [&](double sum) {
+    return sum * (1 + 1e-6) +
+           (double(out.tested_pairs + out.point_tests) + ma * mb * (1 + 1e-6)) * 0x1.0p-1073;
+  };
+  // Over the budget after the box stage: the points stage only adds to the mass, so the caller
+  // rejects this screen whatever follows; no lists are built.
+  if (!(reported(lost) <= drop_budget)) {
+    out.over_budget = true;
+    out.dropped_mass = reported(lost);
+    return out;
+  }
+  const bool points = maxima != nullptr;
   BlockRows box_rec;
   if (points && box_lists) box_rec = rec;
   if (points)
@@ -932,16 +949,7 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     std::int64_t box_orphans = 0, box_pairs = 0;
     lists(box_rec, &out.box_f_side, &out.box_g_side, &box_covered, &box_orphans, &box_pairs);
   }
-  // Rounding: each term's exp and products (a few units of 2^-53), the sums of weights behind
-  // the masses and the sum of the terms (below 2^-30 relative for any size these lists can
-  // index); a term in double's subnormal range carries up to mass_I mass_J 2^-1074 + 2^-1075
-  // absolute: (tests + m_a m_b) 2^-1073 covers them all.
-  double ma = 0, mb = 0;
-  for (const double v : hx.levels.back().mass) ma += v;
-  for (const double v : hy.levels.back().mass) mb += v;
-  out.dropped_mass = lost * (1 + 1e-6) +
-                     (double(out.tested_pairs + out.point_tests) + ma * mb * (1 + 1e-6)) *
-                         0x1.0p-1073;
+  out.dropped_mass = reported(lost);
   return out;
 }
 

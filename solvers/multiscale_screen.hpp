@@ -74,7 +74,9 @@ struct Screen {
   double dropped_mass = 0;
   std::int64_t point_tests = 0;    ///< kept atom pairs evaluated on their points (AtomPairMaxima)
   std::int64_t point_drops = 0;    ///< of which dropped
-  bool points_skipped = false;     ///< the box stage alone dropped more than points_budget
+  /// The box stage alone dropped more than drop_budget (or a NaN mass): no points stage and
+  /// no lists (f_side etc. empty); dropped_mass is the box stage's. The caller rejects it.
+  bool over_budget = false;
   /// With box_lists and a points stage that ran: the lists of the box stage alone (repaired
   /// like f_side and g_side), for lifting a coarse level's potentials to finer points (the
   /// points stage tests a coarse level's centroids, not the points beneath them); else empty.
@@ -94,13 +96,13 @@ using AtomPairMaxima = std::function<void(const std::vector<std::int32_t>& pairs
 /// it. Every atom, on either side, keeps at least one partner holding positive weight (its best
 /// by the bound, or by box distance for an atom without weight), so no row of a pass is empty.
 /// Atoms are shape.key_tile points (the hierarchies' atoms); shape.row_tile must be a multiple.
-/// eps scales the dropped mass (Screen::dropped_mass). The points stage adds to the dropped mass
-/// and never takes from it: it is skipped (Screen::points_skipped) when the box stage alone
-/// drops more than points_budget, the most a caller would accept. box_lists: also keep the box
-/// stage's lists (Screen::box_f_side) when the points stage runs.
+/// eps scales the dropped mass (Screen::dropped_mass). drop_budget: the most dropped mass a
+/// caller would accept; when the box stage alone (as reported) exceeds it, the screen stops
+/// there (Screen::over_budget: the points stage only adds to the mass). box_lists: also keep
+/// the box stage's lists (Screen::box_f_side) when the points stage runs.
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima = nullptr,
-              double points_budget = HUGE_VAL, bool box_lists = false);
+              double drop_budget = HUGE_VAL, bool box_lists = false);
 
 }  // namespace kantor::multiscale

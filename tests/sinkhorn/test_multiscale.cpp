@@ -451,42 +451,50 @@ TEST(MultiscaleScreen, ListsEqualAPlainDepthFirstDescent) {
       EXPECT_EQ(sc.f_side.runs, rf.runs);
       EXPECT_EQ(sc.g_side.run_ptr, rg.run_ptr);
       EXPECT_EQ(sc.g_side.runs, rg.runs);
-      EXPECT_FALSE(sc.points_skipped);
+      EXPECT_FALSE(sc.over_budget);
+      EXPECT_TRUE(sc.box_f_side.run_ptr.empty() && sc.box_g_side.run_ptr.empty());
+      // The box stage alone, for the budget and box-list checks below.
+      const multiscale::Screen box = multiscale::screen(hx, hy, k.n, k.m, int(k.d), c,
+                                                        k.threshold, 0.0, 0.01, shape, threads);
+      ASSERT_GT(box.dropped_mass, 1e-300) << "the box stage drops pairs";
+      // A budget below the box stage's dropped mass: the screen stops after the box stage (the
+      // points stage only adds mass, so the caller rejects it whatever follows), with the box
+      // stage's mass and no lists, with or without a points stage.
+      const multiscale::Screen over = multiscale::screen(
+          hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads,
+          on_points ? &pts : nullptr, 0.5 * box.dropped_mass, true);
+      EXPECT_TRUE(over.over_budget);
+      EXPECT_EQ(over.point_tests, 0);
+      EXPECT_EQ(over.dropped_mass, box.dropped_mass);
+      EXPECT_EQ(over.tested_pairs, box.tested_pairs);
+      EXPECT_TRUE(over.f_side.run_ptr.empty() && over.g_side.run_ptr.empty() &&
+                  over.box_f_side.run_ptr.empty());
+      // A budget at the box stage's dropped mass (as reported): the screen goes on.
+      const multiscale::Screen at = multiscale::screen(
+          hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads,
+          on_points ? &pts : nullptr, box.dropped_mass);
+      EXPECT_FALSE(at.over_budget);
+      EXPECT_EQ(at.dropped_mass, sc.dropped_mass);
+      EXPECT_EQ(at.f_side.runs, sc.f_side.runs);
+      // box_lists: the box stage's lists beside the points stage's (a coarse level lifts
+      // through them); without a points stage there are no separate box lists.
+      const multiscale::Screen both = multiscale::screen(
+          hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads,
+          on_points ? &pts : nullptr, HUGE_VAL, true);
+      EXPECT_EQ(both.f_side.run_ptr, sc.f_side.run_ptr);
+      EXPECT_EQ(both.f_side.runs, sc.f_side.runs);
+      EXPECT_EQ(both.g_side.runs, sc.g_side.runs);
+      EXPECT_EQ(both.dropped_mass, sc.dropped_mass);
+      EXPECT_EQ(both.atom_pairs, sc.atom_pairs);
+      EXPECT_EQ(both.kept_fraction, sc.kept_fraction);
       if (on_points) {
-        // A budget below the box stage's dropped mass skips the points stage (the caller
-        // rejects such a screen whatever the points add): the box stage's lists and mass.
-        const multiscale::Screen box = multiscale::screen(hx, hy, k.n, k.m, int(k.d), c,
-                                                          k.threshold, 0.0, 0.01, shape, threads);
-        ASSERT_GT(box.dropped_mass, 0.0);
-        const multiscale::Screen skipped = multiscale::screen(
-            hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads, &pts,
-            0.5 * box.dropped_mass);
-        EXPECT_TRUE(skipped.points_skipped);
-        EXPECT_EQ(skipped.point_tests, 0);
-        EXPECT_EQ(skipped.dropped_mass, box.dropped_mass);
-        EXPECT_EQ(skipped.f_side.runs, box.f_side.runs);
-        EXPECT_EQ(skipped.g_side.runs, box.g_side.runs);
-        // A budget at the box stage's dropped mass: the points stage runs.
-        const multiscale::Screen ran = multiscale::screen(
-            hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads, &pts,
-            box.dropped_mass);
-        EXPECT_FALSE(ran.points_skipped);
-        EXPECT_EQ(ran.dropped_mass, sc.dropped_mass);
-        EXPECT_EQ(ran.f_side.runs, sc.f_side.runs);
-        // The box stage's lists beside the points stage's (a coarse level lifts through them).
-        EXPECT_TRUE(sc.box_f_side.run_ptr.empty() && sc.box_g_side.run_ptr.empty());
-        const multiscale::Screen both = multiscale::screen(
-            hx, hy, k.n, k.m, int(k.d), c, k.threshold, 0.0, 0.01, shape, threads, &pts,
-            HUGE_VAL, true);
-        EXPECT_EQ(both.f_side.run_ptr, sc.f_side.run_ptr);
-        EXPECT_EQ(both.f_side.runs, sc.f_side.runs);
-        EXPECT_EQ(both.g_side.runs, sc.g_side.runs);
-        EXPECT_EQ(both.dropped_mass, sc.dropped_mass);
-        EXPECT_EQ(both.orphans, sc.orphans);
         EXPECT_EQ(both.box_f_side.run_ptr, box.f_side.run_ptr);
         EXPECT_EQ(both.box_f_side.runs, box.f_side.runs);
         EXPECT_EQ(both.box_g_side.run_ptr, box.g_side.run_ptr);
         EXPECT_EQ(both.box_g_side.runs, box.g_side.runs);
+        EXPECT_LE(both.kept_fraction, box.kept_fraction) << "the points stage only drops";
+      } else {
+        EXPECT_TRUE(both.box_f_side.run_ptr.empty() && both.box_g_side.run_ptr.empty());
       }
     }
   }
