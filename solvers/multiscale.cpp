@@ -16,6 +16,7 @@
 #include "kantor/oracle.hpp"
 #include "multiscale_screen.hpp"
 #include "parallel.hpp"
+#include "relaxation.hpp"
 #include "unbalanced.hpp"
 
 namespace kantor::multiscale {
@@ -26,6 +27,11 @@ using Clock = std::chrono::steady_clock;
 // A coarse level stops when the engine's residual is below this fraction of the tolerance: its
 // iterations are cheap next to the finest level's, whose count its accuracy sets.
 constexpr double kCoarseResidual = 0.1;
+// The automatic over-relaxation of a level's passes: at most this factor, and its rate measured
+// again over this many decreasing residuals.
+constexpr double kMaxLevelRelaxation = 1.9;
+constexpr int kRelaxRun = 4;
+constexpr int kRelaxGrace = 5;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -503,10 +509,12 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   const bool auto_relax = mo.relaxation == 0;
   double w = auto_relax ? 1.0 : mo.relaxation;
   Buffer<T> prev_f(ctx, n), prev_g(ctx, m);
-  int grew = 0, plain_run = 0;
+  int grew = 0, plain_run = 0, relax_run = 0, since_change = 0;
+  double relax_cap = kMaxLevelRelaxation, change_norm = HUGE_VAL;
   double run_start = 0;
   std::int64_t fine_iterations = 0, failed_certs = 0, cert_iteration = -1;
   double residual = std::numeric_limits<double>::quiet_NaN();
+  double norm_residual = std::numeric_limits<double>::quiet_NaN();  // residual / its factor
   Certificate cert;
   double tail = std::numeric_limits<double>::quiet_NaN();
   const std::int64_t budget = std::max<std::int64_t>(1, options.max_iterations - s.iterations);
@@ -526,25 +534,58 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     if (w != 1) ops.axpby(1 - w, as_matrix(prev_g), w, as_matrix(g, false));
     ++fine_iterations;
     s.fine_updates += 2;
-    const double last_residual = residual;
     residual = to_host(ctx, scalars.cview())[0];
-    // Automatic over-relaxation: the contraction rate over two plain iterations gives w; two
-    // growing residuals in a row reset it.
-    if (auto_relax && std::isfinite(last_residual)) {
-      grew = residual > last_residual ? grew + 1 : 0;
-      if (w != 1 && grew >= 2) {
-        w = 1;
-        plain_run = 0;
-        grew = 0;
+    // Automatic over-relaxation, on the residual divided by the factor that made it (a relaxed
+    // step moves the potentials w times the plain correction, so the raw residual jumps with
+    // w). The contraction rate over two plain iterations gives w; then every kRelaxRun
+    // decreasing residuals at that w measure its rate again, and a rate slower than w - 1 (w
+    // below the optimum: the first estimate comes from the transient) raises w by the SOR
+    // relation (solvers/relaxation.hpp; the 16,384-cell level of 2^17 points kept w = 1.14 and
+    // a rate of 0.981 per iteration for 150 iterations), when that rate leaves more than
+    // 3 kRelaxGrace iterations to the level's stop. A new w is left kRelaxGrace
+    // iterations before its rate counts (near the optimum the relaxed iteration's error first
+    // grows, k (w - 1)^k, before it falls); after that, two growing residuals in a row, or one
+    // above 4x the residual at the change, reset w to 1 and halve its excess over 1 for the
+    // rest of the level.
+    const double norm = residual / w, last_norm = norm_residual;
+    norm_residual = norm;
+    if (auto_relax && std::isfinite(last_norm)) {
+      auto set_w = [&](double v) {
+        if (v == w) return;
+        w = v;
+        since_change = relax_run = 0;
+        change_norm = norm;
+      };
+      ++since_change;
+      grew = norm > last_norm ? grew + 1 : 0;
+      const bool settled = since_change > kRelaxGrace;
+      if (w != 1 && ((settled && grew >= 2) || !(norm <= 4 * change_norm))) {
+        relax_cap = 1 + 0.5 * (w - 1);
+        set_w(1.0);
+        plain_run = grew = 0;
         ++s.relaxation_resets;
-      } else if (w == 1 && residual < last_residual) {
-        if (++plain_run == 1) run_start = last_residual;
+      } else if (w == 1 && norm < last_norm) {
+        if (++plain_run == 1) run_start = last_norm;
         if (plain_run == 2 && run_start > 0) {
-          const double rate = std::sqrt(residual / run_start);
-          if (rate < 1) w = std::min(1.9, 2 / (1 + std::sqrt(1 - rate)));
+          const double rate = std::sqrt(norm / run_start);
+          if (rate < 1) set_w(std::min(relax_cap, detail::sor_optimal_factor(rate, 1.0)));
         }
       } else if (w == 1) {
         plain_run = 0;
+      } else if (settled && norm < last_norm) {
+        if (++relax_run == 1) run_start = last_norm;
+        if (relax_run == kRelaxRun) {
+          const double lam = std::pow(norm / run_start, 1.0 / kRelaxRun);
+          relax_run = 0;
+          // Worth a new transient only when this rate leaves many iterations to go.
+          const double target = (coarse_level ? kCoarseResidual : 0.5) * s.tolerance / w;
+          const bool long_way = lam < 1 && norm > target &&
+                                std::log(target / norm) / std::log(lam) > 3 * kRelaxGrace;
+          if (long_way && lam > 1.05 * (w - 1))
+            set_w(std::max(w, std::min(relax_cap, detail::sor_optimal_factor(lam, w))));
+        }
+      } else if (settled) {
+        relax_run = 0;
       }
     }
     s.relaxation = w;

@@ -14,6 +14,7 @@
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
 #include "multiscale.hpp"
+#include "relaxation.hpp"
 #include "unbalanced.hpp"
 
 namespace kantor {
@@ -558,15 +559,13 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
           // Engage once the plain iteration converges linearly: two consecutive check ratios
           // within 10% of each other.
           if (prev_ratio > 0 && std::abs(ratio - prev_ratio) <= 0.1 * prev_ratio) {
-            const double w = 2.0 / (1.0 + std::sqrt(std::max(0.0, 1.0 - lam)));
+            const double w = detail::sor_optimal_factor(lam, 1.0);
             if (w >= 1.05) omega = std::min(relax_cap, w);
           }
         } else if (prev_ratio > 0 && prev_ratio < 1 && lam > 1.05 * (omega - 1.0)) {
-          // Two decreasing checks in a row, slower than w - 1: w is below the optimum. The plain
-          // rate follows from the SOR relation (lambda + w - 1)^2 = w^2 rho lambda.
-          const double rho = std::min(1.0, (lam + omega - 1) * (lam + omega - 1) / (omega * omega * lam));
-          const double w = 2.0 / (1.0 + std::sqrt(std::max(0.0, 1.0 - rho)));
-          omega = std::max(omega, std::min(relax_cap, w));
+          // Two decreasing checks in a row, slower than w - 1: w is below the optimum (the plain
+          // rate from the SOR relation, solvers/relaxation.hpp).
+          omega = std::max(omega, std::min(relax_cap, detail::sor_optimal_factor(lam, omega)));
         }
       }
       prev_ratio = ratio;

@@ -95,10 +95,13 @@ struct MultiscaleOptions {
   double max_density = 0.6;
   /// Coarse problems with at most this many pairs are solved dense; larger ones recursively.
   std::int64_t dense_pairs = std::int64_t(1) << 24;
-  /// Over-relaxation of the fine passes on the points (as SinkhornOptions::relaxation): 0 =
-  /// automatic (plain steps until the residual's contraction rate is measured, then the SOR
-  /// factor 2 / (1 + sqrt(1 - rate)), at most 1.9, reset to 1 when the residual grows twice in a
-  /// row), 1 = plain, (1, 2) fixed. The coarse levels use SinkhornOptions::relaxation = 0.
+  /// Over-relaxation of the truncated passes of every level (as SinkhornOptions::relaxation):
+  /// 0 = automatic (plain steps until the residual's contraction rate is measured, then the SOR
+  /// factor 2 / (1 + sqrt(1 - rate)); its rate measured again every 4 decreasing residuals and
+  /// the factor raised by the SOR relation while it is below the optimum and many iterations
+  /// remain; at most 1.9; reset to 1, with half its excess as the new ceiling, when the
+  /// residual grows twice in a row; docs/multiscale.md, step 5), 1 = plain, (1, 2) fixed. The
+  /// dense coarsest level uses SinkhornOptions::relaxation = 0.
   double relaxation = 0;
   /// Keep the finest level's f-side block list in SinkhornSummary::mask (for pictures).
   bool keep_mask = false;

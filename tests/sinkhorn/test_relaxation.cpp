@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "kantor/context.hpp"
 #include "kantor/error.hpp"
 #include "kantor/sinkhorn.hpp"
+#include "solvers/relaxation.hpp"
 #include "support/dense_reference.hpp"
 #include "support/random_problems.hpp"
 
@@ -91,6 +93,86 @@ TEST(Relaxation, OptionIsValidated) {
     o.relaxation = good;
     EXPECT_TRUE(o.is_valid(&why)) << good << ": " << why;
   }
+}
+
+// The SOR relation behind the automatic factor (solvers/relaxation.hpp), against a linear
+// iteration where Young's theory is exact: SOR on the 1-D Poisson matrix tridiag(-1, 2, -1)
+// (consistently ordered), Jacobi radius mu = cos(pi / (N + 1)), optimum 2 / (1 + sqrt(1 - mu^2)).
+// The rate measured at w = 1 and at w = 1.3 (below the optimum) gives that optimum back.
+TEST(Relaxation, SorRelationRecoversTheOptimalFactorOfALinearIteration) {
+  const int N = 40;
+  const double pi = std::acos(-1.0), mu = std::cos(pi / (N + 1));
+  const double w_opt = 2.0 / (1.0 + std::sqrt(1.0 - mu * mu));
+  auto measured_rate = [&](double w) {
+    // Ax = 0 from a random start: the error is the iterate; its norm ratio per sweep, late.
+    Rng rng(7);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::vector<double> x(N);
+    for (double& v : x) v = u(rng);
+    double rate = 0;
+    for (int k = 0; k < 4000; ++k) {
+      for (int i = 0; i < N; ++i) {
+        const double gs = 0.5 * ((i > 0 ? x[i - 1] : 0.0) + (i + 1 < N ? x[i + 1] : 0.0));
+        x[i] = (1 - w) * x[i] + w * gs;
+      }
+      double norm = 0;
+      for (double v : x) norm += v * v;
+      norm = std::sqrt(norm);
+      rate = norm;  // the previous iterate had norm 1
+      for (double& v : x) v /= norm;  // keep it representable
+    }
+    return rate;
+  };
+  const double plain = measured_rate(1.0), relaxed = measured_rate(1.3);
+  EXPECT_NEAR(plain, mu * mu, 1e-6) << "Gauss-Seidel's rate is mu^2";
+  EXPECT_NEAR(detail::sor_optimal_factor(plain, 1.0), w_opt, 1e-4);
+  EXPECT_LT(relaxed, plain);
+  EXPECT_GT(relaxed, 1.3 - 1) << "below the optimum the rate exceeds w - 1";
+  EXPECT_NEAR(detail::sor_optimal_factor(relaxed, 1.3), w_opt, 1e-4);
+  // At w = 1 the relation is the plain formula, bit for bit.
+  EXPECT_EQ(detail::sor_optimal_factor(0.9, 1.0), 2.0 / (1.0 + std::sqrt(1.0 - 0.9)));
+}
+
+// The multiscale levels' automatic factor is measured again after its first estimate: on a
+// slowly converging problem (eps = 0.001 on 4,096 points a side) fewer iterations than plain
+// steps, the same certified solution.
+TEST(Relaxation, MultiscaleLevelsReachTheCertifiedSolutionInFewerIterations) {
+  Rng rng(12);
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  const std::int64_t n = 4096, d = 3;
+  std::vector<double> x(std::size_t(n * d)), y(std::size_t(n * d));
+  for (double& v : x) v = unit(rng);
+  for (double& v : y) {
+    const double u = 0.8 * unit(rng) + 0.1;
+    v = u * u;
+  }
+  const std::vector<float> xf(x.begin(), x.end()), yf(y.begin(), y.end());
+  Problem<float> p;
+  p.cost = SqEuclidean<float>{host_matrix<const float>(xf.data(), n, d),
+                              host_matrix<const float>(yf.data(), n, d), 1.0};
+  p.epsilon = 0.001f;
+  p.reference_x = host_matrix<const double>(x.data(), n, d);
+  p.reference_y = host_matrix<const double>(y.data(), n, d);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o;
+  o.solver = SolverKind::kMultiscale;
+  o.tolerance = 5e-3;
+  o.multiscale.dense_pairs = 1 << 12;  // levels of 512 and 4096 points: a multiscale coarse level
+  o.multiscale.verify = true;
+  SinkhornOptions plain = o;
+  plain.multiscale.relaxation = 1;
+  Potentials<float> pa, pp;
+  const SinkhornSummary sa = solve_sinkhorn(ctx, p, o, &pa);
+  const SinkhornSummary sp = solve_sinkhorn(ctx, p, plain, &pp);
+  ASSERT_TRUE(sa.converged()) << sa.full_report();
+  ASSERT_TRUE(sp.converged()) << sp.full_report();
+  EXPECT_EQ(sa.solver, "multiscale");
+  EXPECT_GE(sa.marginal_error, sa.verified_error);
+  EXPECT_GE(sp.marginal_error, sp.verified_error);
+  // (The first estimate alone, before this session's re-measurement: 1,050 iterations against
+  // 360 on the same kind of data with `kantor bench solve`.)
+  EXPECT_LT(2 * sa.iterations, sp.iterations) << sa.solver_note << "\n" << sp.solver_note;
+  EXPECT_NEAR(sa.dual_cost, sp.dual_cost, 1e-4 * std::abs(sp.dual_cost));
 }
 
 TEST(CoarseCorrection, ReachesThePlainFixedPointInFewerIterations) {
