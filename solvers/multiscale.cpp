@@ -32,6 +32,8 @@ constexpr double kCoarseResidual = 0.1;
 constexpr double kMaxLevelRelaxation = 1.9;
 constexpr int kRelaxRun = 4;
 constexpr int kRelaxGrace = 5;
+// A coarse level whose residual has not improved by 1% in this many iterations stops.
+constexpr std::int64_t kCoarseStall = 100;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -515,6 +517,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   std::int64_t fine_iterations = 0, failed_certs = 0, cert_iteration = -1;
   double residual = std::numeric_limits<double>::quiet_NaN();
   double norm_residual = std::numeric_limits<double>::quiet_NaN();  // residual / its factor
+  double best_norm = HUGE_VAL;
+  std::int64_t best_at = 0;
   Certificate cert;
   double tail = std::numeric_limits<double>::quiet_NaN();
   const std::int64_t budget = std::max<std::int64_t>(1, options.max_iterations - s.iterations);
@@ -542,28 +546,34 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // below the optimum: the first estimate comes from the transient) raises w by the SOR
     // relation (solvers/relaxation.hpp; the 16,384-cell level of 2^17 points kept w = 1.14 and
     // a rate of 0.981 per iteration for 150 iterations), when that rate leaves more than
-    // 3 kRelaxGrace iterations to the level's stop. A new w is left kRelaxGrace
-    // iterations before its rate counts (near the optimum the relaxed iteration's error first
-    // grows, k (w - 1)^k, before it falls); after that, two growing residuals in a row, or one
-    // above 4x the residual at the change, reset w to 1 and halve its excess over 1 for the
-    // rest of the level.
+    // 3 kRelaxGrace iterations to the level's stop. A new w is left a grace of
+    // max(kRelaxGrace, (w - 1) / (2 - w) + 1) iterations before its rate or growth counts (near
+    // the optimum the relaxed iteration's error first grows like k (w - 1)^k, for k up to
+    // (w - 1) / (2 - w)); a residual above 4x the one at the change resets w at any time, two
+    // growing residuals in a row or a rate of 0.999 or slower (a stall) once settled. A reset
+    // sets w to 1 and halves its excess over 1 as the level's ceiling.
     const double norm = residual / w, last_norm = norm_residual;
     norm_residual = norm;
     if (auto_relax && std::isfinite(last_norm)) {
       auto set_w = [&](double v) {
         if (v == w) return;
         w = v;
-        since_change = relax_run = 0;
+        since_change = relax_run = grew = 0;
         change_norm = norm;
       };
-      ++since_change;
-      grew = norm > last_norm ? grew + 1 : 0;
-      const bool settled = since_change > kRelaxGrace;
-      if (w != 1 && ((settled && grew >= 2) || !(norm <= 4 * change_norm))) {
+      auto reset = [&] {
         relax_cap = 1 + 0.5 * (w - 1);
         set_w(1.0);
-        plain_run = grew = 0;
+        plain_run = 0;
+        norm_residual = std::numeric_limits<double>::quiet_NaN();  // a fresh plain run
         ++s.relaxation_resets;
+      };
+      ++since_change;
+      const int grace = std::max(kRelaxGrace, int(std::ceil((w - 1) / (2 - w))) + 1);
+      const bool settled = since_change > grace;
+      grew = settled && norm > last_norm ? grew + 1 : 0;
+      if (w != 1 && (grew >= 2 || !(norm <= 4 * change_norm))) {
+        reset();
       } else if (w == 1 && norm < last_norm) {
         if (++plain_run == 1) run_start = last_norm;
         if (plain_run == 2 && run_start > 0) {
@@ -581,7 +591,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
           const double target = (coarse_level ? kCoarseResidual : 0.5) * s.tolerance / w;
           const bool long_way = lam < 1 && norm > target &&
                                 std::log(target / norm) / std::log(lam) > 3 * kRelaxGrace;
-          if (long_way && lam > 1.05 * (w - 1))
+          if (!(lam < 0.999))
+            reset();  // a relaxed stall: plain steps do better there
+          else if (long_way && lam > 1.05 * (w - 1))
             set_w(std::max(w, std::min(relax_cap, detail::sor_optimal_factor(lam, w))));
         }
       } else if (settled) {
@@ -597,10 +609,24 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     IterationRecord rec{s.iterations + fine_iterations, eps, residual,
                         std::numeric_limits<double>::quiet_NaN(), seconds_since(t0)};
     bool stop = false;
+    // A coarse level's progress: its best residual (divided by its factor) and when it came.
+    if (norm < 0.99 * best_norm) {
+      best_norm = norm;
+      best_at = fine_iterations;
+    }
     if (coarse_level && residual <= kCoarseResidual * s.tolerance) {
       // A coarse level: a warm start for the next; the finest level certifies.
       s.termination = TerminationType::kConverged;
-      s.message = "coarse level: engine residual below half the tolerance (not certified)";
+      s.message = "coarse level: engine residual below a tenth of the tolerance (not certified)";
+      stop = true;
+    } else if (coarse_level && fine_iterations - best_at >= kCoarseStall) {
+      // No progress for kCoarseStall iterations (the engine's rounding floor at this eps can
+      // sit above the coarse target): as good a warm start as this level gives.
+      s.termination = TerminationType::kConverged;
+      std::ostringstream os;
+      os << std::setprecision(3) << "coarse level: engine residual stalled at " << residual
+         << " (not certified)";
+      s.message = os.str();
       stop = true;
     } else if (coarse_level) {
     } else if (residual <= 0.5 * s.tolerance || fine_iterations == budget) {

@@ -97,11 +97,12 @@ struct MultiscaleOptions {
   std::int64_t dense_pairs = std::int64_t(1) << 24;
   /// Over-relaxation of the truncated passes of every level (as SinkhornOptions::relaxation):
   /// 0 = automatic (plain steps until the residual's contraction rate is measured, then the SOR
-  /// factor 2 / (1 + sqrt(1 - rate)); its rate measured again every 4 decreasing residuals and
-  /// the factor raised by the SOR relation while it is below the optimum and many iterations
+  /// factor 2 / (1 + sqrt(1 - rate)); after a grace of max(5, (w - 1) / (2 - w) + 1)
+  /// iterations its rate is measured again every 4 consecutive decreasing residuals and the
+  /// factor raised by the SOR relation while it is below the optimum and many iterations
   /// remain; at most 1.9; reset to 1, with half its excess as the new ceiling, when the
-  /// residual grows twice in a row; docs/multiscale.md, step 5), 1 = plain, (1, 2) fixed. The
-  /// dense coarsest level uses SinkhornOptions::relaxation = 0.
+  /// residual grows twice in a row, rises 4x, or stalls; docs/multiscale.md, step 5), 1 =
+  /// plain, (1, 2) fixed. The dense coarsest level uses SinkhornOptions::relaxation = 0.
   double relaxation = 0;
   /// Keep the finest level's f-side block list in SinkhornSummary::mask (for pictures).
   bool keep_mask = false;
