@@ -157,7 +157,7 @@ TEST(Relaxation, MultiscaleLevelsReachTheCertifiedSolutionInFewerIterations) {
   SinkhornOptions o;
   o.solver = SolverKind::kMultiscale;
   o.tolerance = 5e-3;
-  o.multiscale.dense_pairs = 1 << 12;  // levels of 512 and 4096 points: a multiscale coarse level
+  o.multiscale.dense_pairs = 1 << 12;  // levels of 64 (dense), 512 and 4096 points
   o.multiscale.verify = true;
   SinkhornOptions plain = o;
   plain.multiscale.relaxation = 1;
@@ -169,8 +169,8 @@ TEST(Relaxation, MultiscaleLevelsReachTheCertifiedSolutionInFewerIterations) {
   EXPECT_EQ(sa.solver, "multiscale");
   EXPECT_GE(sa.marginal_error, sa.verified_error);
   EXPECT_GE(sp.marginal_error, sp.verified_error);
-  // (The first estimate alone, before this session's re-measurement: 1,050 iterations against
-  // 360 on the same kind of data with `kantor bench solve`.)
+  // (Here 463 against 1,717; the controller before this session's re-measurement of the rate
+  // took 1,183 and fails this, as measured by a reviewer.)
   EXPECT_LT(2 * sa.iterations, sp.iterations) << sa.solver_note << "\n" << sp.solver_note;
   EXPECT_NEAR(sa.dual_cost, sp.dual_cost, 1e-4 * std::abs(sp.dual_cost));
 }
