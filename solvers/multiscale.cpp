@@ -347,6 +347,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     co.record_iterations = false;
     co.relaxation = 0;  // automatic over-relaxation: the coarse loop is where the iterations are
     co.multiscale.verify = false;
+    // At most half the budget: a coarse solve that cannot reach the tolerance (one below the
+    // precision's reach) leaves the finer levels iterations of their own.
+    co.max_iterations = std::max<std::int64_t>(1, options.max_iterations / 2);
     Potentials<T> pc;
     BlockList coarse_lists[2];
     coarse_summary = coarse_multiscale

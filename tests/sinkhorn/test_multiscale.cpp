@@ -806,6 +806,35 @@ TEST(Multiscale, CertifiedAndEqualToDenseFp32) {
     check_case<float>(k, Backend::kCpu, Precision::kFp32, 5e-3);
 }
 
+// A tolerance below fp32's reach: the coarse solves get at most half the iteration budget, so
+// the points' level still iterates and ends at its rounding floor near the tolerance (before,
+// the dense coarsest level spent all 10,000 iterations and the result had error 0.5).
+TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
+  Rng rng(31);
+  const std::int64_t n = 4096, d = 3;
+  const std::vector<double> x = uniform_cloud(rng, n, d), y = squeezed_cloud(rng, n, d);
+  const std::vector<float> xf(x.begin(), x.end()), yf(y.begin(), y.end());
+  Problem<float> p;
+  p.cost = SqEuclidean<float>{host_matrix<const float>(xf.data(), n, d),
+                              host_matrix<const float>(yf.data(), n, d), 1.0};
+  p.epsilon = 0.0025f;
+  p.reference_x = host_matrix<const double>(x.data(), n, d);
+  p.reference_y = host_matrix<const double>(y.data(), n, d);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o;
+  o.solver = SolverKind::kMultiscale;
+  o.tolerance = 1e-5;
+  o.max_iterations = 4000;
+  o.multiscale.dense_pairs = 1 << 12;  // levels of 64 (dense), 512 and 4096 points
+  o.multiscale.verify = true;
+  Potentials<float> pot;
+  const SinkhornSummary s = solve_sinkhorn(ctx, p, o, &pot);
+  EXPECT_NE(s.termination, TerminationType::kMaxIterations) << s.full_report();
+  EXPECT_LT(s.iterations, o.max_iterations) << s.solver_note;
+  EXPECT_LT(s.marginal_error, 1e-3) << s.full_report();
+  EXPECT_GE(s.marginal_error, s.verified_error);
+}
+
 TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
   // theta_trial = 8: the first screen (theta_b - 8) drops more mass than the tolerance allows,
   // so the screen runs again at theta_b. slack = 0.05: the potentials soon drift by more than
