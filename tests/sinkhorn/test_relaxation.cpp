@@ -133,48 +133,6 @@ TEST(Relaxation, SorRelationRecoversTheOptimalFactorOfALinearIteration) {
   EXPECT_EQ(detail::sor_optimal_factor(0.9, 1.0), 2.0 / (1.0 + std::sqrt(1.0 - 0.9)));
 }
 
-// The multiscale levels' automatic factor is measured again after its first estimate: on a
-// slowly converging problem (eps = 0.001 on 4,096 points a side) fewer iterations than plain
-// steps, the same certified solution.
-TEST(Relaxation, MultiscaleLevelsReachTheCertifiedSolutionInFewerIterations) {
-  Rng rng(12);
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
-  const std::int64_t n = 4096, d = 3;
-  std::vector<double> x(std::size_t(n * d)), y(std::size_t(n * d));
-  for (double& v : x) v = unit(rng);
-  for (double& v : y) {
-    const double u = 0.8 * unit(rng) + 0.1;
-    v = u * u;
-  }
-  const std::vector<float> xf(x.begin(), x.end()), yf(y.begin(), y.end());
-  Problem<float> p;
-  p.cost = SqEuclidean<float>{host_matrix<const float>(xf.data(), n, d),
-                              host_matrix<const float>(yf.data(), n, d), 1.0};
-  p.epsilon = 0.001f;
-  p.reference_x = host_matrix<const double>(x.data(), n, d);
-  p.reference_y = host_matrix<const double>(y.data(), n, d);
-  Context ctx(ContextOptions{Backend::kCpu, 2});
-  SinkhornOptions o;
-  o.solver = SolverKind::kMultiscale;
-  o.tolerance = 5e-3;
-  o.multiscale.dense_pairs = 1 << 12;  // levels of 64 (dense), 512 and 4096 points
-  o.multiscale.verify = true;
-  SinkhornOptions plain = o;
-  plain.multiscale.relaxation = 1;
-  Potentials<float> pa, pp;
-  const SinkhornSummary sa = solve_sinkhorn(ctx, p, o, &pa);
-  const SinkhornSummary sp = solve_sinkhorn(ctx, p, plain, &pp);
-  ASSERT_TRUE(sa.converged()) << sa.full_report();
-  ASSERT_TRUE(sp.converged()) << sp.full_report();
-  EXPECT_EQ(sa.solver, "multiscale");
-  EXPECT_GE(sa.marginal_error, sa.verified_error);
-  EXPECT_GE(sp.marginal_error, sp.verified_error);
-  // (Here 467 against 1,717; the controller before this session's re-measurement of the rate
-  // took 1,183 and fails this, as measured by a reviewer.)
-  EXPECT_LT(2 * sa.iterations, sp.iterations) << sa.solver_note << "\n" << sp.solver_note;
-  EXPECT_NEAR(sa.dual_cost, sp.dual_cost, 1e-4 * std::abs(sp.dual_cost));
-}
-
 TEST(CoarseCorrection, ReachesThePlainFixedPointInFewerIterations) {
   // Two clusters 10 apart on each side, masses 0.6 / 0.4 against 0.4 / 0.6: 0.2 of the mass must
   // cross at cost ~100 = 100 eps. Measured: plain 310 iterations, corrected 200, same solution.
