@@ -8,6 +8,7 @@
 #include <iomanip>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <tuple>
 
@@ -207,6 +208,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                       const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
                       Clock::time_point t0, BlockList* lists, bool coarse_level) {
   validate(problem);
+  if (lists && !coarse_level)
+    throw InvalidArgument("multiscale::solve: block lists are returned by coarse levels only");
   if (problem.labels())
     throw InvalidArgument("solver multiscale: defined for a squared-Euclidean cost only (this "
                           "problem's cost is label-augmented); use the dense solver");
@@ -262,8 +265,20 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         }
     for (int a = 0; a < d; ++a) mid[std::size_t(a)] = 0.5 * (lo[std::size_t(a)] + hi[std::size_t(a)]);
   }
+  // A coarse level's points are the cells of its caller, runs of the caller's Morton-sorted
+  // points: already in hierarchical order, and kept in it (identity), so that the block lists it
+  // returns index the caller's cells. (Sorted again by the cells' centroids, 55-85% of the cells
+  // moved, by up to hundreds of places at 2^17 points, and the caller lifted through lists of
+  // other cells.)
   std::vector<std::int64_t> ox, oy;
-  morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads);
+  if (coarse_level) {
+    ox.resize(std::size_t(n));
+    oy.resize(std::size_t(m));
+    std::iota(ox.begin(), ox.end(), std::int64_t(0));
+    std::iota(oy.begin(), oy.end(), std::int64_t(0));
+  } else {
+    morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads);
+  }
   const std::vector<double> wa = host_weights(ctx, problem.a, n, problem.unbalanced());
   const std::vector<double> wb = host_weights(ctx, problem.b, m, problem.unbalanced());
   // One gather per side in Morton order (its reads are random; one pass reads every array at

@@ -19,10 +19,12 @@ bool auto_picks_multiscale(const Problem<T>& problem, const SinkhornOptions& opt
 /// Solves `problem` with the multiscale solver (the caller validated the options). Potentials
 /// of sizes n and m in `pot` are a warm start (no coarse levels: the mask is built from them).
 /// `lists` (optional, two entries): the f-side and g-side block lists of the final fine passes,
-/// over the Morton-sorted points (left empty when the fine passes ran dense); the next finer
-/// level lifts through them. `coarse` marks a coarse level of an enclosing solve: its
-/// potentials are only a warm start, so it runs the truncated passes whatever their density and
-/// stops on the engine's residual (no certificate; the finest level certifies the result).
+/// over the points in the caller's order (left empty when the fine passes ran dense); the next
+/// finer level lifts through them. `coarse` marks a coarse level of an enclosing solve: its
+/// points are the caller's cells, runs of Morton-sorted points, and keep their order (no sort of
+/// their own); its potentials are only a warm start, so it runs the truncated passes whatever
+/// their density and stops on the engine's residual (no certificate; the finest level
+/// certifies the result). `lists` is for coarse levels only.
 template <class T>
 SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                       const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
