@@ -1,5 +1,6 @@
 #include "lib/cuda/runtime.hpp"
 
+#include <cstdint>
 #include <string>
 
 #include "lib/cuda/check.hpp"
@@ -64,6 +65,42 @@ void* device_malloc(std::size_t bytes) {
 
 void device_free(void* p) noexcept {
   if (p) cudaFree(p);
+}
+
+void* create_pool(int device, std::size_t keep_bytes) {
+  cudaMemPoolProps props{};
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = device;
+  cudaMemPool_t pool = nullptr;
+  KANTOR_CUDA_TRY(cudaMemPoolCreate(&pool, &props));
+  std::uint64_t keep = keep_bytes;
+  const cudaError_t e = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+  if (e != cudaSuccess) {
+    cudaMemPoolDestroy(pool);
+    KANTOR_CUDA_TRY(e);
+  }
+  return pool;
+}
+
+void destroy_pool(void* pool) noexcept {
+  if (pool) cudaMemPoolDestroy(static_cast<cudaMemPool_t>(pool));
+}
+
+void* pool_malloc(std::size_t bytes, void* pool, void* stream) {
+  void* p = nullptr;
+  const cudaError_t e = cudaMallocFromPoolAsync(&p, bytes, static_cast<cudaMemPool_t>(pool),
+                                                static_cast<cudaStream_t>(stream));
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of device memory (" +
+                      cudaGetErrorString(e) + ")");
+  }
+  return p;
+}
+
+void pool_free(void* p, void* stream) noexcept {
+  if (p) cudaFreeAsync(p, static_cast<cudaStream_t>(stream));
 }
 
 void memcpy_async(void* dst, const void* src, std::size_t bytes, int kind, void* stream) {

@@ -26,6 +26,15 @@ void device_synchronize();
 /// Device allocation; throws OutOfMemory with the requested size when it fails.
 void* device_malloc(std::size_t bytes);
 void device_free(void* p) noexcept;
+/// A stream-ordered memory pool on `device` (opaque cudaMemPool_t) that keeps up to `keep_bytes`
+/// of freed memory for reuse across synchronizations (the rest goes back to the driver), and
+/// its destruction (outstanding allocations release it when they are freed).
+void* create_pool(int device, std::size_t keep_bytes);
+void destroy_pool(void* pool) noexcept;
+/// Stream-ordered allocation from `pool` on `stream` (usable by work on `stream` from this
+/// point; throws OutOfMemory like device_malloc) and its stream-ordered free.
+void* pool_malloc(std::size_t bytes, void* pool, void* stream);
+void pool_free(void* p, void* stream) noexcept;
 /// Asynchronous copy on `stream` (host buffers are pageable, so host<->device copies are
 /// effectively synchronous with respect to the host buffer). kind: 0 = h2d, 1 = d2h, 2 = d2d.
 void memcpy_async(void* dst, const void* src, std::size_t bytes, int kind, void* stream);

@@ -21,6 +21,10 @@ void synchronize_stream(void*) { not_compiled(); }
 void device_synchronize() { not_compiled(); }
 void* device_malloc(std::size_t) { not_compiled(); }
 void device_free(void*) noexcept {}
+void* create_pool(int, std::size_t) { not_compiled(); }
+void destroy_pool(void*) noexcept {}
+void* pool_malloc(std::size_t, void*, void*) { not_compiled(); }
+void pool_free(void*, void*) noexcept {}
 void memcpy_async(void*, const void*, std::size_t, int, void*) { not_compiled(); }
 void memset_async(void*, int, std::size_t, void*) { not_compiled(); }
 void* event_create() { not_compiled(); }

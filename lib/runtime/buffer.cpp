@@ -7,12 +7,17 @@
 
 #include "kantor/error.hpp"
 #include "lib/cuda/runtime.hpp"
+#include "lib/runtime/context_impl.hpp"
 
 namespace kantor::detail {
 
 void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes) {
-  (void)ctx;
-  if (space == MemorySpace::kDevice) return cuda::device_malloc(bytes);
+  if (space == MemorySpace::kDevice) {
+    // A CUDA context's buffers are stream-ordered on its stream (its pool); a device buffer of
+    // a CPU context is a plain allocation.
+    const Context::Impl& c = ctx.impl();
+    return c.memory ? cuda::pool_malloc(bytes, c.memory, c.stream) : cuda::device_malloc(bytes);
+  }
   // 64-byte alignment for vectorized CPU passes. Guard: rounding a size near SIZE_MAX up to a
   // multiple of 64 wraps around to a tiny allocation that would "succeed".
   if (bytes > std::numeric_limits<std::size_t>::max() - 63)
@@ -24,11 +29,15 @@ void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes) {
 }
 
 void free_bytes(const Context& ctx, MemorySpace space, void* p) noexcept {
-  (void)ctx;
-  if (space == MemorySpace::kDevice)
-    cuda::device_free(p);
-  else
+  if (space == MemorySpace::kDevice) {
+    const Context::Impl& c = ctx.impl();
+    if (c.memory)
+      cuda::pool_free(p, c.stream);
+    else
+      cuda::device_free(p);
+  } else {
     std::free(p);
+  }
 }
 
 void copy_bytes(const Context& ctx, void* dst, MemorySpace dst_space, const void* src,

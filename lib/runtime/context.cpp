@@ -11,6 +11,7 @@ namespace kantor {
 
 Context::Impl::~Impl() {
   cuda_state.reset();
+  cuda::destroy_pool(memory);
   if (owns_stream) cuda::destroy_stream(stream);
 }
 
@@ -67,6 +68,12 @@ Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>()
       s.stream = cuda::create_stream();
       s.owns_stream = true;
     }
+    // Device buffers come from a stream-ordered pool on the context's stream: an engine's setup
+    // allocates and frees dozens of buffers per oracle, and cudaFree waits for the whole device
+    // (docs/architecture.md, "Device memory"). Up to kKeep bytes of freed memory stay reserved
+    // for reuse; the pool goes with the context.
+    constexpr std::size_t kKeep = std::size_t(4) << 30;
+    s.memory = cuda::create_pool(options.device, kKeep);
 #endif
   }
   s.backend = chosen;

@@ -16,6 +16,7 @@ struct Context::Impl {
   int device = 0;
   void* stream = nullptr;     // cudaStream_t
   bool owns_stream = false;
+  void* memory = nullptr;     // cudaMemPool_t of the context's device buffers (lib/runtime/buffer.cpp)
   const std::atomic<bool>* cancel = nullptr;  // ContextOptions::cancel
   KernelChoice kernel = KernelChoice::kAuto;  // ContextOptions::kernel
   std::unique_ptr<cpu::ThreadPool> pool;  // CPU engine workers (created for every context)
