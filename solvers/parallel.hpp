@@ -1,13 +1,14 @@
 // Host-thread helpers of the solvers (work that runs beside the engines: OTDD's label distances,
-// the multiscale solver's screening). The engines have their own pools (lib/cpu/thread_pool).
+// the multiscale solver's screening), on the process-wide host pool (kantor/host_parallel.hpp).
+// The CPU engine's passes run on their context's own pool (lib/core/thread_pool.hpp).
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
-#include <exception>
+#include <functional>
 #include <thread>
-#include <vector>
+
+#include "kantor/host_parallel.hpp"
 
 namespace kantor::detail {
 
@@ -18,34 +19,12 @@ inline int thread_count(int threads) {
   return h ? int(h) : 1;
 }
 
-/// Runs body(i) for i in [0, count) on up to `threads` host threads (dynamic: an atomic counter).
-/// The first exception thrown by a body is rethrown after every thread has stopped.
+/// Runs body(i) for i in [0, count) on up to `threads` host threads (0: all cores) of the
+/// process-wide host pool (dynamic: an atomic counter). The first exception thrown by a body is
+/// rethrown after the loop has stopped.
 template <class Body>
 void parallel_for(std::int64_t count, int threads, const Body& body) {
-  const int t = int(std::min<std::int64_t>(thread_count(threads), count));
-  if (t <= 1) {
-    for (std::int64_t i = 0; i < count; ++i) body(i);
-    return;
-  }
-  std::atomic<std::int64_t> next{0};
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  std::vector<std::thread> pool;
-  for (int k = 0; k < t; ++k)
-    pool.emplace_back([&] {
-      for (;;) {
-        const std::int64_t i = next.fetch_add(1);
-        if (i >= count || failed.load()) return;
-        try {
-          body(i);
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
-          return;
-        }
-      }
-    });
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
+  host_parallel(count, threads, std::function<void(std::int64_t)>(std::cref(body)));
 }
 
 /// Runs body(begin, end) over [0, count) in contiguous chunks of at least `grain` indices, one

@@ -1,12 +1,14 @@
 // Host loops of the setup split over the host threads: body(t, begin, end) over [0, count) in one
-// contiguous chunk per thread. Used by the cost preparation and the engines' setup copies
-// (padding, rounding, norms): plain loops over the clouds that would otherwise run on one core.
+// contiguous chunk per thread, on the process-wide host pool (lib/core/thread_pool.hpp). Used by
+// the cost preparation, validation and the engines' setup copies (padding, rounding, norms):
+// plain loops over the clouds that would otherwise run on one core.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <thread>
-#include <vector>
+
+#include "kantor/host_parallel.hpp"
 
 namespace kantor::detail {
 
@@ -26,10 +28,9 @@ int for_chunks(std::int64_t count, const Body& body, std::int64_t grain = std::i
     return 1;
   }
   const std::int64_t per = (count + t - 1) / t;
-  std::vector<std::thread> pool;
-  for (int k = 0; k < t; ++k)
-    pool.emplace_back([&, k] { body(k, k * per, std::min(count, (k + 1) * per)); });
-  for (auto& th : pool) th.join();
+  host_parallel(t, 0, [&](std::int64_t k) {
+    body(int(k), k * per, std::min(count, (k + 1) * per));
+  });
   return t;
 }
 

@@ -36,9 +36,12 @@
 #include <limits>
 #include <vector>
 
-#include "lib/cpu/thread_pool.hpp"
+#include "lib/core/thread_pool.hpp"
 
 namespace kantor::cpu {
+
+/// The CPU engine's workers: its context's pool (lib/core/thread_pool.hpp).
+using ThreadPool = kantor::detail::ThreadPool;
 
 template <class T>
 using RowMatrix = Eigen::Matrix<T, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;

@@ -82,7 +82,7 @@ Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>()
     detail::require_cpu_kernel(options.kernel, "ContextOptions::kernel",
                                options.backend == Backend::kAuto ? "; no CUDA device was chosen" : "");
   s.kernel = options.kernel;
-  s.pool = std::make_unique<cpu::ThreadPool>(s.threads, options.cancel);
+  s.pool = std::make_unique<detail::ThreadPool>(s.threads, options.cancel);
 }
 
 Context::~Context() = default;

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "kantor/context.hpp"
-#include "lib/cpu/thread_pool.hpp"
+#include "lib/core/thread_pool.hpp"
 
 namespace kantor {
 
@@ -19,7 +19,7 @@ struct Context::Impl {
   void* memory = nullptr;     // cudaMemPool_t of the context's device buffers (lib/runtime/buffer.cpp)
   const std::atomic<bool>* cancel = nullptr;  // ContextOptions::cancel
   KernelChoice kernel = KernelChoice::kAuto;  // ContextOptions::kernel
-  std::unique_ptr<cpu::ThreadPool> pool;  // CPU engine workers (created for every context)
+  std::unique_ptr<detail::ThreadPool> pool;  // CPU engine workers (created for every context)
   // Engine-specific state (e.g. the cuBLAS handle), created on first use by lib/cuda.
   std::shared_ptr<void> cuda_state;
 

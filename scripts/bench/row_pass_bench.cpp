@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "lib/cpu/row_pass.hpp"
-#include "lib/cpu/thread_pool.hpp"
+#include "lib/core/thread_pool.hpp"
 
 using namespace kantor::cpu;
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "lib/cpu/row_pass.hpp"
-#include "lib/cpu/thread_pool.hpp"
+#include "lib/core/thread_pool.hpp"
 #include "support/tolerance.hpp"
 
 namespace kantor::testing {
