@@ -106,23 +106,25 @@ std::vector<double> download(const Context& ctx, const Buffer<T>& b) {
 // without mass) and masses.
 template <class T>
 void coarsen(const std::vector<T>& x, const std::vector<double>& w, std::int64_t n, int d,
-             std::int64_t size, std::vector<T>* xc, std::vector<T>* wc) {
+             std::int64_t size, std::vector<T>* xc, std::vector<T>* wc, int threads) {
   const std::int64_t K = (n + size - 1) / size;
-  xc->assign(std::size_t(K * d), T(0));
-  wc->assign(std::size_t(K), T(0));
-  std::vector<double> acc(static_cast<std::size_t>(d));
-  for (std::int64_t k = 0; k < K; ++k) {
-    const std::int64_t b = k * size, e = std::min(n, b + size);
-    double mass = 0;
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (std::int64_t i = b; i < e; ++i) mass += w[std::size_t(i)];
-    for (std::int64_t i = b; i < e; ++i) {
-      const double wi = mass > 0 ? w[std::size_t(i)] / mass : 1.0 / double(e - b);
-      for (int a = 0; a < d; ++a) acc[std::size_t(a)] += wi * double(x[std::size_t(i * d + a)]);
+  xc->resize(std::size_t(K * d));
+  wc->resize(std::size_t(K));
+  detail::parallel_ranges(K, threads, 4096, [&](std::int64_t kb, std::int64_t ke) {
+    std::vector<double> acc(static_cast<std::size_t>(d));
+    for (std::int64_t k = kb; k < ke; ++k) {
+      const std::int64_t b = k * size, e = std::min(n, b + size);
+      double mass = 0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (std::int64_t i = b; i < e; ++i) mass += w[std::size_t(i)];
+      for (std::int64_t i = b; i < e; ++i) {
+        const double wi = mass > 0 ? w[std::size_t(i)] / mass : 1.0 / double(e - b);
+        for (int a = 0; a < d; ++a) acc[std::size_t(a)] += wi * double(x[std::size_t(i * d + a)]);
+      }
+      for (int a = 0; a < d; ++a) (*xc)[std::size_t(k * d + a)] = T(acc[std::size_t(a)]);
+      (*wc)[std::size_t(k)] = T(mass);
     }
-    for (int a = 0; a < d; ++a) (*xc)[std::size_t(k * d + a)] = T(acc[std::size_t(a)]);
-    (*wc)[std::size_t(k)] = T(mass);
-  }
+  });
 }
 
 // The block list of a lift (rows: the points, keys: the other side's cells) from a coarse
@@ -255,15 +257,30 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // invariant): it keeps the bound's arithmetic small.
   std::vector<double> mid(static_cast<std::size_t>(d));
   {
-    std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity()), hi(lo);
-    for (int a = 0; a < d; ++a) hi[std::size_t(a)] = -lo[std::size_t(a)];
-    for (const auto& [v, rows] : {std::make_pair(xr.data, n), std::make_pair(yr.data, m)})
-      for (std::int64_t i = 0; i < rows; ++i)
+    // Per-chunk extents of both clouds (chunks of 2^16 rows), merged in chunk order.
+    constexpr std::int64_t kRows = std::int64_t(1) << 16;
+    const std::int64_t cx = (n + kRows - 1) / kRows, cy = (m + kRows - 1) / kRows;
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> lo(std::size_t((cx + cy) * d), inf), hi(lo.size(), -inf);
+    detail::parallel_for(cx + cy, threads, [&](std::int64_t c) {
+      const double* v = c < cx ? xr.data : yr.data;
+      const std::int64_t b = (c < cx ? c : c - cx) * kRows, e = std::min(c < cx ? n : m, b + kRows);
+      double* l = lo.data() + c * d;
+      double* h = hi.data() + c * d;
+      for (std::int64_t i = b; i < e; ++i)
         for (int a = 0; a < d; ++a) {
-          lo[std::size_t(a)] = std::min(lo[std::size_t(a)], v[i * d + a]);
-          hi[std::size_t(a)] = std::max(hi[std::size_t(a)], v[i * d + a]);
+          l[a] = std::min(l[a], v[i * d + a]);
+          h[a] = std::max(h[a], v[i * d + a]);
         }
-    for (int a = 0; a < d; ++a) mid[std::size_t(a)] = 0.5 * (lo[std::size_t(a)] + hi[std::size_t(a)]);
+    });
+    for (int a = 0; a < d; ++a) {
+      double l = inf, h = -inf;
+      for (std::int64_t c = 0; c < cx + cy; ++c) {
+        l = std::min(l, lo[std::size_t(c * d + a)]);
+        h = std::max(h, hi[std::size_t(c * d + a)]);
+      }
+      mid[std::size_t(a)] = 0.5 * (l + h);
+    }
   }
   // A coarse level's points are the cells of its caller, runs of the caller's Morton-sorted
   // points: already in hierarchical order, and kept in it (identity), so that the block lists it
@@ -298,7 +315,16 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     out.wd.resize(std::size_t(rows));
     out.w.resize(std::size_t(rows));
     detail::parallel_ranges(rows, threads, 16384, [&](std::int64_t b, std::int64_t e) {
+      // The reads are random (a point's rows in the input order): request those of the point
+      // kAhead places on while this one is copied.
+      constexpr std::int64_t kAhead = 16;
       for (std::int64_t k = b; k < e; ++k) {
+        if (k + kAhead < e) {
+          const std::int64_t p = o[std::size_t(k + kAhead)];
+          __builtin_prefetch(cert + p * d);
+          __builtin_prefetch(eng + p * d);
+          __builtin_prefetch(w.data() + p);
+        }
         const std::int64_t i = o[std::size_t(k)];
         for (int a = 0; a < d; ++a) {
           const double v = cert[i * d + a];
@@ -345,8 +371,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     s.solver_note = "multiscale from a warm start (no coarse levels)";
   } else {
     std::vector<T> xc, ac, yc, bc;
-    coarsen(xp, ap, n, d, mo.cell_points, &xc, &ac);
-    coarsen(yp, bp, m, d, mo.cell_points, &yc, &bc);
+    coarsen(xp, ap, n, d, mo.cell_points, &xc, &ac, threads);
+    coarsen(yp, bp, m, d, mo.cell_points, &yc, &bc, threads);
     const std::int64_t K = std::int64_t(ac.size()), Km = std::int64_t(bc.size());
     Problem<T> coarse;
     coarse.cost = SqEuclidean<T>{host_matrix(xc.data(), K, d), host_matrix(yc.data(), Km, d), c};
@@ -783,8 +809,12 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   {
     const std::vector<double> fs = download(ctx, f), gs = download(ctx, g);
     std::vector<T> fo(static_cast<std::size_t>(n)), go(static_cast<std::size_t>(m));
-    for (std::int64_t k = 0; k < n; ++k) fo[std::size_t(ox[std::size_t(k)])] = T(fs[std::size_t(k)]);
-    for (std::int64_t k = 0; k < m; ++k) go[std::size_t(oy[std::size_t(k)])] = T(gs[std::size_t(k)]);
+    detail::parallel_ranges(n, threads, 1 << 16, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t k = b; k < e; ++k) fo[std::size_t(ox[std::size_t(k)])] = T(fs[std::size_t(k)]);
+    });
+    detail::parallel_ranges(m, threads, 1 << 16, [&](std::int64_t b, std::int64_t e) {
+      for (std::int64_t k = b; k < e; ++k) go[std::size_t(oy[std::size_t(k)])] = T(gs[std::size_t(k)]);
+    });
     pot->f = upload(ctx, fo);
     pot->g = upload(ctx, go);
     pot->epsilon = eps;
