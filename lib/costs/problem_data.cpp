@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kantor/error.hpp"
+#include "kantor/host_parallel.hpp"
 #include "lib/core/for_chunks.hpp"
 #include "lib/cuda/runtime.hpp"
 
@@ -14,18 +15,38 @@ namespace kantor {
 namespace {
 
 using detail::for_chunks;
+using detail::host_parallel;
+
+/// sum_i f(i) over [0, count) in double: fixed chunks of 2^16 terms summed in parallel, their
+/// sums added in chunk order (the same result for any thread count).
+template <class F>
+double chunked_sum(std::int64_t count, const F& f) {
+  constexpr std::int64_t kChunk = std::int64_t(1) << 16;
+  const std::int64_t chunks = (count + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<std::size_t>(chunks), 0.0);
+  host_parallel(chunks, 0, [&](std::int64_t c) {
+    double s = 0;
+    for (std::int64_t i = c * kChunk; i < std::min(count, (c + 1) * kChunk); ++i) s += f(i);
+    part[std::size_t(c)] = s;
+  });
+  double total = 0;
+  for (double s : part) total += s;
+  return total;
+}
 
 /// The weights in double: uniform 1/count for an empty view; normalized to mass 1 unless `as_given`
-/// (unbalanced problems use the caller's masses).
+/// (unbalanced problems use the caller's masses). Written by a parallel loop (the fresh pages
+/// fault on the host threads, not on one).
 template <class T>
-std::vector<double> exact_weights(const VectorView<const T>& w, std::int64_t count,
-                                  bool as_given) {
-  std::vector<double> e(static_cast<std::size_t>(count), 1.0 / double(count));
-  if (w.data == nullptr) return e;
-  double total = 0;
-  for (std::int64_t i = 0; i < count; ++i) total += double(w[i]);
-  if (as_given) total = 1.0;
-  for (std::int64_t i = 0; i < count; ++i) e[std::size_t(i)] = double(w[i]) / total;
+detail::UninitVector<double> exact_weights(const VectorView<const T>& w, std::int64_t count,
+                                           bool as_given) {
+  detail::UninitVector<double> e(static_cast<std::size_t>(count));
+  const double total =
+      w.data == nullptr || as_given ? 1.0 : chunked_sum(count, [&](std::int64_t i) { return double(w[i]); });
+  for_chunks(count, [&](int, std::int64_t b, std::int64_t end) {
+    for (std::int64_t i = b; i < end; ++i)
+      e[std::size_t(i)] = w.data == nullptr ? 1.0 / double(count) : double(w[i]) / total;
+  });
   return e;
 }
 
@@ -144,14 +165,20 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   out.rho_b = problem.rho_b;
   out.a_ref = exact_weights(problem.a, out.n, problem.unbalanced());
   out.b_ref = exact_weights(problem.b, out.m, problem.unbalanced());
-  out.a.assign(out.a_ref.begin(), out.a_ref.end());
-  out.b.assign(out.b_ref.begin(), out.b_ref.end());
-  for (double w : out.a_ref) out.mass_a += w;
-  for (double w : out.b_ref) out.mass_b += w;
+  auto narrow = [](const detail::UninitVector<double>& src, detail::UninitVector<T>* dst) {
+    dst->resize(src.size());
+    for_chunks(std::int64_t(src.size()), [&](int, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) (*dst)[std::size_t(i)] = T(src[std::size_t(i)]);
+    });
+  };
+  narrow(out.a_ref, &out.a);
+  narrow(out.b_ref, &out.b);
+  out.mass_a = chunked_sum(out.n, [&](std::int64_t i) { return out.a_ref[std::size_t(i)]; });
+  out.mass_b = chunked_sum(out.m, [&](std::int64_t i) { return out.b_ref[std::size_t(i)]; });
   // Guard: a zero weight masks its point (log 0 = -inf, which every engine's pass treats as a
   // masked key and never as a NaN source).
-  auto logs = [](const std::vector<T>& w) {
-    std::vector<T> l(w.size());
+  auto logs = [](const detail::UninitVector<T>& w) {
+    detail::UninitVector<T> l(w.size());
     for_chunks(std::int64_t(w.size()), [&](int, std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i)
         l[std::size_t(i)] = w[std::size_t(i)] > 0 ? std::log(w[std::size_t(i)])

@@ -18,10 +18,10 @@ struct PreparedProblem {
   std::int64_t n = 0, m = 0, d = 0;
   detail::UninitVector<T> x, y;  // centred, row-major n x d and m x d (y empty: same_clouds)
   std::vector<double> center; // d: what was subtracted
-  std::vector<T> a, b;        // normalized weights (as given for an unbalanced problem)
+  detail::UninitVector<T> a, b;  // normalized weights (as given for an unbalanced problem)
   double rho_a = 0, rho_b = 0;  // marginal penalties (infinity: strict)
   double mass_a = 0, mass_b = 0;  // totals of a and b (double; 1 for a balanced problem)
-  std::vector<T> la, lb;      // their logs; -inf for a zero weight (a masked point)
+  detail::UninitVector<T> la, lb;  // their logs; -inf for a zero weight (a masked point)
   double diameter = 0;        // diagonal of the joint bounding box
   double cost_scale = 1;      // c of the squared-Euclidean part
   // LabelAugmented: L classes, labels per side, the pair term c_w W[l, l'] (L x L, double,
@@ -36,7 +36,7 @@ struct PreparedProblem {
   // problem.reference_x / reference_y when set), uncentred, in double, row-major; and the weights
   // normalized in double (as given for an unbalanced problem).
   detail::UninitVector<double> x_ref, y_ref;  // (y_ref empty: same_clouds)
-  std::vector<double> a_ref, b_ref;
+  detail::UninitVector<double> a_ref, b_ref;
   // The problem's two clouds are one view (x and y, and their references, the same memory and
   // shape: a debiased divergence's self-problems): y and y_ref are left empty, x and x_ref serve
   // both sides, and an engine keeps one copy.

@@ -66,8 +66,8 @@ class CpuOracle final : public OracleBase<T> {
     }
     x_ref_.assign(prep.x_ref.begin(), prep.x_ref.end());
     y_ref_.assign(prep.y_reference().begin(), prep.y_reference().end());
-    a_ref_ = prep.a_ref;
-    b_ref_ = prep.b_ref;
+    a_ref_.assign(prep.a_ref.begin(), prep.a_ref.end());
+    b_ref_.assign(prep.b_ref.begin(), prep.b_ref.end());
   }
 
   MemorySpace memory_space() const override { return MemorySpace::kHost; }
