@@ -901,20 +901,17 @@ TEST(Multiscale, ACoarseLevelsListsIndexItsCallersCells) {
   Rng rng(41);
   const std::int64_t d = 3, n = 8192, cell = 8;
   const std::vector<double> x0 = uniform_cloud(rng, n, d), y0 = squeezed_cloud(rng, n, d);
-  std::vector<std::int64_t> ox, oy;
-  morton_order(x0.data(), n, y0.data(), n, int(d), &ox, &oy, 2);
+  const ScreenData sorted = screen_data(rng, x0, y0, d);  // in their joint Morton order
+  // The caller's cells in reverse Morton order: runs of runs are still cells (a hierarchy as
+  // good as Morton's), but sorted again they would all move.
   auto cells = [&](const std::vector<double>& v) {
     std::vector<double> c(std::size_t(n / cell * d), 0.0);
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t a = 0; a < d; ++a)
-        c[std::size_t(i / cell * d + a)] += v[std::size_t(i * d + a)] / cell;
+        c[std::size_t(i / cell * d + a)] += v[std::size_t((n - 1 - i) * d + a)] / cell;
     return c;
   };
-  // The caller's cells in reverse Morton order: runs of runs are still cells (a hierarchy as
-  // good as Morton's), but sorted again they would all move.
-  std::reverse(ox.begin(), ox.end());
-  std::reverse(oy.begin(), oy.end());
-  const std::vector<double> xc = cells(permuted(x0, ox, d)), yc = cells(permuted(y0, oy, d));
+  const std::vector<double> xc = cells(sorted.x), yc = cells(sorted.y);
   const PointData<double> pd = make_point_data<double>(d, xc, yc, {}, {}, 0.003);
   Context ctx(ContextOptions{Backend::kCpu, 2});
   SinkhornOptions o;
