@@ -810,10 +810,12 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const std::vector<double> fs = download(ctx, f), gs = download(ctx, g);
     std::vector<T> fo(static_cast<std::size_t>(n)), go(static_cast<std::size_t>(m));
     detail::parallel_ranges(n, threads, 1 << 16, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t k = b; k < e; ++k) fo[std::size_t(ox[std::size_t(k)])] = T(fs[std::size_t(k)]);
+      for (std::int64_t k = b; k < e; ++k)
+        fo[std::size_t(ox[std::size_t(k)])] = T(fs[std::size_t(k)]);
     });
     detail::parallel_ranges(m, threads, 1 << 16, [&](std::int64_t b, std::int64_t e) {
-      for (std::int64_t k = b; k < e; ++k) go[std::size_t(oy[std::size_t(k)])] = T(gs[std::size_t(k)]);
+      for (std::int64_t k = b; k < e; ++k)
+        go[std::size_t(oy[std::size_t(k)])] = T(gs[std::size_t(k)]);
     });
     pot->f = upload(ctx, fo);
     pot->g = upload(ctx, go);

@@ -41,8 +41,8 @@ template <class T>
 detail::UninitVector<double> exact_weights(const VectorView<const T>& w, std::int64_t count,
                                            bool as_given) {
   detail::UninitVector<double> e(static_cast<std::size_t>(count));
-  const double total =
-      w.data == nullptr || as_given ? 1.0 : chunked_sum(count, [&](std::int64_t i) { return double(w[i]); });
+  auto weight = [&](std::int64_t i) { return double(w[i]); };
+  const double total = w.data == nullptr || as_given ? 1.0 : chunked_sum(count, weight);
   for_chunks(count, [&](int, std::int64_t b, std::int64_t end) {
     for (std::int64_t i = b; i < end; ++i)
       e[std::size_t(i)] = w.data == nullptr ? 1.0 / double(count) : double(w[i]) / total;

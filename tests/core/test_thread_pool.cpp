@@ -43,9 +43,10 @@ TEST(ThreadPool, EveryTaskOnceOnAtMostTheLanes) {
   ThreadPool pool(4);
   for (int lanes : {0, 1, 2, 3, 4, 7}) {
     std::vector<int> hits;
-    const auto ids = threads_of(
-        64, [&](std::int64_t n, const std::function<void(std::int64_t)>& fn) { pool.run(n, fn, lanes); },
-        &hits);
+    auto run = [&](std::int64_t n, const std::function<void(std::int64_t)>& fn) {
+      pool.run(n, fn, lanes);
+    };
+    const auto ids = threads_of(64, run, &hits);
     for (int h : hits) EXPECT_EQ(h, 1) << "lanes " << lanes;
     EXPECT_LE(int(ids.size()), lanes > 0 ? std::min(lanes, 4) : 4) << "lanes " << lanes;
     if (lanes == 1) EXPECT_EQ(*ids.begin(), std::this_thread::get_id());
