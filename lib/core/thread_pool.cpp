@@ -125,6 +125,10 @@ void host_parallel(std::int64_t count, int threads, const std::function<void(std
   static std::mutex one_run;
   std::unique_lock<std::mutex> lock(one_run, std::defer_lock);
   if (threads == 1 || count == 1 || tl_running == &pool || !lock.try_lock()) {
+    // Serial, and marked as inside a host loop: its own nested loops stay on this thread too
+    // (else one could take the pool once it is free and run a body that assumed it was serial
+    // on several threads).
+    RunningGuard guard(&pool);
     for (std::int64_t i = 0; i < count; ++i) body(i);
     return;
   }
