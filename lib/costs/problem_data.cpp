@@ -128,11 +128,17 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
     const int used = for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
       double* l = clo.data() + std::int64_t(t) * d;
       double* h = chi.data() + std::int64_t(t) * d;
-      for (std::int64_t i = b; i < e; ++i)
-        for (std::int64_t k = 0; k < d; ++k) {
-          l[k] = std::min(l[k], double(v(i, k)));
-          h[k] = std::max(h[k], double(v(i, k)));
+      // One coordinate at a time, its extent in registers (a chunk's rows stay in cache).
+      for (std::int64_t k = 0; k < d; ++k) {
+        double lk = l[k], hk = h[k];
+        for (std::int64_t i = b; i < e; ++i) {
+          const double c = double(v(i, k));
+          lk = std::min(lk, c);
+          hk = std::max(hk, c);
         }
+        l[k] = lk;
+        h[k] = hk;
+      }
     }, grain);
     for (int t = 0; t < used; ++t)
       for (std::int64_t k = 0; k < d; ++k) {
@@ -177,17 +183,23 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   out.mass_b = chunked_sum(out.m, [&](std::int64_t i) { return out.b_ref[std::size_t(i)]; });
   // Guard: a zero weight masks its point (log 0 = -inf, which every engine's pass treats as a
   // masked key and never as a NaN source).
-  auto logs = [](const detail::UninitVector<T>& w) {
+  auto logs = [](const detail::UninitVector<T>& w, bool uniform) {
     detail::UninitVector<T> l(w.size());
+    // Uniform weights (an empty view): every entry is the same value, and so is its log.
+    const T same = uniform && !w.empty() ? std::log(w[0]) : T(0);
     for_chunks(std::int64_t(w.size()), [&](int, std::int64_t b, std::int64_t e) {
+      if (uniform) {
+        std::fill(l.begin() + b, l.begin() + e, same);
+        return;
+      }
       for (std::int64_t i = b; i < e; ++i)
         l[std::size_t(i)] = w[std::size_t(i)] > 0 ? std::log(w[std::size_t(i)])
                                                   : -std::numeric_limits<T>::infinity();
     });
     return l;
   };
-  out.la = logs(out.a);
-  out.lb = logs(out.b);
+  out.la = logs(out.a, problem.a.data == nullptr);
+  out.lb = logs(out.b, problem.b.data == nullptr);
   for (const detail::UninitVector<T>* c : {&out.x, &out.y}) {
     std::vector<double> cmax(detail::kMaxChunks, 0.0);
     const int used = for_chunks(std::int64_t(c->size()) / std::max<std::int64_t>(d, 1),
