@@ -65,6 +65,9 @@ class Context {
   /// Internal state, defined in lib/core (engines use it; applications do not need it).
   struct Impl;
   Impl& impl() const { return *impl_; }
+  /// The same, or null for a moved-from context (internal: a buffer freed after its context was
+  /// moved from falls back to a synchronous free).
+  Impl* impl_if_any() const noexcept { return impl_.get(); }
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -30,9 +30,11 @@ void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes) {
 
 void free_bytes(const Context& ctx, MemorySpace space, void* p) noexcept {
   if (space == MemorySpace::kDevice) {
-    const Context::Impl& c = ctx.impl();
-    if (c.memory)
-      cuda::pool_free(p, c.stream);
+    // Guard: a context moved from after this buffer was made has no state; cudaFree waits for
+    // the device, which orders the free after every stream's work.
+    const Context::Impl* c = ctx.impl_if_any();
+    if (c && c->memory)
+      cuda::pool_free(p, c->stream);
     else
       cuda::device_free(p);
   } else {

@@ -10,6 +10,7 @@
 #include "kantor/buffer.hpp"
 #include "kantor/context.hpp"
 #include "kantor/error.hpp"
+#include "lib/cuda/runtime.hpp"
 
 namespace kantor {
 namespace {
@@ -57,6 +58,31 @@ TEST(Buffer, ImpossibleAllocationThrowsOutOfMemory) {
   EXPECT_THROW(Buffer<double>(ctx, std::int64_t(1) << 60), OutOfMemory);
   // Sizes whose byte count wraps around when rounded up to the 64-byte alignment.
   EXPECT_THROW(detail::allocate_bytes(ctx, MemorySpace::kHost, SIZE_MAX - 10), OutOfMemory);
+}
+
+// A CUDA context's device buffers come from its stream-ordered pool (docs/architecture.md,
+// "Device memory"): allocations reuse freed memory, copies round-trip, an impossible size throws
+// OutOfMemory, and a buffer freed after its context was moved from (misuse, but it must not
+// crash) falls back to a synchronous free.
+TEST(CudaBuffer, PoolAllocationsCopiesAndAMovedFromContext) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  Context ctx(ContextOptions{Backend::kCuda, 1});
+  std::vector<double> h(1000);
+  std::iota(h.begin(), h.end(), 0.0);
+  for (int rep = 0; rep < 3; ++rep) {
+    Buffer<double> b(ctx, 1000);
+    copy(ctx, host_vector<const double>(h.data(), 1000), b.view());
+    std::vector<double> back(1000, -1.0);
+    copy(ctx, b.cview(), host_vector<double>(back.data(), 1000));
+    EXPECT_EQ(back, h);
+  }
+  EXPECT_THROW(Buffer<double>(ctx, std::int64_t(1) << 50), OutOfMemory);
+  Buffer<float> early(ctx, 4096);
+  Context moved(std::move(ctx));
+  Buffer<float> later(moved, 4096);
+  early.reset();
+  later.reset();
+  moved.synchronize();
 }
 
 // 64-bit sizes and indices: 2^31 + 7 bytes (2 GiB, cheap compared with 2^31 floats), written at
