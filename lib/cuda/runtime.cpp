@@ -64,7 +64,9 @@ void* device_malloc(std::size_t bytes) {
 }
 
 void device_free(void* p) noexcept {
-  if (p) cudaFree(p);
+  // A failed free (nothing a destructor can do about it) must not surface later as the error of
+  // an unrelated launch check: clear it.
+  if (p && cudaFree(p) != cudaSuccess) cudaGetLastError();
 }
 
 void* create_pool(int device, std::size_t keep_bytes) {
@@ -100,7 +102,7 @@ void* pool_malloc(std::size_t bytes, void* pool, void* stream) {
 }
 
 void pool_free(void* p, void* stream) noexcept {
-  if (p) cudaFreeAsync(p, static_cast<cudaStream_t>(stream));
+  if (p && cudaFreeAsync(p, static_cast<cudaStream_t>(stream)) != cudaSuccess) cudaGetLastError();
 }
 
 void memcpy_async(void* dst, const void* src, std::size_t bytes, int kind, void* stream) {
