@@ -160,16 +160,31 @@ void fit_gradient(const Moments& M, std::int64_t k, int d, double* grad) {
 }
 
 // Level 0: boxes, moments, models and exact residuals from the points of cell k.
-void fit_atom(const double* x, const double* w, const double* pot, std::int64_t n, int d,
+// kD > 0: the dimension as a compile-time constant (the box, mean and moment sums in registers);
+// kD = 0: any d.
+template <int kD>
+void fit_atom(const double* x, const double* w, const double* pot, std::int64_t n, int dyn_d,
               CellLevel* L, Moments* M, std::int64_t k) {
+  constexpr int kMax = kD > 0 ? kD : 1;
+  const int d = kD > 0 ? kD : dyn_d;
   const std::int64_t b = k * L->size, e = std::min(n, b + L->size);
-  double* lo = L->lo.data() + k * d;
-  double* hi = L->hi.data() + k * d;
-  double* mean = M->mean.data() + k * d;
+  // Accumulators: local arrays for a fixed d, the level's own storage otherwise.
+  double lo_r[kMax], hi_r[kMax], mean_r[kMax], r_r[kMax], S_r[kMax * kMax], u_r[kMax];
+  std::vector<double> u_dyn;
+  double* lo = kD > 0 ? lo_r : L->lo.data() + k * d;
+  double* hi = kD > 0 ? hi_r : L->hi.data() + k * d;
+  double* mean = kD > 0 ? mean_r : M->mean.data() + k * d;
+  double* S = kD > 0 ? S_r : M->scatter.data() + k * d * d;
+  double* r = kD > 0 ? r_r : M->cross.data() + k * d;
+  if (kD == 0) u_dyn.resize(std::size_t(d));
+  double* u = kD > 0 ? u_r : u_dyn.data();
   for (int a = 0; a < d; ++a) {
     lo[a] = std::numeric_limits<double>::infinity();
     hi[a] = -std::numeric_limits<double>::infinity();
+    mean[a] = 0;
+    r[a] = 0;
   }
+  for (int a = 0; a < d * d; ++a) S[a] = 0;
   double cnt = 0, fmean = 0, mass = 0;
   for (std::int64_t i = b; i < e; ++i) {
     for (int a = 0; a < d; ++a) {
@@ -185,24 +200,36 @@ void fit_atom(const double* x, const double* w, const double* pot, std::int64_t 
     fmean += pot[i];
     for (int a = 0; a < d; ++a) mean[a] += x[i * d + a];
   }
+  // Written back whatever happens next (the level's arrays are the outputs).
+  auto store = [&] {
+    if (kD == 0) return;
+    for (int a = 0; a < d; ++a) {
+      L->lo[std::size_t(k * d + a)] = lo[a];
+      L->hi[std::size_t(k * d + a)] = hi[a];
+      M->mean[std::size_t(k * d + a)] = mean[a];
+      M->cross[std::size_t(k * d + a)] = r[a];
+    }
+    for (int a = 0; a < d * d; ++a) M->scatter[std::size_t(k * d * d + a)] = S[a];
+  };
   M->cnt[std::size_t(k)] = cnt;
   L->mass[std::size_t(k)] = mass;
   L->active[std::size_t(k)] = cnt > 0;
-  if (cnt == 0) return;
+  if (cnt == 0) {
+    store();
+    return;
+  }
   fmean /= cnt;
   for (int a = 0; a < d; ++a) mean[a] /= cnt;
   M->fmean[std::size_t(k)] = fmean;
-  double* S = M->scatter.data() + k * d * d;
-  double* r = M->cross.data() + k * d;
-  std::vector<double> u(static_cast<std::size_t>(d));
   for (std::int64_t i = b; i < e; ++i) {
     if (!(w[i] > 0)) continue;
-    for (int a = 0; a < d; ++a) u[std::size_t(a)] = x[i * d + a] - mean[a];
+    for (int a = 0; a < d; ++a) u[a] = x[i * d + a] - mean[a];
     for (int a = 0; a < d; ++a) {
-      r[a] += u[std::size_t(a)] * (pot[i] - fmean);
-      for (int c2 = 0; c2 < d; ++c2) S[a * d + c2] += u[std::size_t(a)] * u[std::size_t(c2)];
+      r[a] += u[a] * (pot[i] - fmean);
+      for (int c2 = 0; c2 < d; ++c2) S[a * d + c2] += u[a] * u[c2];
     }
   }
+  store();
   double* grad = L->grad.data() + k * d;
   fit_gradient(*M, k, d, grad);
   double res = -std::numeric_limits<double>::infinity();
@@ -342,8 +369,12 @@ Hierarchy build_hierarchy(const double* x, const double* w, const double* pot, s
     Moments M;
     M.resize(L.count, d);
     if (h.levels.empty()) {
+      auto fit = d == 1   ? fit_atom<1>
+                 : d == 2 ? fit_atom<2>
+                 : d == 3 ? fit_atom<3>
+                          : fit_atom<0>;
       detail::parallel_for(L.count, threads,
-                           [&](std::int64_t k) { fit_atom(x, w, pot, n, d, &L, &M, k); });
+                           [&](std::int64_t k) { fit(x, w, pot, n, d, &L, &M, k); });
     } else {
       const CellLevel& C = h.levels.back();
       detail::parallel_for(L.count, threads,
