@@ -70,6 +70,13 @@ void device_free(void* p) noexcept {
 }
 
 void* create_pool(int device, std::size_t keep_bytes) {
+  // Devices or drivers without stream-ordered pools: none (plain cudaMalloc, as before).
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, device) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (!supported) return nullptr;
   cudaMemPoolProps props{};
   props.allocType = cudaMemAllocationTypePinned;
   props.location.type = cudaMemLocationTypeDevice;

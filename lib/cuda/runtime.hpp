@@ -27,8 +27,9 @@ void device_synchronize();
 void* device_malloc(std::size_t bytes);
 void device_free(void* p) noexcept;
 /// A stream-ordered memory pool on `device` (opaque cudaMemPool_t) that keeps up to `keep_bytes`
-/// of freed memory for reuse across synchronizations (the rest goes back to the driver), and
-/// its destruction (outstanding allocations release it when they are freed).
+/// of freed memory for reuse across synchronizations (the rest goes back to the driver), or null
+/// where the device has no memory pools; and its destruction (outstanding allocations release
+/// it when they are freed).
 void* create_pool(int device, std::size_t keep_bytes);
 void destroy_pool(void* pool) noexcept;
 /// Stream-ordered allocation from `pool` on `stream` (usable by work on `stream` from this

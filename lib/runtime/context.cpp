@@ -71,7 +71,8 @@ Context::Context(const ContextOptions& options) : impl_(std::make_unique<Impl>()
     // Device buffers come from a stream-ordered pool on the context's stream: an engine's setup
     // allocates and frees dozens of buffers per oracle, and cudaFree waits for the whole device
     // (docs/architecture.md, "Device memory"). Up to kKeep bytes of freed memory stay reserved
-    // for reuse; the pool goes with the context.
+    // for reuse; the pool goes with the context. Null where the device has no pools (plain
+    // cudaMalloc then).
     constexpr std::size_t kKeep = std::size_t(4) << 30;
     s.memory = cuda::create_pool(options.device, kKeep);
 #endif
