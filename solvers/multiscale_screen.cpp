@@ -24,20 +24,46 @@ std::int64_t chunks(std::int64_t count, std::int64_t chunk) { return (count + ch
 
 }  // namespace
 
+void joint_bounds(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
+                  int threads, std::vector<double>* lo_out, std::vector<double>* hi_out) {
+  constexpr std::int64_t kRows = std::int64_t(1) << 16;
+  const std::int64_t cx = chunks(n, kRows), cy = chunks(m, kRows);
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<double> lo(std::size_t((cx + cy) * d), inf), hi(lo.size(), -inf);
+  detail::parallel_for(cx + cy, threads, [&](std::int64_t c) {
+    const double* v = c < cx ? x : y;
+    const std::int64_t b = (c < cx ? c : c - cx) * kRows, e = std::min(c < cx ? n : m, b + kRows);
+    // One coordinate at a time, its extent in registers (the chunk's rows stay in cache).
+    for (int a = 0; a < d; ++a) {
+      double l = inf, h = -inf;
+      for (std::int64_t i = b; i < e; ++i) {
+        l = std::min(l, v[i * d + a]);
+        h = std::max(h, v[i * d + a]);
+      }
+      lo[std::size_t(c * d + a)] = l;
+      hi[std::size_t(c * d + a)] = h;
+    }
+  });
+  lo_out->assign(std::size_t(d), inf);
+  hi_out->assign(std::size_t(d), -inf);
+  for (std::int64_t c = 0; c < cx + cy; ++c)
+    for (int a = 0; a < d; ++a) {
+      (*lo_out)[std::size_t(a)] = std::min((*lo_out)[std::size_t(a)], lo[std::size_t(c * d + a)]);
+      (*hi_out)[std::size_t(a)] = std::max((*hi_out)[std::size_t(a)], hi[std::size_t(c * d + a)]);
+    }
+}
+
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
                   std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
                   int threads) {
-  std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity());
-  std::vector<double> hi(std::size_t(d), -std::numeric_limits<double>::infinity());
-  auto extend = [&](const double* p, std::int64_t rows) {
-    for (std::int64_t i = 0; i < rows; ++i)
-      for (int k = 0; k < d; ++k) {
-        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], p[i * d + k]);
-        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], p[i * d + k]);
-      }
-  };
-  extend(x, n);
-  extend(y, m);
+  std::vector<double> lo, hi;
+  joint_bounds(x, n, y, m, d, threads, &lo, &hi);
+  morton_order(x, n, y, m, d, order_x, order_y, threads, lo, hi);
+}
+
+void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
+                  std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
+                  int threads, const std::vector<double>& lo, const std::vector<double>& hi) {
   const int axes = std::min(d, 63);
   // At most 52 bits: top = 2^bits - 1 must be exact in double (with 63 bits it rounds to 2^63 and
   // the largest coordinate would wrap to key 0).

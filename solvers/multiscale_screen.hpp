@@ -13,6 +13,11 @@
 
 namespace kantor::multiscale {
 
+/// The joint bounding box of x (n x d) and y (m x d), row-major float64: lo and hi (d each), on
+/// the host threads (chunks of 2^16 rows, merged in order).
+void joint_bounds(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
+                  int threads, std::vector<double>* lo, std::vector<double>* hi);
+
 /// The permutation that sorts the points of x (n x d) and y (m x d), row-major float64, by one
 /// joint Morton (Z-order) key on their joint bounding box: min(52, floor(63 / d)) bits per axis (at least
 /// one; axes beyond the 63rd do not enter the key). order_x[k] = the input index of the k-th
@@ -20,6 +25,10 @@ namespace kantor::multiscale {
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
                   std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
                   int threads);
+/// The same on a joint bounding box the caller already has (joint_bounds).
+void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
+                  std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
+                  int threads, const std::vector<double>& lo, const std::vector<double>& hi);
 
 /// One side's cells at one level: `count` cells of consecutive sorted points; cell k holds points
 /// [k * size, min((k + 1) * size, n)).
