@@ -31,6 +31,7 @@ struct Options {
   int d = 3;
   double epsilon = 0.0025, tolerance = 5e-3;
   std::string solver = "multiscale", precision, backend = "auto";
+  std::string kernel = "auto";  // ContextOptions::kernel
   int repeats = 3;
   std::uint64_t seed = 0;
   std::int64_t cell = 0;
@@ -79,6 +80,7 @@ int run(const Options& o) {
   }
   ContextOptions co;
   co.backend = parse_backend(o.backend, "--backend");
+  co.kernel = parse_kernel_choice(o.kernel, "--kernel");
   const Precision precision =
       o.precision.empty() ? (std::is_same<T, double>::value ? Precision::kFp64 : Precision::kFp32)
                           : parse_precision(o.precision, "--precision");
@@ -128,6 +130,7 @@ int run(const Options& o) {
       .add("precision", to_string(s.precision))
       .add("backend", to_string(s.backend))
       .add("engine", s.engine)
+      .add("kernel", o.kernel)
       .add("repeats", std::int64_t(o.repeats))
       .add("cold_s", cold)
       .add("warm_s_median", median)
@@ -185,6 +188,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
      "on | off (default auto)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
+    ("kernel", po::value(&o.kernel),
+     (kernel_choice_names(" | ") + ": force a kernel family (default auto)").c_str())
     ("repeats", po::value(&o.repeats), "solves in one process; the first is the cold one (default 3)")
     ("seed", po::value(&o.seed), "data seed (default 0)")
     ("verify", po::bool_switch(&o.verify), "multiscale: dense float64 check of the result")

@@ -32,13 +32,13 @@ enum class Precision { kFp32, kTf32, kBf16, kFp64 };
 /// tensor cores) and double row maxima: the norm expansion without its float32 rounding; opt-in.
 /// The CPU engine has one family and accepts only kAuto and kExact.
 enum class KernelChoice {
-  kAuto, kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32, kGemmFp64
+  kAuto, kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32, kGemmFp64, kExpanded
 };
 
 std::string to_string(Backend b);
 std::string to_string(KernelChoice k);
 /// Parse "auto" | "exact" | "mma" | "tf32-chunked" | "gemm" | "gemm-fp32" | "gemm-3xtf32" |
-/// "gemm-fp64".
+/// "gemm-fp64" | "expanded".
 KernelChoice parse_kernel_choice(const std::string& s, const std::string& what = "kernel");
 /// Every KernelChoice name, in order, joined by `sep` (help texts and messages).
 std::string kernel_choice_names(const std::string& sep);

@@ -33,6 +33,7 @@ std::string to_string(KernelChoice k) {
     case KernelChoice::kGemmFp32: return "gemm-fp32";
     case KernelChoice::kGemm3xTf32: return "gemm-3xtf32";
     case KernelChoice::kGemmFp64: return "gemm-fp64";
+    case KernelChoice::kExpanded: return "expanded";
   }
   return "?";
 }
@@ -41,7 +42,7 @@ namespace {
 constexpr KernelChoice kAllKernelChoices[] = {
     KernelChoice::kAuto,      KernelChoice::kExact,    KernelChoice::kMma,
     KernelChoice::kTf32Chunked, KernelChoice::kGemm,   KernelChoice::kGemmFp32,
-    KernelChoice::kGemm3xTf32, KernelChoice::kGemmFp64};
+    KernelChoice::kGemm3xTf32, KernelChoice::kGemmFp64, KernelChoice::kExpanded};
 }  // namespace
 
 std::string kernel_choice_names(const std::string& sep) {

@@ -18,7 +18,13 @@ struct PassTraits {
 };
 
 /// The families (lib/cuda/lse_*.cu).
-enum class LseFamily { kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32, kGemmFp64 };
+enum class LseFamily {
+  kExact, kMma, kTf32Chunked, kGemm, kGemmFp32, kGemm3xTf32, kGemmFp64, kExpanded
+};
+
+/// Whether `f` runs on the exact kernel's copies and units (centred, unrounded clouds of padded
+/// width simt_padded_dim(d), u = beta - cost / c): the exact and the expanded kernels.
+inline bool exact_layout(LseFamily f) { return f == LseFamily::kExact || f == LseFamily::kExpanded; }
 
 struct Dispatch {
   LseFamily family = LseFamily::kExact;

@@ -87,6 +87,7 @@ struct LsePass {
   LseSide<T> side[2];
   int nsides = 1;
   int ld = 0;      ///< padded dimension (row stride of queries and keys)
+  int dim = 0;     ///< the clouds' dimension d (the expanded kernel's width)
   int splits = 1;  ///< key-range splits (split-K)
   T eps = 0;
   T cost_scale = 1;  ///< c
@@ -138,7 +139,11 @@ inline std::int64_t value_partials_doubles(std::int64_t rows, int splits) {
 }
 
 /// Which kernel runs the LSE of a pass.
-enum class LseKernel : int { kSimt = 0, kTf32 = 1, kBf16 = 2 };
+enum class LseKernel : int { kSimt = 0, kTf32 = 1, kBf16 = 2, kExpanded = 3 };
+
+/// Largest d the expanded kernel serves (fp32 data; widths 3, 4 and 8 of the exact path's
+/// padded rows: lib/cuda/lse_expanded.cu).
+constexpr int kExpandedMaxDim = 8;
 
 /// Largest d the bf16 kernel serves (padded widths 16, 32, 64, 128; wider d is refused).
 constexpr int kBf16MaxDim = 128;

@@ -28,9 +28,10 @@ int choose_splits(LseKernel kernel, int ld, bool is_double, std::int64_t rows_to
   // that writing and merging the partials stays small next to the scan. (H200, 50k x 50k d = 3
   // TF32: 391 row blocks on 528 slots ran at 74% efficiency with 1 or 3 splits; 4 splits fill
   // 3 waves at 99%.)
-  const int per_sm = kernel == LseKernel::kTf32   ? tf32_blocks_per_sm(ld)
-                     : kernel == LseKernel::kBf16 ? bf16_blocks_per_sm(ld)
-                                                  : simt_blocks_per_sm(ld, is_double);
+  const int per_sm = kernel == LseKernel::kTf32       ? tf32_blocks_per_sm(ld)
+                     : kernel == LseKernel::kBf16     ? bf16_blocks_per_sm(ld)
+                     : kernel == LseKernel::kExpanded ? expanded_blocks_per_sm(ld)
+                                                      : simt_blocks_per_sm(ld, is_double);
   const std::int64_t br = lse_block_rows(kernel, ld);
   return wave_splits(per_sm, (rows_total + br - 1) / br, nkeys);
 }
@@ -120,6 +121,8 @@ void run_lse_pass(LseKernel kernel, const LsePass<float>& p, void* stream) {
     launch_lse_tf32(q, stream);
   else if (kernel == LseKernel::kBf16)
     launch_lse_bf16(q, stream);
+  else if (kernel == LseKernel::kExpanded)
+    launch_lse_expanded(q, stream);
   else
     launch_lse_simt(q, stream);
   finish_pass(q, static_cast<cudaStream_t>(stream));

@@ -206,7 +206,7 @@ class CudaOracle final : public OracleBase<T> {
     b_ = upload(prep.b);
     la_ = upload(prep.la);
     lb_ = upload(prep.lb);
-    const bool tensor_copies = dense_.family != LseFamily::kExact;
+    const bool tensor_copies = !cuda::exact_layout(dense_.family);
     if (dense_.family == LseFamily::kGemmFp64) {
       // Float64 score blocks: double copies of the centred float data (exact conversions), c|x|^2
       // of the same values; the exact kernel's copies stay the LseSide operands (unused there).
@@ -314,6 +314,8 @@ class CudaOracle final : public OracleBase<T> {
     else if (f == LseFamily::kGemm3xTf32)
       os << "cuda lse fp32 as 3xTF32 (split operands) cuBLAS score blocks of "
          << gemm_->rows_per_chunk() << " rows + row-LSE, d padded to " << ld_upd_ << " (x3)";
+    else if (f == LseFamily::kExpanded)
+      os << "cuda lse cuda-core fp32 norm expansion (one FMA chain per score) 128x32, d = " << d_;
     else if (f != LseFamily::kExact && tensor_ == LseKernel::kTf32)
       os << "cuda lse tf32 " << (f == LseFamily::kMma ? "mma.sync m16n8k8 128x64" : "chunked")
          << ", d padded to " << ld_upd_;
@@ -603,7 +605,7 @@ class CudaOracle final : public OracleBase<T> {
     // A family without the block-list schedule hands the passes to the exact kernel (the table
     // says so); a forced family that cannot serve lists is refused here.
     dispatch_ = listed ? cuda::dispatch_lse(traits(true), kernel_) : dense_;
-    if (listed && dispatch_.family != LseFamily::kExact && dispatch_.family != dense_.family)
+    if (listed && !cuda::exact_layout(dispatch_.family) && dispatch_.family != dense_.family)
       throw InvalidArgument("block lists: the dispatch table chose " +
                             cuda::to_string(dispatch_.family) +
                             " but the oracle was prepared for " + cuda::to_string(dense_.family));
@@ -621,7 +623,7 @@ class CudaOracle final : public OracleBase<T> {
     if (!gemm_family(dispatch_.family)) {
       constexpr bool kDouble = std::is_same<T, double>::value;
       const LseKernel k = family_kernel();
-      const int ld = k == LseKernel::kSimt ? ld_simt_ : ld_upd_;
+      const int ld = k == LseKernel::kSimt || k == LseKernel::kExpanded ? ld_simt_ : ld_upd_;
       auto keys = [&](int s, std::int64_t rows, std::int64_t nk) {
         const BlockList* l = this->block_list(s);
         if (!l) return nk;
@@ -764,10 +766,12 @@ class CudaOracle final : public OracleBase<T> {
            f == LseFamily::kGemmFp64;
   }
   /// Whether the current family's passes use the shifted form (u = beta + <x, y>, norms apart).
-  bool shifted() const { return dispatch_.family != LseFamily::kExact; }
+  bool shifted() const { return !cuda::exact_layout(dispatch_.family); }
   /// The LseKernel of the current family.
   LseKernel family_kernel() const {
-    return dispatch_.family == LseFamily::kExact ? LseKernel::kSimt : tensor_;
+    return dispatch_.family == LseFamily::kExact      ? LseKernel::kSimt
+           : dispatch_.family == LseFamily::kExpanded ? LseKernel::kExpanded
+                                                      : tensor_;
   }
   void run(const LsePass<T>& p) {
     if constexpr (std::is_same<T, float>::value) {
@@ -919,6 +923,7 @@ class CudaOracle final : public OracleBase<T> {
     p.ld = !shifted()                                      ? ld_simt_
            : dispatch_.family == LseFamily::kGemm3xTf32 ? 3 * ld_upd_
                                                           : ld_upd_;
+    p.dim = int(d_);
     p.splits = splits;
     p.eps = eps;
     p.cost_scale = T(c_);

@@ -29,11 +29,20 @@ TEST(CudaDispatchTable, EveryAutoEntry) {
   // fp64: always exact differences.
   EXPECT_EQ(pick(pass(Precision::kFp64, 3)), LseFamily::kExact);
   EXPECT_EQ(pick(pass(Precision::kFp64, 784, true)), LseFamily::kExact);
-  // fp32: exact differences up to d = 16 and for block lists; float64 score blocks above (the
-  // float32 norm expansions are opt-in).
+  // fp32: exact differences up to d = 16 (dense), for label costs and for block lists above
+  // d = 8; the expanded kernel for block lists at d <= 8; float64 score blocks above d = 16 (the
+  // float32 GEMM expansions are opt-in).
   EXPECT_EQ(pick(pass(Precision::kFp32, 3)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 8)), LseFamily::kExact);
   EXPECT_EQ(pick(pass(Precision::kFp32, 16)), LseFamily::kExact);
   EXPECT_EQ(pick(pass(Precision::kFp32, 16, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 1, false, true)), LseFamily::kExpanded);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 3, false, true)), LseFamily::kExpanded);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 8, false, true)), LseFamily::kExpanded);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 9, false, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp32, 3, true, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kFp64, 3, false, true)), LseFamily::kExact);
+  EXPECT_EQ(pick(pass(Precision::kTf32, 3, false, true)), LseFamily::kMma);
   EXPECT_EQ(pick(pass(Precision::kFp32, 17)), LseFamily::kGemmFp64);
   EXPECT_EQ(pick(pass(Precision::kFp32, 784)), LseFamily::kGemmFp64);
   EXPECT_EQ(pick(pass(Precision::kFp32, 784, true)), LseFamily::kGemmFp64);
@@ -64,7 +73,10 @@ TEST(CudaDispatchTable, ForcedFamiliesAreCheckedWithTheReason) {
   for (const Served& c : {Served{pass(Precision::kFp32, 3), KernelChoice::kGemm3xTf32, LseFamily::kGemm3xTf32},
                           Served{pass(Precision::kFp32, 784), KernelChoice::kExact, LseFamily::kExact},
                           Served{pass(Precision::kFp32, 3, true), KernelChoice::kGemmFp32, LseFamily::kGemmFp32},
-                          Served{pass(Precision::kFp32, 784, true), KernelChoice::kGemmFp64, LseFamily::kGemmFp64}})
+                          Served{pass(Precision::kFp32, 784, true), KernelChoice::kGemmFp64, LseFamily::kGemmFp64},
+                          Served{pass(Precision::kFp32, 3), KernelChoice::kExpanded, LseFamily::kExpanded},
+                          Served{pass(Precision::kFp32, 8, false, true), KernelChoice::kExpanded, LseFamily::kExpanded},
+                          Served{pass(Precision::kFp32, 3, false, true), KernelChoice::kExact, LseFamily::kExact}})
     EXPECT_EQ(dispatch_lse(c.pass, c.choice).family, c.family) << kantor::to_string(c.choice);
   // Forced families the pass cannot take: refused, the message says why.
   struct Refused {
@@ -79,7 +91,11 @@ TEST(CudaDispatchTable, ForcedFamiliesAreCheckedWithTheReason) {
         Refused{pass(Precision::kTf32, 130), KernelChoice::kGemmFp32, "needs precision fp32"},
         Refused{pass(Precision::kFp64, 784), KernelChoice::kGemmFp64, "needs precision fp32"},
         Refused{pass(Precision::kFp32, 784, false, true), KernelChoice::kGemmFp64, "dense score blocks only"},
-        Refused{pass(Precision::kFp32, 3), KernelChoice::kMma, "tf32 or bf16"}}) {
+        Refused{pass(Precision::kFp32, 3), KernelChoice::kMma, "tf32 or bf16"},
+        Refused{pass(Precision::kTf32, 3), KernelChoice::kExpanded, "needs precision fp32"},
+        Refused{pass(Precision::kFp64, 3), KernelChoice::kExpanded, "needs precision fp32"},
+        Refused{pass(Precision::kFp32, 9, false, true), KernelChoice::kExpanded, "d <= 8"},
+        Refused{pass(Precision::kFp32, 3, true, true), KernelChoice::kExpanded, "no label pair term"}}) {
     std::string what;
     try {
       (void)dispatch_lse(c.pass, c.choice);

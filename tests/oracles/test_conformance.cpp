@@ -440,6 +440,18 @@ std::vector<Conf> all_cases() {
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 1, 70, 3, KernelChoice::kGemmFp64});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels100, Schedule::kDense, 300, 257, 70, KernelChoice::kGemmFp64});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kLabels3Sorted, Schedule::kDense, 700, 500, 17, KernelChoice::kGemmFp64});
+  // The expanded kernel (fp32, d <= 8; the table's choice for block lists there, which the auto
+  // cases above run at d = 2, 3 and 5): forced on both schedules at each of its widths (3, 4, 8,
+  // the padded coordinates zero), partial tiles, one row, empty rows, one and all tiles (every
+  // case's weights hold zeros).
+  for (std::int64_t d : {1, 3, 4, 6, 8}) {
+    out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 300, 257, d, KernelChoice::kExpanded});
+    out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kRandom, 300, 257, d, KernelChoice::kExpanded});
+  }
+  for (Schedule sch : {Schedule::kEmptyRows, Schedule::kOneTile, Schedule::kAllTiles})
+    out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, sch, 300, 300, 3, KernelChoice::kExpanded});
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kRandom, 1, 70, 3, KernelChoice::kExpanded});
+  out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kRandom, 200, 200, 3, KernelChoice::kExpanded, true});
   // One cloud with the families whose two sides' copies differ (3xTF32: [lo, hi, hi] and
   // [hi, lo, hi]) or are float32 norm expansions.
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 200, 200, 130, KernelChoice::kGemm3xTf32, true});
