@@ -471,12 +471,19 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // points (its points stage tests the cells' centroids, not the points beneath them; lifting
     // through the tighter lists left the 2^20 points' level 93 iterations instead of 2 on the
     // H100, docs/multiscale.md).
+    // The box stage's descent on the engine where it has one (the CUDA engine's: the same pairs,
+    // one thread per tested pair of cells instead of the host threads).
+    const Descent descent = [&](const std::vector<ScreenLevel>& lx,
+                                const std::vector<ScreenLevel>& ly, int dim, double cost,
+                                double keep_at, double e, int bx, int by, ScreenDescent* r) {
+      return oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by, r);
+    };
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
-                theta < theta_b ? drop_budget : HUGE_VAL, coarse_level);
+                theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent);
     if (theta < theta_b && !(sc.dropped_mass <= drop_budget)) {
       theta = theta_b;
       sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
-                  HUGE_VAL, coarse_level);
+                  HUGE_VAL, coarse_level, &descent);
       ++screen_retries;
     }
     s.kept_fraction = sc.kept_fraction;

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "kantor/error.hpp"
+#include "kantor/screen_bound.hpp"
 #include "parallel.hpp"
 
 namespace kantor::multiscale {
@@ -418,35 +419,11 @@ Hierarchy build_hierarchy(const double* x, const double* w, const double* pot, s
 
 namespace {
 
-// pair_bound's body, with the dimension a compile-time constant when D > 0 (unrolled loops).
+// pair_bound's body (kantor/screen_bound.hpp: shared with the CUDA engine's descent), with the
+// dimension a compile-time constant when D > 0 (unrolled loops).
 template <int D>
 inline double pair_bound_impl(const double* A, const double* B, int dyn_d, double c) {
-  const int d = D > 0 ? D : dyn_d;
-  const double inv2c = 0.5 / c;
-  double bound = A[3 * d] + B[3 * d];
-  for (int k = 0; k < d; ++k) {
-    const double xl = A[k], xh = A[d + k], p = A[2 * d + k];
-    const double yl = B[k], yh = B[d + k], q = B[2 * d + k];
-    // The maximum of a concave quadratic h(s, t) = p s + q t - c (s - t)^2 over the rectangle
-    // lies on one of its four edges (an interior critical point exists only when p = -q, and
-    // then h is constant along lines s - t = const, which meet the boundary); on each edge h is
-    // a 1-D concave quadratic, maximized at its clamped vertex.
-    const double t1 = std::min(yh, std::max(yl, xl + q * inv2c));
-    const double t2 = std::min(yh, std::max(yl, xh + q * inv2c));
-    const double s3 = std::min(xh, std::max(xl, yl + p * inv2c));
-    const double s4 = std::min(xh, std::max(xl, yh + p * inv2c));
-    const double h1 = p * xl + q * t1 - c * (xl - t1) * (xl - t1);
-    const double h2 = p * xh + q * t2 - c * (xh - t2) * (xh - t2);
-    const double h3 = p * s3 + q * yl - c * (s3 - yl) * (s3 - yl);
-    const double h4 = p * s4 + q * yh - c * (s4 - yh) * (s4 - yh);
-    bound += std::max(std::max(h1, h2), std::max(h3, h4));
-  }
-  // Rounding allowance: each term carries a relative error of a few units of 2^-53 per
-  // operation; (8 d + 32) u times a bound of every magnitude involved (the cells' model terms,
-  // |h| <= (|p| + |q|) e + 4 c e^2 per axis with e the largest |coordinate|) covers them.
-  const double e = std::max(A[3 * d + 2], B[3 * d + 2]);
-  const double mag = A[3 * d + 1] + B[3 * d + 1] + 8.0 * d * c * e * e;
-  return bound + (8.0 * d + 32.0) * kRound * mag;
+  return detail::screen_pair_bound<D>(A, B, dyn_d, c);
 }
 
 }  // namespace
@@ -827,7 +804,7 @@ double refine_with_maxima(const Hierarchy& hx, const Hierarchy& hy, const AtomPa
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima, double drop_budget,
-              bool box_lists) {
+              bool box_lists, const Descent* descent) {
   if (shape.key_tile <= 0 || shape.row_tile <= 0 || shape.row_tile % shape.key_tile != 0)
     throw InvalidArgument("multiscale: the engine's row tile (" + std::to_string(shape.row_tile) +
                           ") is not a multiple of its key tile (" +
@@ -841,11 +818,38 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
   int bx = 0, by = 0;
   BlockRows rec;
   double lost = 0;
-  switch (d) {
-    case 1: out.tested_pairs = descend<1>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
-    case 2: out.tested_pairs = descend<2>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
-    case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
-    default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
+  bool descended = false;
+  if (descent) {
+    // The engine's descent: the same pairs (the bound of kantor/screen_bound.hpp, evaluated
+    // alike), in blocks of the levels the host descent would use.
+    const int tx = int(hx.levels.size()) - 1, ty = int(hy.levels.size()) - 1;
+    const int steps = std::max(0, std::max(tx, ty) - kBlockLevels);
+    bx = std::max(0, tx - steps);
+    by = std::max(0, ty - steps);
+    auto views = [](const Hierarchy& h) {
+      std::vector<ScreenLevel> v;
+      for (const CellLevel& L : h.levels)
+        v.push_back({L.count, L.packed.data(), L.mass.data(), L.active.data()});
+      return v;
+    };
+    ScreenDescent r;
+    if ((*descent)(views(hx), views(hy), d, c, keep_at, eps, bx, by, &r)) {
+      rec.assign(static_cast<std::size_t>(hx.levels[std::size_t(bx)].count), {});
+      for (std::size_t k = 0; k < r.keys.size(); ++k)
+        rec[std::size_t(r.keys[k] >> 32)].emplace_back(std::int32_t(r.keys[k] & 0xffffffffu),
+                                                       r.masks[k]);
+      out.tested_pairs = r.tested;
+      lost = r.dropped;
+      descended = true;
+    }
+  }
+  if (!descended) {
+    switch (d) {
+      case 1: out.tested_pairs = descend<1>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
+      case 2: out.tested_pairs = descend<2>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
+      case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
+      default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
+    }
   }
   // The dropped mass as reported: rounding of each term's exp and products (a few units of
   // 2^-53), of the sums of weights behind the masses and of the sum of the terms (below 2^-30

@@ -99,6 +99,11 @@ struct Screen {
 using AtomPairMaxima = std::function<void(const std::vector<std::int32_t>& pairs,
                                           double stop_at, std::vector<double>* out)>;
 
+/// The box stage's descent on an engine (Oracle::screen_descent's signature): the hierarchies'
+/// levels, d, c, keep_at, eps and the block levels; false when the engine has none.
+using Descent = std::function<bool(const std::vector<ScreenLevel>&, const std::vector<ScreenLevel>&,
+                                   int, double, double, double, int, int, ScreenDescent*)>;
+
 /// Keeps the atom pairs (I, J) whose bound is >= -threshold - margin (threshold = theta eps,
 /// margin = an extra allowance), testing only children of pairs kept one level up (all pairs at
 /// the top level); with `maxima`, only those of them whose maximum on the points also reaches
@@ -108,10 +113,12 @@ using AtomPairMaxima = std::function<void(const std::vector<std::int32_t>& pairs
 /// eps scales the dropped mass (Screen::dropped_mass). drop_budget: the most dropped mass a
 /// caller would accept; when the box stage alone (as reported) exceeds it, the screen stops
 /// there (Screen::over_budget: the points stage only adds to the mass). box_lists: also keep
-/// the box stage's lists (Screen::box_f_side) when the points stage runs.
+/// the box stage's lists (Screen::box_f_side) when the points stage runs. descent: the box
+/// stage's descent on an engine where it has one (the same pairs; else the host threads').
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima = nullptr,
-              double drop_budget = HUGE_VAL, bool box_lists = false);
+              double drop_budget = HUGE_VAL, bool box_lists = false,
+              const Descent* descent = nullptr);
 
 }  // namespace kantor::multiscale

@@ -47,6 +47,25 @@ struct BlockList {
 };
 
 /// The tile shape an engine's block lists use (its kernels' row block and key stage).
+/// One level of a cell hierarchy as the multiscale screen's descent reads it
+/// (Oracle::screen_descent; host memory): `count` cells, each a record of 3 d + 3 doubles (the
+/// layout of kantor/screen_bound.hpp), its mass and whether it holds positive weight.
+struct ScreenLevel {
+  std::int64_t count = 0;
+  const double* packed = nullptr;
+  const double* mass = nullptr;
+  const char* active = nullptr;
+};
+
+/// The kept atom pairs of a screen descent in blocks of the block levels (bx, by): keys[k] =
+/// (I0 << 32) | J0 for the k-th kept pair of an x block I0 and a y block J0 (increasing), masks[k]
+/// its kept atom pairs, bit 8 a + b for the block's a-th x atom and b-th y atom.
+struct ScreenDescent {
+  std::vector<std::uint64_t> keys, masks;
+  std::int64_t tested = 0;  ///< pair bounds evaluated, all levels
+  double dropped = 0;       ///< sum of mass_I mass_J e^(bound / eps) over the dropped cell pairs
+};
+
 struct BlockShape {
   std::int64_t row_tile = 0;
   std::int64_t key_tile = 0;
@@ -220,6 +239,22 @@ class Oracle {
   virtual void atom_pair_maxima(const T* f, const T* g, std::int64_t atom,
                                 const std::vector<std::int32_t>& pairs, double stop_at,
                                 std::vector<double>* out) = 0;
+
+  /// The multiscale screen's descent (docs/multiscale.md, "The screen") on the engine: from
+  /// every pair of active cells of the top levels (x.back(), y.back()), each pair whose bound
+  /// (kantor/screen_bound.hpp) is >= keep_at passes its active children (both sides one level
+  /// down while both can, then the deeper side alone) to the next test, down to the atoms (level
+  /// 0); the kept atom pairs come back in blocks of levels (block_x, block_y) (each <= 3), with
+  /// the pairs tested and the dropped cells' mass. The same pairs as the host descent (the bound
+  /// is evaluated operation for operation alike). Returns false when the engine has none (the
+  /// CPU engine: the caller descends on the host threads). Synchronizes.
+  virtual bool screen_descent(const std::vector<ScreenLevel>& x, const std::vector<ScreenLevel>& y,
+                              int d, double c, double keep_at, double eps, int block_x,
+                              int block_y, ScreenDescent* out) {
+    (void)x, (void)y, (void)d, (void)c, (void)keep_at, (void)eps, (void)block_x, (void)block_y,
+        (void)out;
+    return false;
+  }
 };
 
 /// The oracle for (context backend, the problem's cost, precision). Copies, centres and

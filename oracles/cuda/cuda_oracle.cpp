@@ -34,6 +34,7 @@
 #include "lib/cuda/operands.hpp"
 #include "lib/cuda/pair_maxima.hpp"
 #include "lib/cuda/runtime.hpp"
+#include "lib/cuda/screen_descent.hpp"
 #include "lib/cuda/vector_ops.hpp"
 #include "lib/runtime/context_impl.hpp"
 #include "oracles/cuda/bf16_round.hpp"
@@ -510,6 +511,61 @@ class CudaOracle final : public OracleBase<T> {
     p.out = dev_out.data();
     cuda::launch_atom_pair_maxima(p, stream_);
     *out = to_host(ctx_, dev_out.cview());  // synchronizes
+  }
+
+  // The multiscale screen's descent (lib/cuda/screen_descent.cu): the levels uploaded once, the
+  // workspace from the context's stream-ordered pool.
+  bool screen_descent(const std::vector<ScreenLevel>& x, const std::vector<ScreenLevel>& y, int d,
+                      double c, double keep_at, double eps, int block_x, int block_y,
+                      ScreenDescent* out) override {
+    if (d < 1 || x.empty() || y.empty())
+      throw InvalidArgument("screen_descent: d >= 1 and two non-empty hierarchies needed");
+    std::vector<Buffer<double>> values;
+    std::vector<Buffer<char>> flags;
+    auto put = [&](auto* list, const auto* src, std::int64_t count) {
+      using U = std::remove_const_t<std::remove_pointer_t<decltype(src)>>;
+      list->emplace_back(ctx_, count);
+      if (count > 0)
+        detail::copy_bytes(ctx_, list->back().data(), MemorySpace::kDevice, src,
+                           MemorySpace::kHost, sizeof(U) * std::size_t(count));
+      return list->back().data();
+    };
+    cuda::DescentInput in;
+    for (const auto* side : {&x, &y})
+      for (const ScreenLevel& L : *side) {
+        cuda::DescentLevel D;
+        D.count = L.count;
+        D.packed = put(&values, L.packed, L.count * (3 * std::int64_t(d) + 3));
+        D.mass = put(&values, L.mass, L.count);
+        D.active = put(&flags, L.active, L.count);
+        (side == &x ? in.x : in.y).push_back(D);
+      }
+    // Every pair of active cells of the top levels.
+    const ScreenLevel& tx = x.back();
+    const ScreenLevel& ty = y.back();
+    for (std::int64_t I = 0; I < tx.count; ++I)
+      for (std::int64_t J = 0; J < ty.count; ++J)
+        if (tx.active[I] && ty.active[J]) {
+          in.top.push_back(std::int32_t(I));
+          in.top.push_back(std::int32_t(J));
+        }
+    in.d = d;
+    in.c = c;
+    in.keep_at = keep_at;
+    in.eps = eps;
+    in.block_x = block_x;
+    in.block_y = block_y;
+    const cuda::DeviceAlloc alloc = [this](std::size_t bytes) {
+      auto b = std::make_shared<Buffer<double>>(ctx_, std::int64_t((bytes + 7) / 8));
+      return std::shared_ptr<void>(b, b->data());
+    };
+    cuda::DescentOutput o;
+    cuda::screen_descent(in, alloc, stream_, &o);
+    out->keys = std::move(o.keys);
+    out->masks = std::move(o.masks);
+    out->tested = o.tested;
+    out->dropped = o.dropped;
+    return true;
   }
 
   // The certificate over every pair, or (kept) over the pairs of the current block lists; fast =

@@ -1054,6 +1054,74 @@ TEST(Multiscale, AutoRuleAndRefusals) {
 
 // ---- GPU ------------------------------------------------------------------------------------
 
+// The screen with an engine's descent (Oracle::screen_descent) against the host threads' descent
+// on the same hierarchies: the same lists, pair counts and orphans, the dropped mass to rounding
+// (its exponentials and sums differ in order). Hierarchies of unequal depth, zero weights inside
+// atoms, d = 1, 2, 3 and 5 (the generic width), tight and loose thresholds, and one larger case.
+void check_engine_descent(Backend backend) {
+  struct Case {
+    std::int64_t n, m, d, atom, row_tile;
+    double threshold;
+  };
+  const Case cases[] = {{3000, 2100, 2, 16, 32, 0.05},  {2048, 1536, 3, 8, 8, 0.08},
+                        {4096, 300, 2, 8, 32, 0.05},    {700, 5000, 1, 4, 16, 0.01},
+                        {2500, 2500, 3, 4, 128, 0.1},   {1200, 1900, 5, 8, 16, 0.05},
+                        {60000, 45000, 3, 64, 128, 0.004}};
+  ContextOptions co;
+  co.backend = backend;
+  const Context ctx(co);
+  const std::vector<float> px = {0.f, 1.f}, py = {0.5f, 2.f};
+  Problem<float> tiny;
+  tiny.features().x = host_matrix<const float>(px.data(), 2, 1);
+  tiny.features().y = host_matrix<const float>(py.data(), 2, 1);
+  const auto oracle = make_oracle(ctx, tiny, Precision::kFp32);
+  int which = 0;
+  for (const Case& k : cases) {
+    Rng rng(700 + which++);
+    const std::vector<double> x0 = uniform_cloud(rng, k.n, k.d), y0 = squeezed_cloud(rng, k.m, k.d);
+    ScreenData sd = screen_data(rng, x0, y0, k.d);
+    for (std::int64_t i = 0; i < k.n; i += 7) sd.wa[std::size_t(i)] = 0;
+    for (std::int64_t i = 3; i < k.m; i += 5) sd.wb[std::size_t(i)] = 0;
+    const auto hx = build_hierarchy(sd.x.data(), sd.wa.data(), sd.f.data(), k.n, int(k.d), k.atom, 4, 2);
+    const auto hy = build_hierarchy(sd.y.data(), sd.wb.data(), sd.g.data(), k.m, int(k.d), k.atom, 4, 2);
+    const BlockShape shape{k.row_tile, k.atom};
+    bool used = false;
+    const multiscale::Descent descent = [&](const std::vector<ScreenLevel>& lx,
+                                            const std::vector<ScreenLevel>& ly, int dim,
+                                            double c, double keep_at, double eps, int bx, int by,
+                                            ScreenDescent* r) {
+      used = oracle->screen_descent(lx, ly, dim, c, keep_at, eps, bx, by, r);
+      return used;
+    };
+    SCOPED_TRACE("case " + std::to_string(which - 1));
+    const multiscale::Screen host = multiscale::screen(hx, hy, k.n, k.m, int(k.d), 1.0, k.threshold,
+                                                       0.0, 0.01, shape, 2);
+    const multiscale::Screen eng = multiscale::screen(hx, hy, k.n, k.m, int(k.d), 1.0, k.threshold,
+                                                      0.0, 0.01, shape, 2, nullptr, HUGE_VAL,
+                                                      false, &descent);
+    EXPECT_EQ(used, backend == Backend::kCuda);
+    EXPECT_EQ(eng.tested_pairs, host.tested_pairs);
+    EXPECT_EQ(eng.atom_pairs, host.atom_pairs);
+    EXPECT_EQ(eng.orphans, host.orphans);
+    EXPECT_EQ(eng.kept_fraction, host.kept_fraction);
+    EXPECT_EQ(eng.f_side.run_ptr, host.f_side.run_ptr);
+    EXPECT_EQ(eng.f_side.runs, host.f_side.runs);
+    EXPECT_EQ(eng.g_side.run_ptr, host.g_side.run_ptr);
+    EXPECT_EQ(eng.g_side.runs, host.g_side.runs);
+    EXPECT_GT(host.dropped_mass, 0.0);
+    EXPECT_NEAR(eng.dropped_mass, host.dropped_mass, 1e-12 * host.dropped_mass);
+  }
+}
+
+TEST(MultiscaleScreen, TheCpuEngineHasNoDescentAndTheHostDescends) {
+  check_engine_descent(Backend::kCpu);
+}
+
+TEST(CudaMultiscale, TheEngineDescentKeepsTheHostsPairs) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  check_engine_descent(Backend::kCuda);
+}
+
 TEST(CudaMultiscale, AtomPairMaximaMatchTheCpuEngine) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::vector<double> gpu = check_atom_pair_maxima(Backend::kCuda);

@@ -1,0 +1,89 @@
+// The multiscale screen's pair bound (docs/multiscale.md, "The screen"), one definition for the
+// host descent (solvers/multiscale_screen.cpp) and the CUDA engine's (lib/cuda/screen_descent.cu):
+// both evaluate it operation for operation in IEEE double without contraction (on the device
+// through the _rn intrinsics), so the two descents keep the same pairs. Internal (detail).
+#pragma once
+
+#if defined(__CUDACC__)
+#define KANTOR_SCREEN_HD __host__ __device__
+#else
+#define KANTOR_SCREEN_HD
+#endif
+
+namespace kantor::detail {
+
+/// Unit roundoff of double: the rounding allowance's unit.
+constexpr double kScreenRound = 0x1.0p-53;
+
+// Rounded double operations, never fused (host: the library is built without contraction).
+KANTOR_SCREEN_HD inline double sb_add(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+KANTOR_SCREEN_HD inline double sb_sub(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+KANTOR_SCREEN_HD inline double sb_mul(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+KANTOR_SCREEN_HD inline double sb_div(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __ddiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+// std::min / std::max's exact semantics (the first argument on ties and NaN comparisons).
+KANTOR_SCREEN_HD inline double sb_min(double a, double b) { return b < a ? b : a; }
+KANTOR_SCREEN_HD inline double sb_max(double a, double b) { return a < b ? b : a; }
+
+/// An upper bound of pot_x(x) + pot_y(y) - c |x - y|^2 over the points of two cells, from their
+/// packed records (3 d + 3 doubles each: lo, hi, grad, then base = value + resid - <grad,
+/// center>, mag = the magnitudes behind base and the linear terms, ext = the largest
+/// |coordinate|): the two linear models maximized in closed form over the two boxes, axis by
+/// axis, plus a rounding allowance. D > 0: the dimension as a compile-time constant; D = 0: d.
+template <int D>
+KANTOR_SCREEN_HD inline double screen_pair_bound(const double* A, const double* B, int dyn_d,
+                                                 double c) {
+  const int d = D > 0 ? D : dyn_d;
+  const double inv2c = sb_div(0.5, c);
+  double bound = sb_add(A[3 * d], B[3 * d]);
+  for (int k = 0; k < d; ++k) {
+    const double xl = A[k], xh = A[d + k], p = A[2 * d + k];
+    const double yl = B[k], yh = B[d + k], q = B[2 * d + k];
+    // The maximum of a concave quadratic h(s, t) = p s + q t - c (s - t)^2 over the rectangle
+    // lies on one of its four edges (an interior critical point exists only when p = -q, and
+    // then h is constant along lines s - t = const, which meet the boundary); on each edge h is
+    // a 1-D concave quadratic, maximized at its clamped vertex.
+    const double t1 = sb_min(yh, sb_max(yl, sb_add(xl, sb_mul(q, inv2c))));
+    const double t2 = sb_min(yh, sb_max(yl, sb_add(xh, sb_mul(q, inv2c))));
+    const double s3 = sb_min(xh, sb_max(xl, sb_add(yl, sb_mul(p, inv2c))));
+    const double s4 = sb_min(xh, sb_max(xl, sb_add(yh, sb_mul(p, inv2c))));
+    auto h = [&](double s, double t) {
+      const double r = sb_sub(s, t);
+      return sb_sub(sb_add(sb_mul(p, s), sb_mul(q, t)), sb_mul(sb_mul(c, r), r));
+    };
+    bound = sb_add(bound, sb_max(sb_max(h(xl, t1), h(xh, t2)), sb_max(h(s3, yl), h(s4, yh))));
+  }
+  // Rounding allowance: each term carries a relative error of a few units of 2^-53 per
+  // operation; (8 d + 32) u times a bound of every magnitude involved (the cells' model terms,
+  // |h| <= (|p| + |q|) e + 4 c e^2 per axis with e the largest |coordinate|) covers them.
+  const double e = sb_max(A[3 * d + 2], B[3 * d + 2]);
+  const double dd = double(d);
+  const double mag = sb_add(sb_add(A[3 * d + 1], B[3 * d + 1]),
+                            sb_mul(sb_mul(sb_mul(sb_mul(8.0, dd), c), e), e));
+  return sb_add(bound, sb_mul(sb_mul(sb_add(sb_mul(8.0, dd), 32.0), kScreenRound), mag));
+}
+
+}  // namespace kantor::detail

@@ -1,0 +1,384 @@
+// The multiscale screen's descent on the GPU (lib/cuda/screen_descent.hpp), in the host descent's
+// two stages (solvers/multiscale_screen.cpp). Down to the block levels, level-synchronous: one
+// thread per candidate pair of cells evaluates the bound (kantor/screen_bound.hpp, IEEE
+// operations without contraction, as on the host), a dropped pair adds mass_I mass_J e^(b / eps)
+// to its slot and a kept one counts its active children; an exclusive scan of the counts places
+// the children (the next level's candidates). From the block levels (blocks of at most 8 atoms a
+// side), one thread per candidate block pair finishes the descent depth-first in registers (at
+// most 85 bounds) into a 64-bit mask of its kept atom pairs, so the up to 10^9 kept atom pairs of
+// 2^23 points never exist one by one; the non-empty masks are compacted and sorted by block key.
+// Sums of the dropped mass: fixed chunks per stage, added in order on the host (the same value
+// from run to run).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cub/cub.cuh>
+#include <string>
+
+#include "kantor/error.hpp"
+#include "kantor/screen_bound.hpp"
+#include "lib/cuda/check.hpp"
+#include "lib/cuda/screen_descent.hpp"
+
+namespace kantor::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kSumChunk = 4096;  // dropped-mass terms per partial sum
+
+/// The active cells of level C below cell I of the level above (down) or I itself (not down).
+__device__ __forceinline__ int children(const DescentLevel& C, bool down, std::int64_t I,
+                                        std::int32_t (&out)[2]) {
+  int k = 0;
+  for (int u = 0; u <= (down ? 1 : 0); ++u) {
+    const std::int64_t I2 = down ? 2 * I + u : I;
+    if (I2 < C.count && C.active[I2]) out[k++] = std::int32_t(I2);
+  }
+  return k;
+}
+
+struct LevelPass {
+  const std::int32_t* ci;
+  const std::int32_t* cj;
+  std::int64_t count;
+  DescentLevel X, Y, Xc, Yc;  // this level's cells and the next level's
+  bool dx, dy;
+  int d;
+  double c, keep_at, eps;
+  std::uint64_t* nchild;  // active children of a kept pair, 0 for a dropped one
+  double* contrib;        // a dropped pair's mass bound, 0 for a kept one
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) bound_kernel(LevelPass p) {
+  const std::int64_t k = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (k >= p.count) return;
+  const std::int64_t I = p.ci[k], J = p.cj[k];
+  const std::int64_t st = 3 * std::int64_t(p.d) + 3;
+  const double b = detail::screen_pair_bound<D>(p.X.packed + I * st, p.Y.packed + J * st, p.d, p.c);
+  if (!(b < p.keep_at)) {  // kept (NaN too)
+    p.contrib[k] = 0;
+    std::int32_t a[2], bb[2];
+    p.nchild[k] = std::uint64_t(children(p.Xc, p.dx, I, a) * children(p.Yc, p.dy, J, bb));
+  } else {
+    p.contrib[k] = p.X.mass[I] * p.Y.mass[J] * exp(b / p.eps);
+    p.nchild[k] = 0;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) expand_kernel(LevelPass p, const std::uint64_t* offset,
+                                                          std::int32_t* ni, std::int32_t* nj) {
+  const std::int64_t k = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (k >= p.count || p.nchild[k] == 0) return;
+  std::int32_t a[2], b[2];
+  const int na = children(p.Xc, p.dx, p.ci[k], a), nb = children(p.Yc, p.dy, p.cj[k], b);
+  std::uint64_t at = offset[k];
+  for (int u = 0; u < na; ++u)
+    for (int v = 0; v < nb; ++v, ++at) {
+      ni[at] = a[u];
+      nj[at] = b[v];
+    }
+}
+
+constexpr int kBlockLevels = 3;  // the host descent's: blocks of at most 2^3 atoms a side
+
+struct BlockPass {
+  const std::int32_t* ci;
+  const std::int32_t* cj;
+  std::int64_t count;
+  DescentLevel X[kBlockLevels + 1], Y[kBlockLevels + 1];  // levels 0 .. block level
+  int bx, by, d;
+  double c, keep_at, eps;
+  std::uint64_t* mask;            // the block pair's kept atom pairs, bit 8 a + b
+  std::uint64_t* nonempty;        // mask != 0
+  double* contrib;                // its dropped cells' mass bounds, summed in depth-first order
+  unsigned long long* tested;     // bounds evaluated (one counter)
+};
+
+/// One thread per candidate block pair (levels bx, by): the rest of the descent depth-first, in
+/// the host's order (children (u, v) with u outer), with an explicit stack.
+template <int D>
+__global__ void __launch_bounds__(kThreads) block_kernel(BlockPass p) {
+  const std::int64_t k = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (k >= p.count) return;
+  struct Node {
+    std::int32_t I, J;
+    std::int8_t lx, ly, a, b;
+  };
+  Node stack[16];  // depth <= 3 with <= 3 siblings pending per level: <= 10 entries
+  int top = 0;
+  stack[top++] = {p.ci[k], p.cj[k], std::int8_t(p.bx), std::int8_t(p.by), 0, 0};
+  const std::int64_t st = 3 * std::int64_t(p.d) + 3;
+  std::uint64_t mask = 0;
+  unsigned long long tested = 0;
+  double lost = 0;
+  while (top > 0) {
+    const Node nd = stack[--top];
+    ++tested;
+    const DescentLevel& X = p.X[nd.lx];
+    const DescentLevel& Y = p.Y[nd.ly];
+    const double b = detail::screen_pair_bound<D>(X.packed + std::int64_t(nd.I) * st,
+                                                  Y.packed + std::int64_t(nd.J) * st, p.d, p.c);
+    if (b < p.keep_at) {
+      lost += X.mass[nd.I] * Y.mass[nd.J] * exp(b / p.eps);
+      continue;
+    }
+    if (nd.lx == 0 && nd.ly == 0) {
+      mask |= std::uint64_t(1) << (8 * nd.a + nd.b);
+      continue;
+    }
+    const bool dx = nd.lx > 0, dy = nd.ly > 0;
+    const int cx = dx ? nd.lx - 1 : nd.lx, cy = dy ? nd.ly - 1 : nd.ly;
+    std::int32_t xs[2], ys[2];
+    std::int8_t as[2], bs[2];
+    int na = 0, nb = 0;
+    for (int u = 0; u <= (dx ? 1 : 0); ++u) {
+      const std::int64_t I2 = dx ? 2 * std::int64_t(nd.I) + u : nd.I;
+      if (I2 < p.X[cx].count && p.X[cx].active[I2]) {
+        xs[na] = std::int32_t(I2);
+        as[na++] = std::int8_t(dx ? nd.a + (u << cx) : nd.a);
+      }
+    }
+    for (int v = 0; v <= (dy ? 1 : 0); ++v) {
+      const std::int64_t J2 = dy ? 2 * std::int64_t(nd.J) + v : nd.J;
+      if (J2 < p.Y[cy].count && p.Y[cy].active[J2]) {
+        ys[nb] = std::int32_t(J2);
+        bs[nb++] = std::int8_t(dy ? nd.b + (v << cy) : nd.b);
+      }
+    }
+    // Pushed in reverse: popped as the host visits them.
+    for (int u = na - 1; u >= 0; --u)
+      for (int v = nb - 1; v >= 0; --v)
+        stack[top++] = {xs[u], ys[v], std::int8_t(cx), std::int8_t(cy), as[u], bs[v]};
+  }
+  p.mask[k] = mask;
+  p.nonempty[k] = mask != 0;
+  p.contrib[k] = lost;
+  atomicAdd(p.tested, tested);
+}
+
+__global__ void __launch_bounds__(kThreads) emit_kernel(BlockPass p, const std::uint64_t* offset,
+                                                        std::uint64_t* keys, std::uint64_t* masks) {
+  const std::int64_t k = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (k >= p.count || p.mask[k] == 0) return;
+  const std::uint64_t at = offset[k];
+  keys[at] = (std::uint64_t(p.ci[k]) << 32) | std::uint64_t(p.cj[k]);
+  masks[at] = p.mask[k];
+}
+
+/// out[b] = the sum of v[b kSumChunk, (b + 1) kSumChunk) in a fixed order.
+__global__ void __launch_bounds__(kThreads) chunk_sums(const double* v, std::int64_t count,
+                                                       double* out) {
+  __shared__ double s[kThreads];
+  const std::int64_t base = std::int64_t(blockIdx.x) * kSumChunk;
+  double acc = 0;
+  for (int i = threadIdx.x; i < kSumChunk; i += kThreads)
+    if (base + i < count) acc += v[base + i];
+  s[threadIdx.x] = acc;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w >>= 1) {
+    if (int(threadIdx.x) < w) s[threadIdx.x] += s[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+}
+
+unsigned grid(std::int64_t count) { return unsigned((count + kThreads - 1) / kThreads); }
+
+template <class T>
+T* as(const std::shared_ptr<void>& p) {
+  return static_cast<T*>(p.get());
+}
+
+}  // namespace
+
+namespace {
+
+/// The sum of `count` doubles at `v` (device): fixed chunks on the device, the chunks in order
+/// on the host. Synchronizes.
+double ordered_sum(const double* v, std::int64_t count, const DeviceAlloc& alloc, cudaStream_t st) {
+  if (count <= 0) return 0;
+  const std::int64_t chunks = (count + kSumChunk - 1) / kSumChunk;
+  const auto part = alloc(sizeof(double) * std::size_t(chunks));
+  chunk_sums<<<unsigned(chunks), kThreads, 0, st>>>(v, count, as<double>(part));
+  KANTOR_CUDA_CHECK_LAUNCH();
+  std::vector<double> h(static_cast<std::size_t>(chunks));
+  KANTOR_CUDA_TRY(cudaMemcpyAsync(h.data(), part.get(), sizeof(double) * h.size(),
+                                  cudaMemcpyDeviceToHost, st));
+  KANTOR_CUDA_TRY(cudaStreamSynchronize(st));
+  double sum = 0;
+  for (const double x : h) sum += x;
+  return sum;
+}
+
+/// offset = the exclusive scan of flags (count entries); returns the total. Synchronizes.
+std::int64_t exclusive_scan(const std::uint64_t* flags, std::uint64_t* offset, std::int64_t count,
+                            const DeviceAlloc& alloc, cudaStream_t st) {
+  std::size_t temp_bytes = 0;
+  KANTOR_CUDA_TRY(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, flags, offset, count, st));
+  {
+    const auto temp = alloc(std::max<std::size_t>(temp_bytes, 1));
+    KANTOR_CUDA_TRY(cub::DeviceScan::ExclusiveSum(temp.get(), temp_bytes, flags, offset, count, st));
+  }
+  std::uint64_t tail[2] = {0, 0};
+  KANTOR_CUDA_TRY(cudaMemcpyAsync(&tail[0], offset + (count - 1), sizeof(std::uint64_t),
+                                  cudaMemcpyDeviceToHost, st));
+  KANTOR_CUDA_TRY(cudaMemcpyAsync(&tail[1], flags + (count - 1), sizeof(std::uint64_t),
+                                  cudaMemcpyDeviceToHost, st));
+  KANTOR_CUDA_TRY(cudaStreamSynchronize(st));
+  return std::int64_t(tail[0] + tail[1]);
+}
+
+}  // namespace
+
+void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stream,
+                    DescentOutput* out) {
+  auto st = static_cast<cudaStream_t>(stream);
+  if (in.d < 1) throw InvalidArgument("screen descent: d must be >= 1");
+  if (in.x.empty() || in.y.empty()) throw InvalidArgument("screen descent: empty hierarchy");
+  for (const auto* side : {&in.x, &in.y})
+    for (const DescentLevel& L : *side)
+      if (L.count >= (std::int64_t(1) << 31))
+        throw InvalidArgument("screen descent: more than 2^31 cells on a level");
+  const int tx = int(in.x.size()) - 1, ty = int(in.y.size()) - 1;
+  // The host descent's stages: level-synchronous for `steps` levels, then blocks.
+  const int steps = std::max(0, std::max(tx, ty) - kBlockLevels);
+  const int bx = std::max(0, tx - steps), by = std::max(0, ty - steps);
+  if (in.block_x != bx || in.block_y != by)
+    throw InvalidArgument("screen descent: block levels (" + std::to_string(in.block_x) + ", " +
+                          std::to_string(in.block_y) + ") are not the hierarchies' (" +
+                          std::to_string(bx) + ", " + std::to_string(by) + ")");
+  out->keys.clear();
+  out->masks.clear();
+  out->tested = 0;
+  out->dropped = 0;
+  std::int64_t count = std::int64_t(in.top.size() / 2);
+  std::shared_ptr<void> ci_mem, cj_mem;
+  {
+    std::vector<std::int32_t> hi(static_cast<std::size_t>(count)), hj(hi.size());
+    for (std::int64_t k = 0; k < count; ++k) {
+      hi[std::size_t(k)] = in.top[std::size_t(2 * k)];
+      hj[std::size_t(k)] = in.top[std::size_t(2 * k + 1)];
+    }
+    ci_mem = alloc(sizeof(std::int32_t) * std::size_t(std::max<std::int64_t>(count, 1)));
+    cj_mem = alloc(sizeof(std::int32_t) * std::size_t(std::max<std::int64_t>(count, 1)));
+    if (count > 0) {
+      KANTOR_CUDA_TRY(cudaMemcpyAsync(ci_mem.get(), hi.data(), sizeof(std::int32_t) * hi.size(),
+                                      cudaMemcpyHostToDevice, st));
+      KANTOR_CUDA_TRY(cudaMemcpyAsync(cj_mem.get(), hj.data(), sizeof(std::int32_t) * hj.size(),
+                                      cudaMemcpyHostToDevice, st));
+      KANTOR_CUDA_TRY(cudaStreamSynchronize(st));  // the host vectors go out of scope
+    }
+  }
+  // ---- down to the block levels ----
+  for (int s = 0; s < steps && count > 0; ++s) {
+    const int lx = std::max(0, tx - s), ly = std::max(0, ty - s);
+    LevelPass p;
+    p.ci = as<std::int32_t>(ci_mem);
+    p.cj = as<std::int32_t>(cj_mem);
+    p.count = count;
+    p.dx = lx > 0;
+    p.dy = ly > 0;
+    p.X = in.x[std::size_t(lx)];
+    p.Y = in.y[std::size_t(ly)];
+    p.Xc = in.x[std::size_t(p.dx ? lx - 1 : lx)];
+    p.Yc = in.y[std::size_t(p.dy ? ly - 1 : ly)];
+    p.d = in.d;
+    p.c = in.c;
+    p.keep_at = in.keep_at;
+    p.eps = in.eps;
+    const auto nchild_mem = alloc(sizeof(std::uint64_t) * std::size_t(count));
+    const auto contrib_mem = alloc(sizeof(double) * std::size_t(count));
+    p.nchild = as<std::uint64_t>(nchild_mem);
+    p.contrib = as<double>(contrib_mem);
+    switch (in.d) {
+      case 1: bound_kernel<1><<<grid(count), kThreads, 0, st>>>(p); break;
+      case 2: bound_kernel<2><<<grid(count), kThreads, 0, st>>>(p); break;
+      case 3: bound_kernel<3><<<grid(count), kThreads, 0, st>>>(p); break;
+      default: bound_kernel<0><<<grid(count), kThreads, 0, st>>>(p); break;
+    }
+    KANTOR_CUDA_CHECK_LAUNCH();
+    out->tested += count;
+    const auto offset_mem = alloc(sizeof(std::uint64_t) * std::size_t(count));
+    const std::int64_t next = exclusive_scan(p.nchild, as<std::uint64_t>(offset_mem), count, alloc, st);
+    out->dropped += ordered_sum(p.contrib, count, alloc, st);
+    auto ni_mem = alloc(sizeof(std::int32_t) * std::size_t(std::max<std::int64_t>(next, 1)));
+    auto nj_mem = alloc(sizeof(std::int32_t) * std::size_t(std::max<std::int64_t>(next, 1)));
+    if (next > 0) {
+      expand_kernel<<<grid(count), kThreads, 0, st>>>(p, as<std::uint64_t>(offset_mem),
+                                                      as<std::int32_t>(ni_mem),
+                                                      as<std::int32_t>(nj_mem));
+      KANTOR_CUDA_CHECK_LAUNCH();
+    }
+    ci_mem = std::move(ni_mem);  // the level's arrays are released here (stream-ordered)
+    cj_mem = std::move(nj_mem);
+    count = next;
+  }
+  if (count == 0) return;
+  // ---- the block pairs: depth-first to the atoms, one thread each ----
+  BlockPass b;
+  b.ci = as<std::int32_t>(ci_mem);
+  b.cj = as<std::int32_t>(cj_mem);
+  b.count = count;
+  for (int l = 0; l <= kBlockLevels; ++l) {
+    b.X[l] = l <= bx ? in.x[std::size_t(l)] : DescentLevel{};
+    b.Y[l] = l <= by ? in.y[std::size_t(l)] : DescentLevel{};
+  }
+  b.bx = bx;
+  b.by = by;
+  b.d = in.d;
+  b.c = in.c;
+  b.keep_at = in.keep_at;
+  b.eps = in.eps;
+  const auto mask_mem = alloc(sizeof(std::uint64_t) * std::size_t(count));
+  const auto flag_mem = alloc(sizeof(std::uint64_t) * std::size_t(count));
+  const auto contrib_mem = alloc(sizeof(double) * std::size_t(count));
+  const auto tested_mem = alloc(sizeof(unsigned long long));
+  b.mask = as<std::uint64_t>(mask_mem);
+  b.nonempty = as<std::uint64_t>(flag_mem);
+  b.contrib = as<double>(contrib_mem);
+  b.tested = as<unsigned long long>(tested_mem);
+  KANTOR_CUDA_TRY(cudaMemsetAsync(b.tested, 0, sizeof(unsigned long long), st));
+  switch (in.d) {
+    case 1: block_kernel<1><<<grid(count), kThreads, 0, st>>>(b); break;
+    case 2: block_kernel<2><<<grid(count), kThreads, 0, st>>>(b); break;
+    case 3: block_kernel<3><<<grid(count), kThreads, 0, st>>>(b); break;
+    default: block_kernel<0><<<grid(count), kThreads, 0, st>>>(b); break;
+  }
+  KANTOR_CUDA_CHECK_LAUNCH();
+  unsigned long long tested = 0;
+  KANTOR_CUDA_TRY(cudaMemcpyAsync(&tested, b.tested, sizeof(tested), cudaMemcpyDeviceToHost, st));
+  out->dropped += ordered_sum(b.contrib, count, alloc, st);  // synchronizes
+  out->tested += std::int64_t(tested);
+  // The non-empty masks, compacted, sorted by block key.
+  const auto offset_mem = alloc(sizeof(std::uint64_t) * std::size_t(count));
+  const std::int64_t kept = exclusive_scan(b.nonempty, as<std::uint64_t>(offset_mem), count, alloc, st);
+  if (kept == 0) return;
+  const auto keys_mem = alloc(sizeof(std::uint64_t) * std::size_t(kept));
+  const auto masks_mem = alloc(sizeof(std::uint64_t) * std::size_t(kept));
+  emit_kernel<<<grid(count), kThreads, 0, st>>>(b, as<std::uint64_t>(offset_mem),
+                                                as<std::uint64_t>(keys_mem),
+                                                as<std::uint64_t>(masks_mem));
+  KANTOR_CUDA_CHECK_LAUNCH();
+  const auto skeys_mem = alloc(sizeof(std::uint64_t) * std::size_t(kept));
+  const auto smasks_mem = alloc(sizeof(std::uint64_t) * std::size_t(kept));
+  std::size_t temp_bytes = 0;
+  KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
+      nullptr, temp_bytes, as<std::uint64_t>(keys_mem), as<std::uint64_t>(skeys_mem),
+      as<std::uint64_t>(masks_mem), as<std::uint64_t>(smasks_mem), kept, 0, 64, st));
+  {
+    const auto temp = alloc(std::max<std::size_t>(temp_bytes, 1));
+    KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
+        temp.get(), temp_bytes, as<std::uint64_t>(keys_mem), as<std::uint64_t>(skeys_mem),
+        as<std::uint64_t>(masks_mem), as<std::uint64_t>(smasks_mem), kept, 0, 64, st));
+  }
+  out->keys.resize(std::size_t(kept));
+  out->masks.resize(std::size_t(kept));
+  KANTOR_CUDA_TRY(cudaMemcpyAsync(out->keys.data(), skeys_mem.get(), sizeof(std::uint64_t) * kept,
+                                  cudaMemcpyDeviceToHost, st));
+  KANTOR_CUDA_TRY(cudaMemcpyAsync(out->masks.data(), smasks_mem.get(),
+                                  sizeof(std::uint64_t) * kept, cudaMemcpyDeviceToHost, st));
+  KANTOR_CUDA_TRY(cudaStreamSynchronize(st));
+}
+
+}  // namespace kantor::cuda
