@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cub/cub.cuh>
 #include <string>
+#include <type_traits>
 
 #include "kantor/error.hpp"
 #include "kantor/screen_bound.hpp"
@@ -194,6 +195,17 @@ T* as(const std::shared_ptr<void>& p) {
 
 namespace {
 
+/// f(std::integral_constant<int, D>) for the kernels' width: D = d for d <= 3 (unrolled), else 0.
+template <class F>
+void by_dim(int d, F&& f) {
+  switch (d) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 0>{}); break;
+  }
+}
+
 /// The sum of `count` doubles at `v` (device): fixed chunks on the device, the chunks in order
 /// on the host. Synchronizes.
 double ordered_sum(const double* v, std::int64_t count, const DeviceAlloc& alloc, cudaStream_t st) {
@@ -291,12 +303,7 @@ void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stre
     const auto contrib_mem = alloc(sizeof(double) * std::size_t(count));
     p.nchild = as<std::uint64_t>(nchild_mem);
     p.contrib = as<double>(contrib_mem);
-    switch (in.d) {
-      case 1: bound_kernel<1><<<grid(count), kThreads, 0, st>>>(p); break;
-      case 2: bound_kernel<2><<<grid(count), kThreads, 0, st>>>(p); break;
-      case 3: bound_kernel<3><<<grid(count), kThreads, 0, st>>>(p); break;
-      default: bound_kernel<0><<<grid(count), kThreads, 0, st>>>(p); break;
-    }
+    by_dim(in.d, [&](auto D) { bound_kernel<D.value><<<grid(count), kThreads, 0, st>>>(p); });
     KANTOR_CUDA_CHECK_LAUNCH();
     out->tested += count;
     const auto offset_mem = alloc(sizeof(std::uint64_t) * std::size_t(count));
@@ -339,12 +346,7 @@ void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stre
   b.contrib = as<double>(contrib_mem);
   b.tested = as<unsigned long long>(tested_mem);
   KANTOR_CUDA_TRY(cudaMemsetAsync(b.tested, 0, sizeof(unsigned long long), st));
-  switch (in.d) {
-    case 1: block_kernel<1><<<grid(count), kThreads, 0, st>>>(b); break;
-    case 2: block_kernel<2><<<grid(count), kThreads, 0, st>>>(b); break;
-    case 3: block_kernel<3><<<grid(count), kThreads, 0, st>>>(b); break;
-    default: block_kernel<0><<<grid(count), kThreads, 0, st>>>(b); break;
-  }
+  by_dim(in.d, [&](auto D) { block_kernel<D.value><<<grid(count), kThreads, 0, st>>>(b); });
   KANTOR_CUDA_CHECK_LAUNCH();
   unsigned long long tested = 0;
   KANTOR_CUDA_TRY(cudaMemcpyAsync(&tested, b.tested, sizeof(tested), cudaMemcpyDeviceToHost, st));
