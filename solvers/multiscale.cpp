@@ -270,7 +270,13 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     std::iota(ox.begin(), ox.end(), std::int64_t(0));
     std::iota(oy.begin(), oy.end(), std::int64_t(0));
   } else {
-    morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi);
+    // The keys' sort on the engine where it has one (the CUDA engine's radix sort: the same
+    // permutation, without the host's 8 passes over 2^21 pairs at 2^20 points a side).
+    const KeySorter sorter = [&](std::vector<std::uint64_t>* keys,
+                                 std::vector<std::int64_t>* values, int bits) {
+      return detail::device_sort_pairs(ctx, keys, values, bits);
+    };
+    morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi, &sorter);
   }
   const std::vector<double> wa = host_weights(ctx, problem.a, n, problem.unbalanced());
   const std::vector<double> wb = host_weights(ctx, problem.b, m, problem.unbalanced());

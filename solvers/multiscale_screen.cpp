@@ -64,7 +64,8 @@ void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t
 
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
                   std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
-                  int threads, const std::vector<double>& lo, const std::vector<double>& hi) {
+                  int threads, const std::vector<double>& lo, const std::vector<double>& hi,
+                  const KeySorter* sorter) {
   const int axes = std::min(d, 63);
   // At most 52 bits: top = 2^bits - 1 must be exact in double (with 63 bits it rounds to 2^63 and
   // the largest coordinate would wrap to key 0).
@@ -89,20 +90,34 @@ void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t
         }
         spread[(std::size_t(k) * 8 + std::size_t(B)) * 256 + std::size_t(v)] = c;
       }
+  auto key_of = [&](const double* p, std::int64_t i) {
+    std::uint64_t key = 0;
+    for (int k = 0; k < axes; ++k) {
+      const double v = (p[i * d + k] - lo[std::size_t(k)]) * scale[std::size_t(k)];
+      const std::uint64_t q = std::uint64_t(std::min(top, std::max(0.0, std::floor(v))));
+      const std::uint64_t* row = spread.data() + std::size_t(k) * 8 * 256;
+      for (int B = 0; B < bytes; ++B) key |= row[B * 256 + ((q >> (8 * B)) & 0xffu)];
+    }
+    return key;
+  };
+  constexpr std::int64_t kChunk = 4096;
   auto order = [&](const double* p, std::int64_t rows, std::vector<std::int64_t>* out) {
-    std::vector<std::pair<std::uint64_t, std::int64_t>> keys(static_cast<std::size_t>(rows));
-    constexpr std::int64_t kChunk = 4096;
-    detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {
-      for (std::int64_t i = c * kChunk; i < std::min(rows, (c + 1) * kChunk); ++i) {
-        std::uint64_t key = 0;
-        for (int k = 0; k < axes; ++k) {
-          const double v = (p[i * d + k] - lo[std::size_t(k)]) * scale[std::size_t(k)];
-          const std::uint64_t q = std::uint64_t(std::min(top, std::max(0.0, std::floor(v))));
-          const std::uint64_t* row = spread.data() + std::size_t(k) * 8 * 256;
-          for (int B = 0; B < bytes; ++B) key |= row[B * 256 + ((q >> (8 * B)) & 0xffu)];
+    if (sorter) {
+      // The engine's sort (the same stable order of the same keys).
+      std::vector<std::uint64_t> k(static_cast<std::size_t>(rows));
+      out->resize(std::size_t(rows));
+      detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {
+        for (std::int64_t i = c * kChunk; i < std::min(rows, (c + 1) * kChunk); ++i) {
+          k[std::size_t(i)] = key_of(p, i);
+          (*out)[std::size_t(i)] = i;
         }
-        keys[std::size_t(i)] = {key, i};
-      }
+      });
+      if ((*sorter)(&k, out, std::max(1, bits * axes))) return;
+    }
+    std::vector<std::pair<std::uint64_t, std::int64_t>> keys(static_cast<std::size_t>(rows));
+    detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {
+      for (std::int64_t i = c * kChunk; i < std::min(rows, (c + 1) * kChunk); ++i)
+        keys[std::size_t(i)] = {key_of(p, i), i};
     });
     // LSD radix sort, 8-bit digits (stable: ties keep the input order), on the host threads:
     // each thread counts and scatters its own contiguous chunk, so the order of equal digits is

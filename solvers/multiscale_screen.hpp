@@ -25,10 +25,17 @@ void joint_bounds(const double* x, std::int64_t n, const double* y, std::int64_t
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
                   std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
                   int threads);
-/// The same on a joint bounding box the caller already has (joint_bounds).
+/// Sorts pairs (keys[i], values[i]) by the keys' low `bits` bits, stably, on an engine
+/// (detail::device_sort_pairs); false when it has no sort (nothing changed).
+using KeySorter =
+    std::function<bool(std::vector<std::uint64_t>*, std::vector<std::int64_t>*, int bits)>;
+
+/// The same on a joint bounding box the caller already has (joint_bounds); with `sorter`, the
+/// keys are sorted by it where it can (the same permutation: a stable sort of the same keys).
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
                   std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
-                  int threads, const std::vector<double>& lo, const std::vector<double>& hi);
+                  int threads, const std::vector<double>& lo, const std::vector<double>& hi,
+                  const KeySorter* sorter = nullptr);
 
 /// One side's cells at one level: `count` cells of consecutive sorted points; cell k holds points
 /// [k * size, min((k + 1) * size, n)).

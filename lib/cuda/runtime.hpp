@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "kantor/info.hpp"
@@ -40,6 +41,13 @@ void pool_free(void* p, void* stream) noexcept;
 /// effectively synchronous with respect to the host buffer). kind: 0 = h2d, 1 = d2h, 2 = d2d.
 void memcpy_async(void* dst, const void* src, std::size_t bytes, int kind, void* stream);
 void memset_async(void* dst, int value, std::size_t bytes, void* stream);
+
+/// Stable radix sort of `count` (key, value) pairs by the keys' low `bits` bits (CUB): the
+/// workspace it needs, and the sort on `stream` (device arrays; in and out distinct).
+std::size_t sort_pairs_temp_bytes(std::int64_t count, int bits);
+void sort_pairs(void* temp, std::size_t temp_bytes, const std::uint64_t* keys_in,
+                std::uint64_t* keys_out, const std::int64_t* values_in, std::int64_t* values_out,
+                std::int64_t count, int bits, void* stream);
 
 /// CUDA events (opaque cudaEvent_t) for stream-ordered timing.
 void* event_create();

@@ -27,6 +27,11 @@ void* pool_malloc(std::size_t, void*, void*) { not_compiled(); }
 void pool_free(void*, void*) noexcept {}
 void memcpy_async(void*, const void*, std::size_t, int, void*) { not_compiled(); }
 void memset_async(void*, int, std::size_t, void*) { not_compiled(); }
+std::size_t sort_pairs_temp_bytes(std::int64_t, int) { not_compiled(); }
+void sort_pairs(void*, std::size_t, const std::uint64_t*, std::uint64_t*, const std::int64_t*,
+                std::int64_t*, std::int64_t, int, void*) {
+  not_compiled();
+}
 void* event_create() { not_compiled(); }
 void event_destroy(void*) noexcept {}
 void event_record(void*, void*) { not_compiled(); }

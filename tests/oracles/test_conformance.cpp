@@ -602,5 +602,40 @@ TEST(ConformanceBlockList, DefectsAreNamed) {
   expect(bad, "overlap");
 }
 
+// validate_block_list on lists of many row tiles (checked on the host threads): runs out of
+// order but disjoint are accepted; with defects in several tiles the message names the first.
+TEST(ConformanceDispatch, BlockListValidationNamesTheFirstDefectiveTile) {
+  const BlockShape sh{128, 64};
+  const std::int64_t tiles = 3000, key_tiles = 40;
+  const std::int64_t rows = tiles * sh.row_tile - 5, keys = key_tiles * sh.key_tile;
+  BlockList l{sh.row_tile, sh.key_tile, {0}, {}};
+  for (std::int64_t r = 0; r < tiles; ++r) {
+    // Three disjoint runs, the last two out of order: [30, 40), [0, 3), [10, 12).
+    for (std::int32_t v : {30, 40, 0, 3, 10, 12}) l.runs.push_back(v);
+    l.run_ptr.push_back(l.run_ptr.back() + 3);
+  }
+  EXPECT_NO_THROW(validate_block_list(l, rows, keys, sh, "test"));
+  BlockList bad = l;
+  bad.runs[std::size_t(6 * 2500 + 5)] = 31;  // tile 2500: [10, 31) overlaps [30, 40)
+  bad.runs[std::size_t(6 * 1700 + 1)] = 41;  // tile 1700: [30, 41) past the last key tile
+  bad.runs[std::size_t(6 * 2900 + 4)] = 9;   // tile 2900: [9, 12) fine, but ...
+  bad.runs[std::size_t(6 * 2900 + 5)] = 2;   // ... [9, 2) reversed
+  try {
+    validate_block_list(bad, rows, keys, sh, "test");
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("row tile 1700, run 5100: key tiles [30, 41)"), std::string::npos) << e.what();
+  }
+  bad.runs[std::size_t(6 * 1700 + 1)] = 40;  // tile 1700 repaired: tile 2500 is the first
+  try {
+    validate_block_list(bad, rows, keys, sh, "test");
+    ADD_FAILURE() << "accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("row tile 2500: runs [10, 31) and [30, 40) overlap"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace kantor::testing

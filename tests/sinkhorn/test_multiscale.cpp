@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "kantor/buffer.hpp"
 #include "kantor/context.hpp"
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
@@ -1111,6 +1112,57 @@ void check_engine_descent(Backend backend) {
     EXPECT_GT(host.dropped_mass, 0.0);
     EXPECT_NEAR(eng.dropped_mass, host.dropped_mass, 1e-12 * host.dropped_mass);
   }
+}
+
+// Morton order with the keys sorted by an engine (detail::device_sort_pairs) against the host's
+// radix sort: the same permutation (both stable on the same keys), on clouds with many exact
+// duplicates in d = 1 (52-bit keys), 3 (63) and 64 (one bit a axis); the CPU engine has no sort.
+void check_device_morton(Backend backend) {
+  ContextOptions co;
+  co.backend = backend;
+  const Context ctx(co);
+  bool used = false;
+  const multiscale::KeySorter sorter = [&](std::vector<std::uint64_t>* keys,
+                                           std::vector<std::int64_t>* values, int bits) {
+    used = detail::device_sort_pairs(ctx, keys, values, bits);
+    return used;
+  };
+  Rng rng(41);
+  for (const std::int64_t d : {1, 3, 64}) {
+    const std::int64_t n = d == 64 ? 5000 : 300000, m = d == 64 ? 3000 : 200000;
+    std::vector<double> x = uniform_cloud(rng, n, d), y = uniform_cloud(rng, m, d);
+    for (std::int64_t i = 0; i < n; i += 3)
+      for (std::int64_t a = 0; a < d; ++a)
+        x[std::size_t(i * d + a)] = std::floor(x[std::size_t(i * d + a)] * 4) / 4;
+    std::vector<double> lo, hi;
+    multiscale::joint_bounds(x.data(), n, y.data(), m, int(d), 2, &lo, &hi);
+    std::vector<std::int64_t> hx, hy, ex, ey;
+    morton_order(x.data(), n, y.data(), m, int(d), &hx, &hy, 2, lo, hi);
+    morton_order(x.data(), n, y.data(), m, int(d), &ex, &ey, 2, lo, hi, &sorter);
+    EXPECT_EQ(used, backend == Backend::kCuda) << "d = " << d;
+    EXPECT_EQ(ex, hx) << "d = " << d;
+    EXPECT_EQ(ey, hy) << "d = " << d;
+  }
+  std::vector<std::uint64_t> k = {3, 1, 2};
+  std::vector<std::int64_t> v = {0, 1, 2};
+  if (backend == Backend::kCpu) {
+    EXPECT_FALSE(detail::device_sort_pairs(ctx, &k, &v, 8));
+    EXPECT_EQ(k, (std::vector<std::uint64_t>{3, 1, 2}));
+  } else {
+    EXPECT_TRUE(detail::device_sort_pairs(ctx, &k, &v, 8));
+    EXPECT_EQ(v, (std::vector<std::int64_t>{1, 2, 0}));
+    v.pop_back();
+    EXPECT_THROW(detail::device_sort_pairs(ctx, &k, &v, 8), InvalidArgument);
+  }
+}
+
+TEST(MultiscaleScreen, MortonOrderWithoutAnEngineSortIsTheHosts) {
+  check_device_morton(Backend::kCpu);
+}
+
+TEST(CudaMultiscale, MortonOrderSortedOnTheDeviceIsTheHosts) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  check_device_morton(Backend::kCuda);
 }
 
 TEST(MultiscaleScreen, TheCpuEngineHasNoDescentAndTheHostDescends) {
