@@ -276,7 +276,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                  std::vector<std::int64_t>* values, int bits) {
       return detail::device_sort_pairs(ctx, keys, values, bits);
     };
-    morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi, &sorter);
+    morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi,
+                 ctx.backend() == Backend::kCuda ? &sorter : nullptr);  // CPU: no second key pass
   }
   const std::vector<double> wa = host_weights(ctx, problem.a, n, problem.unbalanced());
   const std::vector<double> wb = host_weights(ctx, problem.b, m, problem.unbalanced());
