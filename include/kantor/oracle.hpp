@@ -244,7 +244,8 @@ class Oracle {
   /// every pair of active cells of the top levels (x.back(), y.back()), each pair whose bound
   /// (kantor/screen_bound.hpp) is >= keep_at passes its active children (both sides one level
   /// down while both can, then the deeper side alone) to the next test, down to the atoms (level
-  /// 0); the kept atom pairs come back in blocks of levels (block_x, block_y) (each <= 3), with
+  /// 0); the kept atom pairs come back in blocks of levels (block_x, block_y) (the host
+  /// descent's: max(0, top - steps) a side, steps = max(0, max(top_x, top_y) - 3)), with
   /// the pairs tested and the dropped cells' mass. The same pairs as the host descent (the bound
   /// is evaluated operation for operation alike). Returns false when the engine has none (the
   /// CPU engine: the caller descends on the host threads). Synchronizes.

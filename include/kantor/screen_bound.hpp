@@ -1,7 +1,10 @@
 // The multiscale screen's pair bound (docs/multiscale.md, "The screen"), one definition for the
 // host descent (solvers/multiscale_screen.cpp) and the CUDA engine's (lib/cuda/screen_descent.cu):
 // both evaluate it operation for operation in IEEE double without contraction (on the device
-// through the _rn intrinsics), so the two descents keep the same pairs. Internal (detail).
+// through the _rn intrinsics; on the host the including file must be compiled with
+// -ffp-contract=off, as CMakeLists.txt does for solvers/multiscale_screen.cpp: GCC fuses C++
+// a * b + c by default wherever -march has FMA), so the two descents keep the same pairs.
+// Internal (detail).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -15,7 +18,7 @@ namespace kantor::detail {
 /// Unit roundoff of double: the rounding allowance's unit.
 constexpr double kScreenRound = 0x1.0p-53;
 
-// Rounded double operations, never fused (host: the library is built without contraction).
+// Rounded double operations, never fused (host: see above).
 KANTOR_SCREEN_HD inline double sb_add(double a, double b) {
 #if defined(__CUDA_ARCH__)
   return __dadd_rn(a, b);
