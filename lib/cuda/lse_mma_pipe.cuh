@@ -193,8 +193,9 @@ struct MmaPipeStaging {
 /// Stages key tile [t0, t0 + kKeys) into buffer b (global -> shared) by 16-byte copies (the raw
 /// arrays by 16-byte copies when raw16, else by 4-byte copies): zeros past kend, never a read past
 /// it. raw_src = the raw array of this thread (rq). The caller commits the group
-/// (cp_async_commit), after adding its own copies to it if it has any.
-template <int kW, int kHNT, int kRaw>
+/// (cp_async_commit), after adding its own copies to it if it has any. kFull: the caller knows
+/// t0 + kKeys <= kend (no bounds tests).
+template <int kW, int kHNT, int kRaw, bool kFull = false>
 __device__ __forceinline__ void mma_pipe_issue(MmaPipeSmem<kW, kHNT, kRaw>& sm,
                                                const float* __restrict__ Y, const float* raw_src,
                                                std::int64_t kend, std::int64_t t0, int b, int tid,
@@ -208,14 +209,14 @@ __device__ __forceinline__ void mma_pipe_issue(MmaPipeSmem<kW, kHNT, kRaw>& sm,
   const std::int64_t left = kend - t0 - jj0;  // keys of this thread's column still in range
 #pragma unroll
   for (int i = 0; i < Stg::kRounds; ++i) {
-    const bool ok = i * Stg::kJStep < left;
+    const bool ok = kFull || i * Stg::kJStep < left;
     cp_async16(dst + i * Stg::kJStep * kS, ok ? src + std::int64_t(i) * Stg::kJStep * kW : Y, ok);
   }
   if (tid < nraw * Stg::kRawChunks) {
     const std::int64_t j = t0 + 4 * rc;
     const std::int64_t left_raw = kend - j;
     float* rdst = &sm.raw[b][rq][4 * rc];
-    if (raw16 && left_raw >= 4) {
+    if (raw16 && (kFull || left_raw >= 4)) {
       cp_async16(rdst, raw_src + j, true);
     } else {  // unaligned inputs, or the chunk at kend: element copies, zeros past kend
 #pragma unroll

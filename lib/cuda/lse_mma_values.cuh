@@ -2,11 +2,12 @@
 // value columns) computes the LSE state (M_i, S_i) of each query row and the value columns
 //   A_ik = sum_j exp2(alpha u_ij + nam_i) V_jk,   nam_i = -alpha M_i   (fp32 product),
 // with the scores u_ij = beta_j + <x~_i, y~_j> on the tensor cores exactly as the pipelined LSE
-// kernel (lib/cuda/lse_mma_pipe.cuh: resident A fragments, the same key staging, key range and key
-// bias), and the product P V as a second MMA on the probabilities, in fp16 (below;
-// FlashAttention-2 style: the accumulators are rescaled when the running maximum grows). The
-// finalize kernel (lse_values_tf32.cu) merges the splits in double and applies the row prefactor.
-// Conventions: lib/cuda/lse_params.hpp; API: lib/cuda/lse_values.hpp.
+// kernel (lib/cuda/lse_mma_pipe.cuh: the same fragments, key staging, key range and key bias;
+// the A fragments resident in registers, or at W = 64 in shared memory), and the product P V as a
+// second MMA on the probabilities, in fp16 (below; FlashAttention-2 style: the accumulators are
+// rescaled when the running maximum grows). The finalize kernel (lse_values_tf32.cu) merges the
+// splits in double and applies the row prefactor. Conventions: lib/cuda/lse_params.hpp; API:
+// lib/cuda/lse_values.hpp.
 //
 // P V in half precision (m16n8k16 f16, fp32 accumulation). The probabilities and the values
 // enter the second MMA as IEEE fp16, which has TF32's 11-bit significand (both round to nearest,
@@ -40,13 +41,18 @@
 // accumulators are rescaled (a warp-uniform branch) only a few times per row, by
 // exp2(nam_new - nam_old), the ratio of the fp32 offsets actually used: every term then carries
 // the final nam exactly up to the rounding of that difference. The maximum is quad-uniform (two
-// shuffles per row and half tile), because the 4 threads of a quad contribute to the same MMA.
+// shuffles per row and stage of 64 keys), because the 4 threads of a quad contribute to the same
+// MMA. One stage is folded at once (fold_values_stage): scores of both halves, one maximum, the
+// rare rescale branch, then the exponentials and the P V MMAs of both halves in one basic block.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
+#include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_common.cuh"
 #include "lib/cuda/lse_mma_pipe.cuh"
 #include "lib/cuda/lse_mma_rows.cuh"
@@ -55,14 +61,18 @@
 
 namespace kantor::cuda {
 
-/// Traits of the value kernel per width: n-tiles per half tile, i.e. stages of 16 kHalfNT keys
-/// (64 keys at W = 8, where the 16-byte key staging of 128 threads needs >= 64 keys; 32 keys
-/// elsewhere: 64-key key stages at W = 64 exceed 48 KB of static shared memory), and the minimum
-/// resident blocks the register allocation must allow (2: 8 warps per SM; the value accumulators
-/// alone are 64 registers).
+/// Traits of the value kernel per width: n-tiles per half tile (4: stages of 64 keys, so that the
+/// per-stage work (staging, key bias, barrier, maxima, rescale test) is amortized over 64 keys),
+/// the place of the query A fragments, and the minimum resident blocks the register allocation must
+/// allow (2: 8 warps per SM; the value accumulators alone are 64 registers and a stage's scores
+/// another 64). At W = 64 the A fragments (64 registers) live in shared memory instead of
+/// registers (mma_stage_smem_a): with them resident the kernel would need more than 255.
+/// Measured (H100, n = m = 50,000, K = 64, tf32; docs/benchmarks.md, "P V at 1.37 LSE passes"):
+/// at W = 64 these stages take P V from 3.75 ms to 2.72 ms (one LSE pass: 1.99 ms).
 template <int kW>
 struct MmaValueConfig {
-  static constexpr int kHalfNT = kW == 8 ? 4 : 2;
+  static constexpr int kHalfNT = 4;
+  static constexpr bool kQuerySmem = kW == 64;
   static constexpr int kMinBlocks = 2;
 };
 
@@ -86,9 +96,59 @@ struct MmaValueTile {
 template <int kW>
 struct MmaValueSmem {
   using VT = MmaValueTile<kW>;
+  static constexpr int kQSlots = MmaValueConfig<kW>::kQuerySmem ? 2 * (kW / 8) * 32 : 1;
   MmaPipeSmem<kW, VT::kHalfNT> pipe;                 // keys, raw key inputs, warp biases
   std::uint16_t vals[2][VT::kKeys * VT::kVStrideH];  // fp16 value rows of each stage
+  // kQuerySmem: each warp's A fragments, (m-tile mt, k-step kk) of lane l at [(mt kKSteps + kk)
+  // 32 + l] (one conflict-free LDS.128 per fragment); written and read by the same thread.
+  uint4 qfrag[VT::Pipe::kWarps][kQSlots];
 };
+
+/// Scores of both halves of a stage (acc0: n-tiles 0..kHNT-1, acc1: the rest) with the A
+/// fragments read from shared memory (qa: this lane's slots, MmaValueSmem::qfrag) two k-steps at
+/// a time, each read once per stage: the same MMAs, in the same k order per score, as two calls of
+/// mma_pipe_half on resident fragments.
+template <int kW, int kHNT>
+__device__ __forceinline__ void mma_stage_smem_a(float (&acc0)[2][kHNT][4],
+                                                 float (&acc1)[2][kHNT][4], const uint4* qa,
+                                                 const float* ks, const float* wb, int g, int t) {
+  using Tile = MmaPipeTile<kW, kHNT>;
+  constexpr int kS = Tile::kStride, kKS = Tile::kKSteps;
+  static_assert(kW >= 16, "two k-steps per key load");
+  float2 bb[2 * kHNT];  // the key bias of each n-tile: the C operand of its first k-step
+#pragma unroll
+  for (int n = 0; n < 2 * kHNT; ++n) bb[n] = *reinterpret_cast<const float2*>(&wb[n * 8 + 2 * t]);
+#pragma unroll
+  for (int q = 0; q < kKS / 2; ++q) {
+    std::uint32_t a[2][2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const uint4 v = qa[(mt * kKS + 2 * q + e) * 32];
+        a[mt][e][0] = v.x;
+        a[mt][e][1] = v.y;
+        a[mt][e][2] = v.z;
+        a[mt][e][3] = v.w;
+      }
+#pragma unroll
+    for (int n = 0; n < 2 * kHNT; ++n) {
+      const float4 v = *reinterpret_cast<const float4*>(&ks[(n * 8 + g) * kS + 16 * q + 4 * t]);
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          float(&d)[4] = n < kHNT ? acc0[mt][n] : acc1[mt][n - kHNT];
+          const std::uint32_t b0 = __float_as_uint(e ? v.z : v.x);
+          const std::uint32_t b1 = __float_as_uint(e ? v.w : v.y);
+          if (q == 0 && e == 0)
+            mma_tf32(d, a[mt][e], b0, b1, bb[n].x, bb[n].y, bb[n].x, bb[n].y);
+          else
+            mma_tf32(d, a[mt][e], b0, b1, d[0], d[1], d[2], d[3]);
+        }
+    }
+  }
+}
 
 /// D += A B, m16n8k16, A row-major fp16 (4 regs of f16x2), B col-major fp16 (2 regs), fp32 D.
 __device__ __forceinline__ void mma_f16(float (&d)[4], const std::uint32_t (&a)[4],
@@ -125,7 +185,7 @@ __device__ __forceinline__ void ldmatrix_x2_trans(std::uint32_t (&r)[4], unsigne
 /// block's first column, row stride kp halves, 16-byte aligned). Keys past kend get zeros (their
 /// probability is 0 and 0 * 0 stays 0); chunks past nch are never written (zeroed once by the
 /// kernel).
-template <int kW>
+template <int kW, bool kFull = false>
 __device__ __forceinline__ void mma_value_issue(std::uint16_t* vs,
                                                 const std::uint16_t* __restrict__ Vh,
                                                 std::int64_t kp, std::int64_t t0, std::int64_t kend,
@@ -135,37 +195,22 @@ __device__ __forceinline__ void mma_value_issue(std::uint16_t* vs,
   for (int i = 0; i < VT::kKeys * 8 / 128; ++i) {  // 8 chunks per row, 128 threads
     const int idx = tid + 128 * i, jj = idx >> 3, ch = idx & 7;
     if (ch < nch) {
-      const bool ok = t0 + jj < kend;
+      const bool ok = kFull || t0 + jj < kend;
       cp_async16(vs + jj * VT::kVStrideH + 8 * ch, ok ? Vh + (t0 + jj) * kp + 8 * ch : Vh, ok);
     }
   }
 }
 
-/// The second half of a fold with kNCB column blocks: rescale of the value accumulators when a
-/// row's maximum moved (a warp-uniform branch; scale = 1 for the others), then vacc += P V on the
-/// tensor cores, one m16n8k16 per k16 step (two n-tiles of the half) and column block: A = the
-/// probabilities p' packed to f16x2 as they lie, B = the staged values by ldmatrix.trans.
-/// vaddr: the shared address of this lane's ldmatrix row in the current value stage (key row
-/// (lane & 7) + 8 ((lane >> 3) & 1), column block lane >> 4). Compile-time kNCB: one basic block.
+/// vacc += P' V for one half tile of probabilities p (2 m-tiles x kHNT n-tiles) on the tensor
+/// cores, one m16n8k16 per k16 step (two n-tiles of the half) and column block: A = p' packed to
+/// f16x2 as it lies, B = the staged values by ldmatrix.trans. vaddr: the shared address of this
+/// lane's ldmatrix row in the current value stage (key row (lane & 7) + 8 ((lane >> 3) & 1), column
+/// block lane >> 4). Compile-time kNCB column blocks: one basic block.
 template <int kW, int kNCB>
-__device__ __forceinline__ void values_rescale_pv(const float (&p)[2][MmaValueTile<kW>::kHalfNT][4],
-                                                  float (&vacc)[2][8][4],
-                                                  const float (&scale)[2][2], bool grow_any,
-                                                  unsigned vaddr, int half) {
+__device__ __forceinline__ void values_pv(const float (&p)[2][MmaValueTile<kW>::kHalfNT][4],
+                                          float (&vacc)[2][8][4], unsigned vaddr, int half) {
   using VT = MmaValueTile<kW>;
   constexpr int kHNT = VT::kHalfNT;
-  if (__any_sync(0xffffffffu, grow_any)) {
-#pragma unroll
-    for (int cb = 0; cb < kNCB; ++cb) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        vacc[mt][cb][0] *= scale[mt][0];
-        vacc[mt][cb][1] *= scale[mt][0];
-        vacc[mt][cb][2] *= scale[mt][1];
-        vacc[mt][cb][3] *= scale[mt][1];
-      }
-    }
-  }
 #pragma unroll
   for (int q = 0; q < kHNT / 2; ++q) {
     const int key0 = (half * kHNT + 2 * q) * 8;  // first key (stage row) of this k16 step
@@ -195,72 +240,104 @@ __device__ __forceinline__ void values_rescale_pv(const float (&p)[2][MmaValueTi
   }
 }
 
-/// Folds one half tile of scores (acc: 2 m-tiles x kHNT n-tiles, n-tiles kHNT half + n of the
-/// stage) into the running state: quad-uniform maximum with slack, probabilities p' = 2^7 p in
-/// place, S (of p'), then the rescale and vacc += P' V (values_rescale_pv, 2^lg column blocks).
-template <int kW>
-__device__ __forceinline__ void fold_values_half(float (&acc)[2][MmaValueTile<kW>::kHalfNT][4],
-                                                 float (&vacc)[2][8][4], float (&m)[2][2],
-                                                 float (&s)[2][2], unsigned vaddr, int half, int lg,
-                                                 float alpha) {
+/// The largest of x[0..kN) as a balanced tree of fmaxf (depth log2 kN instead of kN).
+template <int kN>
+__device__ __forceinline__ float tree_max(const float* x) {
+  if constexpr (kN == 1) {
+    return x[0];
+  } else {
+    return fmaxf(tree_max<kN / 2>(x), tree_max<kN - kN / 2>(x + kN / 2));
+  }
+}
+
+/// Folds a whole stage (both halves' scores, acc0 and acc1) in one pass, for kNCB column blocks:
+/// one quad-uniform maximum per row over the stage's 2 kHNT n-tiles; only when some row of the
+/// warp moves its maximum (by more than the slack: rare), a warp-uniform branch forms the new
+/// offsets and rescales S and the value accumulators; then the probabilities p' = 2^7 p in
+/// place, S, and vacc += P' V for both halves in one basic block (the exponentials of half 1
+/// overlap the MMAs of half 0). State per row: the running maximum m (u units) and nam7 =
+/// nam + 7 with nam = -alpha m as the fp32 product (0 while m = -inf), the exponent offset of p'.
+template <int kW, int kNCB>
+__device__ __forceinline__ void fold_values_stage(float (&acc0)[2][MmaValueTile<kW>::kHalfNT][4],
+                                                  float (&acc1)[2][MmaValueTile<kW>::kHalfNT][4],
+                                                  float (&vacc)[2][8][4], float (&m)[2][2],
+                                                  float (&nam7)[2][2], float (&s)[2][2],
+                                                  unsigned vaddr, float alpha) {
   using VT = MmaValueTile<kW>;
   constexpr int kHNT = VT::kHalfNT;
-  float scale[2][2], nam[2][2];
-  bool grow_any = false;
+  float tmax[2][2];
+  bool grow[2][2], grow_any = false;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float tmax = -INFINITY;
+      float x[4 * kHNT];
 #pragma unroll
-      for (int n = 0; n < kHNT; ++n)
-        tmax = fmaxf(tmax, fmaxf(acc[mt][n][2 * h], acc[mt][n][2 * h + 1]));
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
-      tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+      for (int n = 0; n < kHNT; ++n) {
+        x[4 * n] = acc0[mt][n][2 * h];
+        x[4 * n + 1] = acc0[mt][n][2 * h + 1];
+        x[4 * n + 2] = acc1[mt][n][2 * h];
+        x[4 * n + 3] = acc1[mt][n][2 * h + 1];
+      }
+      float tm = tree_max<4 * kHNT>(x);
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+      tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+      tmax[mt][h] = tm;
       // Guards: tmax = -inf (all masked so far or here) never moves the maximum (the comparison
-      // of NaN or -inf is false); the first finite tile always does (+inf > slack), with scale
-      // 0 on the state that is still all zeros.
-      const float mo = m[mt][h];
-      const bool grow = alpha * (tmax - mo) > VT::kSlack;
-      const float nam_old = mo == -INFINITY ? 0.f : -alpha * mo;
-      const float mn = grow ? tmax : mo;
-      const float nam_new = mn == -INFINITY ? 0.f : -alpha * mn;
-      scale[mt][h] = !grow ? 1.f : (mo == -INFINITY ? 0.f : fast_exp2(nam_new - nam_old));
-      nam[mt][h] = nam_new + VT::kPScaleLog2;
-      m[mt][h] = mn;
-      grow_any = grow_any || grow;
+      // of NaN or -inf is false); the first finite tile always does (+inf > slack).
+      grow[mt][h] = alpha * (tm - m[mt][h]) > VT::kSlack;
+      grow_any = grow_any || grow[mt][h];
     }
   }
-  // Probabilities p' = exp2(alpha u + nam + 7) <= 2^15 (masked u = -inf -> 0), S in two chains.
+  if (__any_sync(0xffffffffu, grow_any)) {
+    float scale[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float mo = m[mt][h];
+        const float nam_old = mo == -INFINITY ? 0.f : -alpha * mo;
+        const float nam_new = -alpha * tmax[mt][h];
+        // The ratio of the offsets actually used (0 on the state that is still all zeros).
+        scale[mt][h] = !grow[mt][h] ? 1.f : (mo == -INFINITY ? 0.f : fast_exp2(nam_new - nam_old));
+        if (grow[mt][h]) {
+          m[mt][h] = tmax[mt][h];
+          nam7[mt][h] = nam_new + VT::kPScaleLog2;
+        }
+        s[mt][h] *= scale[mt][h];
+      }
+    }
+#pragma unroll
+    for (int cb = 0; cb < kNCB; ++cb) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        vacc[mt][cb][0] *= scale[mt][0];
+        vacc[mt][cb][1] *= scale[mt][0];
+        vacc[mt][cb][2] *= scale[mt][1];
+        vacc[mt][cb][3] *= scale[mt][1];
+      }
+    }
+  }
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      const float nm = nam7[mt][h];
       float ts0 = 0.f, ts1 = 0.f;
 #pragma unroll
       for (int n = 0; n < kHNT; ++n) {
-        acc[mt][n][2 * h] = fast_exp2(fmaf(alpha, acc[mt][n][2 * h], nam[mt][h]));
-        acc[mt][n][2 * h + 1] = fast_exp2(fmaf(alpha, acc[mt][n][2 * h + 1], nam[mt][h]));
-        ts0 += acc[mt][n][2 * h];
-        ts1 += acc[mt][n][2 * h + 1];
+        acc0[mt][n][2 * h] = fast_exp2(fmaf(alpha, acc0[mt][n][2 * h], nm));
+        acc0[mt][n][2 * h + 1] = fast_exp2(fmaf(alpha, acc0[mt][n][2 * h + 1], nm));
+        acc1[mt][n][2 * h] = fast_exp2(fmaf(alpha, acc1[mt][n][2 * h], nm));
+        acc1[mt][n][2 * h + 1] = fast_exp2(fmaf(alpha, acc1[mt][n][2 * h + 1], nm));
+        ts0 += acc0[mt][n][2 * h] + acc1[mt][n][2 * h];
+        ts1 += acc0[mt][n][2 * h + 1] + acc1[mt][n][2 * h + 1];
       }
-      s[mt][h] = fmaf(s[mt][h], scale[mt][h], ts0 + ts1);
+      s[mt][h] += ts0 + ts1;
     }
   }
-  switch (lg) {  // warp-uniform (per block)
-    case 0:
-      values_rescale_pv<kW, 1>(acc, vacc, scale, grow_any, vaddr, half);
-      break;
-    case 1:
-      values_rescale_pv<kW, 2>(acc, vacc, scale, grow_any, vaddr, half);
-      break;
-    case 2:
-      values_rescale_pv<kW, 4>(acc, vacc, scale, grow_any, vaddr, half);
-      break;
-    default:
-      values_rescale_pv<kW, 8>(acc, vacc, scale, grow_any, vaddr, half);
-      break;
-  }
+  values_pv<kW, kNCB>(acc0, vacc, vaddr, 0);
+  values_pv<kW, kNCB>(acc1, vacc, vaddr, 1);
 }
 
 /// Value partials: grid (row blocks, splits, column blocks of 64). Writes, for split s = blockIdx.y
@@ -278,7 +355,8 @@ __global__ void __launch_bounds__(128, kMinB)
   using VT = MmaValueTile<kW>;
   using Tile = typename VT::Pipe;
   constexpr int kHNT = VT::kHalfNT;
-  __shared__ __align__(16) MmaValueSmem<kW> sm;
+  extern __shared__ __align__(16) unsigned char value_smem[];
+  MmaValueSmem<kW>& sm = *reinterpret_cast<MmaValueSmem<kW>*>(value_smem);
 
   const LseSide<float> sd = p.side;
   const std::int64_t rb = blockIdx.x;
@@ -294,16 +372,26 @@ __global__ void __launch_bounds__(128, kMinB)
   const int nch = (cols + 7) >> 3;
   const std::uint16_t* V = vh + VT::kCols * z;
 
-  std::uint32_t a[2][Tile::kKSteps][4];
+  constexpr bool kQSmem = MmaValueConfig<kW>::kQuerySmem;
+  std::uint32_t a[2][kQSmem ? 1 : Tile::kKSteps][4];
+  uint4* qa = &sm.qfrag[warp][lane];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int kk = 0; kk < Tile::kKSteps; ++kk)
-      load_query_frag<kW>(a[mt][kk], sd.queries, sd.rows, row0 + wrow + mt * 16 + g, kk, t);
-  float m[2][2], s[2][2], vacc[2][VT::kColBlocks][4];
+    for (int kk = 0; kk < Tile::kKSteps; ++kk) {
+      if constexpr (kQSmem) {
+        std::uint32_t f[4];
+        load_query_frag<kW>(f, sd.queries, sd.rows, row0 + wrow + mt * 16 + g, kk, t);
+        qa[(mt * Tile::kKSteps + kk) * 32] = make_uint4(f[0], f[1], f[2], f[3]);
+      } else {
+        load_query_frag<kW>(a[mt][kk], sd.queries, sd.rows, row0 + wrow + mt * 16 + g, kk, t);
+      }
+    }
+  float m[2][2], nam7[2][2], s[2][2], vacc[2][VT::kColBlocks][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
     m[mt][0] = m[mt][1] = -INFINITY;
+    nam7[mt][0] = nam7[mt][1] = VT::kPScaleLog2;
     s[mt][0] = s[mt][1] = 0.f;
 #pragma unroll
     for (int cb = 0; cb < VT::kColBlocks; ++cb)
@@ -317,9 +405,17 @@ __global__ void __launch_bounds__(128, kMinB)
   const int jj0 = tid / Stg::kChunks, k4 = tid % Stg::kChunks;
   const int rq = tid / Stg::kRawChunks, rc = tid % Stg::kRawChunks;
   const float* raw_src = rq == 0 ? sd.key_pot : (rq == 1 ? sd.key_norm : sd.key_logw);
+  // The stage of keys [t0, t0 + kKeys) into buffer b; the unguarded copies when all of it is in
+  // range (every stage but a block's last).
   auto issue = [&](std::int64_t t0, int b) {
-    mma_pipe_issue<kW, kHNT>(sm.pipe, Y, raw_src, kend, t0, b, tid, jj0, k4, rq, rc, raw16);
-    mma_value_issue<kW>(sm.vals[b], V, kp, t0, kend, nch, tid);
+    if (t0 + Tile::kKeys <= kend) {
+      mma_pipe_issue<kW, kHNT, 3, true>(sm.pipe, Y, raw_src, kend, t0, b, tid, jj0, k4, rq, rc,
+                                        raw16);
+      mma_value_issue<kW, true>(sm.vals[b], V, kp, t0, kend, nch, tid);
+    } else {
+      mma_pipe_issue<kW, kHNT>(sm.pipe, Y, raw_src, kend, t0, b, tid, jj0, k4, rq, rc, raw16);
+      mma_value_issue<kW>(sm.vals[b], V, kp, t0, kend, nch, tid);
+    }
     cp_async_commit();
   };
   float* wb = sm.pipe.bias[warp];
@@ -347,23 +443,45 @@ __global__ void __launch_bounds__(128, kMinB)
     if (kbeg + Tile::kKeys < kend) issue(kbeg + Tile::kKeys, 1);
     make_bias(kbeg, 0);
   }
-  for (std::int64_t t0 = kbeg; t0 < kend; t0 += Tile::kKeys) {
-    const float* ks = sm.pipe.keys[buf];
-    const unsigned vaddr = vaddr0 + unsigned(buf) * kStageBytes;
-    // Both halves' scores first (the tensor pipe works on half 1 while half 0 is exponentiated),
-    // then each half's fold and P V. Everything of this stage is read before the barrier below.
-    mma_pipe_half<MmaTf32, kW, kHNT>(acc0, a, ks, wb, 0, g, t);
-    mma_pipe_half<MmaTf32, kW, kHNT>(acc1, a, ks, wb, 1, g, t);
-    fold_values_half<kW>(acc0, vacc, m, s, vaddr, 0, lg, alpha);
-    fold_values_half<kW>(acc1, vacc, m, s, vaddr, 1, lg, alpha);
-    const std::int64_t t1 = t0 + Tile::kKeys;
-    if (t1 < kend) {
-      cp_async_wait_all();  // tile t+1 has landed (this thread's copies)
-      __syncthreads();      // everyone's copies visible; buffer `buf` is free
-      if (t1 + Tile::kKeys < kend) issue(t1 + Tile::kKeys, buf);
-      make_bias(t1, buf ^ 1);
+  // The stream over the key stages, for a compile-time number of column blocks (one switch per
+  // block, not per half tile: the stage's fold and MMAs stay in few basic blocks).
+  auto stream = [&](auto ncb_tag) {
+    constexpr int kNCB = decltype(ncb_tag)::value;
+    for (std::int64_t t0 = kbeg; t0 < kend; t0 += Tile::kKeys) {
+      const float* ks = sm.pipe.keys[buf];
+      const unsigned vaddr = vaddr0 + unsigned(buf) * kStageBytes;
+      // Both halves' scores, then the stage's fold and P V. Everything of this stage is read
+      // before the barrier below.
+      if constexpr (kQSmem) {
+        mma_stage_smem_a<kW, kHNT>(acc0, acc1, qa, ks, wb, g, t);
+      } else {
+        mma_pipe_half<MmaTf32, kW, kHNT>(acc0, a, ks, wb, 0, g, t);
+        mma_pipe_half<MmaTf32, kW, kHNT>(acc1, a, ks, wb, 1, g, t);
+      }
+      fold_values_stage<kW, kNCB>(acc0, acc1, vacc, m, nam7, s, vaddr, alpha);
+      const std::int64_t t1 = t0 + Tile::kKeys;
+      if (t1 < kend) {
+        cp_async_wait_all();  // tile t+1 has landed (this thread's copies)
+        __syncthreads();      // everyone's copies visible; buffer `buf` is free
+        if (t1 + Tile::kKeys < kend) issue(t1 + Tile::kKeys, buf);
+        make_bias(t1, buf ^ 1);
+      }
+      buf ^= 1;
     }
-    buf ^= 1;
+  };
+  switch (lg) {  // block-uniform
+    case 0:
+      stream(std::integral_constant<int, 1>{});
+      break;
+    case 1:
+      stream(std::integral_constant<int, 2>{});
+      break;
+    case 2:
+      stream(std::integral_constant<int, 4>{});
+      break;
+    default:
+      stream(std::integral_constant<int, 8>{});
+      break;
   }
 
   // Partials, with the 2^7 of p' removed (exact). The quad shares M (quad-uniform); S sums the
@@ -410,18 +528,24 @@ constexpr auto mma_values_kernel() {
   return lse_mma_values_kernel<kW, MmaValueConfig<kW>::kMinBlocks>;
 }
 
-/// Host side: f(kernel) for the value kernel of `words` words per row (8, 16, 32 or 64).
+/// Host side: f(kernel, dynamic shared bytes) for the value kernel of `words` words per row (8,
+/// 16, 32 or 64), its shared-memory limit raised to those bytes (above the 48 KB default at 64).
 template <class F>
 void with_mma_values_kernel(int words, F&& f) {
+  auto call = [&](auto kernel, std::size_t bytes) {
+    KANTOR_CUDA_TRY(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+    return f(kernel, bytes);
+  };
   switch (words) {
     case 8:
-      return f(mma_values_kernel<8>());
+      return call(mma_values_kernel<8>(), sizeof(MmaValueSmem<8>));
     case 16:
-      return f(mma_values_kernel<16>());
+      return call(mma_values_kernel<16>(), sizeof(MmaValueSmem<16>));
     case 32:
-      return f(mma_values_kernel<32>());
+      return call(mma_values_kernel<32>(), sizeof(MmaValueSmem<32>));
     default:
-      return f(mma_values_kernel<64>());
+      return call(mma_values_kernel<64>(), sizeof(MmaValueSmem<64>));
   }
 }
 

@@ -181,8 +181,8 @@ int values_tf32_splits(int ld, int vcols, std::int64_t rows, std::int64_t nkeys)
   check_width(ld);
   // The wave rule of choose_splits (lse_pass.cu) on the value kernel's occupancy.
   int per_sm = 0;
-  with_mma_values_kernel(ld, [&](auto kernel) {
-    KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, 0));
+  with_mma_values_kernel(ld, [&](auto kernel, std::size_t smem) {
+    KANTOR_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 128, smem));
   });
   const std::int64_t br = values_tf32_block_rows();
   const std::int64_t rb =
@@ -245,8 +245,9 @@ void run_values_tf32(const MmaValuePass& p, void* stream) {
   const float alpha = float(2.0 * kLog2e * double(p.cost_scale) / double(p.eps));
   const bool raw16 = aligned16(sd.key_pot) && aligned16(sd.key_norm) && aligned16(sd.key_logw);
   const dim3 grid(unsigned(rb), unsigned(p.splits), unsigned(nz));
-  with_mma_values_kernel(
-      p.ld, [&](auto kernel) { kernel<<<grid, 128, 0, st>>>(p, alpha, raw16, vh, kp); });
+  with_mma_values_kernel(p.ld, [&](auto kernel, std::size_t smem) {
+    kernel<<<grid, 128, smem, st>>>(p, alpha, raw16, vh, kp);
+  });
   KANTOR_CUDA_CHECK_LAUNCH();
   lse_mma_values_finalize_kernel<<<unsigned(blocks), kValuesFinalizeThreads, 0, st>>>(p, alpha,
                                                                                       inv_scale);
