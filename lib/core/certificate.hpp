@@ -99,9 +99,11 @@ inline double certificate_exp(double z) {
 
 /// The fp32 certificate paths (CUDA: lib/cuda/certify.cu; CPU: oracles/cpu/cpu_oracle.cpp)
 /// evaluate each pair in float32 on coordinates relative to an anchor of the row block (the
-/// block's first row): xi = fl32(x_i - o), eta = fl32(y_j - o), sq = sum_k fl(xi_k - eta_k)^2,
-/// z2 = fl(fl(fl(f_i + g_j) - c sq) * fl(log2(e) / eps)), term = fl(fl32(b_j) 2^z2), summed in
-/// float over a tile of at most 64 keys and in double across tiles.
+/// block's first row): xi = fl32(x_i - o), eta = fl32(y_j - o). The CPU's direct form (below):
+/// sq = sum_k fl(xi_k - eta_k)^2, z2 = fl(fl(fl(f_i + g_j) - c sq) * fl(log2(e) / eps)),
+/// term = fl(fl32(b_j) 2^z2), summed in float over a tile of at most 64 keys and in double across
+/// tiles. CUDA's expanded form (the same model with K_Z = 0 and a K_F term; its derivation is in
+/// lib/cuda/certify.cu) forms z2 from per-row and per-key terms and d FMAs.
 ///
 /// Model (u = 2^-24). With s_k = |xi_k| + |eta_k| and S = sum_k s_k^2 (bounded over a tile t by
 /// S_t = sum_k (R_k + R'_k)^2, R and R' the row block's and the key tile's largest |coordinate|
@@ -114,10 +116,12 @@ inline double certificate_exp(double z) {
 /// 4.02 u |z| term (for |dz| <= 0.005), A_t = u ((d + K_S) c S_t / eps + K_T), and a tile's sum T_t
 /// by (rho_t T_t + c0_t), rho_t = a_t + (1 + a_t) 4.02 u Z+ with a_t = A_t + A_t^2 >= e^{A_t} - 1,
 /// Z+ = max(0, max_j z_ij) (the computed maximum plus A) and c0_t = e^{A_t} 4.02 u m_t / e plus
-/// the underflow allowance per key (b e^z |z| <= b / e for z < 0; m_t the tile's key weight).
+/// the underflow allowance per key (b e^z |z| <= b / e for z < 0; m_t the tile's key weight;
+/// the allowance, for a term lost below the normal range, is scaled by max(1, m_b) >= b_j).
 /// Summed over the tiles, with rho_max = a_max + (1 + a_max) 4.02 u Z+ < 1/2:
 ///   |R - R^| <= (sum_t a_t T^_t + (1 + a_max) 4.02 u Z+ R^ + c0) / (1 - rho_max),
-/// c0 = (1 + a_max) 4.02 u m_b / e + keys * underflow. Far tiles, whose sums are ~0, cost nothing.
+/// c0 = (1 + a_max) 4.02 u m_b / e + keys * underflow * max(1, m_b). Far tiles, whose sums are
+/// ~0, cost nothing.
 /// Largest dimension of the fp32 paths (both engines; their kernels are instantiated per d).
 constexpr int kFastCertificateMaxDim = 6;
 
@@ -125,13 +129,21 @@ struct FastCertificateModel {
   double k_s;        ///< K_S
   double k_t;        ///< K_T
   double underflow;  ///< absolute error per key of a term below the normal range
+  /// The expanded evaluation (CUDA, lib/cuda/certify.cu) adds K_F u F / eps to the exponent's
+  /// error (F = |f_i - f_o| + |g_j + f_o|, the potentials shifted by the row block's anchor
+  /// potential f_o) and has no relative part (K_Z = 0); the direct evaluation: K_F = 0, K_Z = 4.02.
+  double k_f = 0;
+  double k_z = 4.02;
 };
 
-/// a_t of a tile with S_t = s_tile (inf when A_t > 1/2: no bound).
+/// a_t of a tile with S_t = s_tile and (the expanded evaluation) F_t = f_tile (inf when A_t > 1/2:
+/// no bound).
 KANTOR_HOST_DEVICE inline double fast_tile_exposure(const FastCertificateModel& model, int d,
-                                                    double c, double eps, double s_tile) {
+                                                    double c, double eps, double s_tile,
+                                                    double f_tile = 0) {
   constexpr double u = 0x1.0p-24;
-  const double A = u * ((double(d) + model.k_s) * c * s_tile * (1 + 1e-6) / eps + model.k_t);
+  const double A = u * ((double(d) + model.k_s) * c * s_tile * (1 + 1e-6) / eps +
+                        model.k_f * f_tile * (1 + 1e-6) / eps + model.k_t);
   return A <= 0.5 ? A + A * A : HUGE_VAL;
 }
 
@@ -144,9 +156,10 @@ KANTOR_HOST_DEVICE inline double fast_row_slack(const FastCertificateModel& mode
   constexpr double u = 0x1.0p-24;
   const double A = a_max;  // >= A_max: bounds the exponent error's constant part
   const double zpos = fmax(0.0, (z2_max * 0.6931471805599453 + A + 1e-6) * (1 + 1e-5));
-  const double zterm = (1 + a_max) * 4.02 * u;
+  const double zterm = (1 + a_max) * model.k_z * u;
   const double rho = a_max + zterm * zpos;
-  const double c0 = zterm * key_mass * 0.36787944117144233 + keys * model.underflow;
+  const double c0 =
+      zterm * key_mass * 0.36787944117144233 + keys * model.underflow * fmax(1.0, key_mass);
   // Guard: rho >= 1/2 or a non-finite sum leaves no bound (NaN compares false).
   if (!(rho < 0.5) || !(row_sum < HUGE_VAL) || !(weighted < HUGE_VAL)) return HUGE_VAL;
   return w * (weighted + zterm * zpos * row_sum + c0) / (1 - rho) * (1 + 1e-6);

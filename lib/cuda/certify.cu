@@ -138,30 +138,57 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 //
 // Same sums as certify_side_kernel, evaluated in float32 where the certificate only has to decide
 // "bound <= tolerance" (Oracle::certify(..., target)); the oracle falls back to the float64 kernel
-// when this bound does not decide. Each block takes the first point o of its row tile as anchor:
-// xi_i = fl32(x_i - o), eta_j = fl32(y_j - o) (the differences in double, then rounded), so the
-// coordinates' rounding is relative to the tile's extent, not to |x|. Per pair, u = 2^-24:
+// when this bound does not decide. Each block takes the first point o of its row tile as anchor
+// and that row's potential f_o as gauge (0 when it is not finite): xi_i = fl32(x_i - o),
+// eta_j = fl32(y_j - o) (the differences in double, then rounded), so the coordinates' rounding is
+// relative to the tile's extent, not to |x|. The exponent (base 2) of a pair is expanded as
+//   z2 = L (f_i + g_j - c |xi_i - eta_j|^2) = alpha_i + beta_j + sum_k xi_ik gamma_jk,
+//   alpha_i = L (f_i - f_o - c |xi_i|^2),  beta_j = L (g_j + f_o - c |eta_j|^2),
+//   gamma_jk = 2 c L eta_jk,               L = log2(e) / eps,
+// alpha, beta and gamma formed in double and rounded once to float (beta and gamma per key tile
+// when it is staged), then per pair one add and d FMAs in float: fl(alpha + beta), then
+// fma(xi_k, gamma_k, .); term = fl(fl(b_j) 2^z2), summed in float over a key tile (<= 64 terms),
+// the tiles' sums in double.
 //
-//   sq = sum_k fl(xi_k - eta_k)^2 (FMA chain), s = fl(f_i + g_j), z2 = fl(fl(s - c sq) * L),
-//   L = fl(log2(e) / eps), term = fl(fl(b_j) * exp2f(z2)), summed in float over a key tile
-//   (<= 64 terms), the tiles' sums in double.
+// Rounding model (u = 2^-24; lib/core/certificate.hpp, fast_tile_exposure and fast_row_slack with
+// K_Z = 0): with s_k = |xi_k| + |eta_k|, S = sum_k s_k^2 = |xi|^2 + |eta|^2 + 2 sum_k |xi_k eta_k|
+// and F = |f_i - f_o| + |g_j + f_o|: alpha, beta and gamma are off by <= 1.0001 u of L (|f_i - f_o|
+// + c |xi|^2), L (|g_j + f_o| + c |eta|^2) and 2 c L |xi_k eta_k| (the double arithmetic's 2^-50
+// inside the 0.0001), so <= 1.0001 u L (F + c S) in all; the add and the d FMAs, each one rounding
+// of a partial sum bounded by L (F + c S) (1 + 2u), at most gamma_(d+1) of it; the rounded
+// coordinates move c |xi - eta|^2 by <= 2.0001 u c S. In natural units the exponent is off by
+//   |dz| <= u ((d + K_S) c S + K_F F) / eps,  K_S = 4.01, K_F = d + 2.01,
+// with no part relative to |z| (the direct form's (f + g) - c sq had one). S is bounded per key
+// tile by the block's and the tile's largest |coordinate| per axis, F by the row's |f_i - f_o|
+// plus the tile's largest |g_j + f_o| (in double). The gauge f_o keeps F near the scale of c S +
+// eps |z| (f_i + g_j is gauge-invariant; |f_i - f_o| is small in a row tile of nearby points).
+// K_T = 71: 2^z2 by ex2.approx.ftz.f32, which the PTX ISA states within 2 ulp of the correctly
+// rounded result for normal results (5 u); fl(b_j) and the product 2 u; the float sum of <= 64
+// terms 63 u; 1 u spare. A result below the normal range flushes to zero: each such term
+// b_j 2^z2 < b_j 2^-126 is lost, covered by 2^-125 max(1, m_b) per key (b_j <= m_b). out[8]
+// accumulates w_i |R - R^| over the rows. A non-finite sum (an exponent above 128) makes the
+// bound non-finite, and the oracle falls back to float64.
 //
-// Rounding model: lib/core/certificate.hpp (fast_tile_exposure, fast_row_slack), with K_S = 6.31
-// (c sq inside an FMA), K_T = 70 (exp2f within 2 ulp by the CUDA Math API: 4 u for normal results; fl(b_j) and the
-// product 2 u; the float sum of <= 64 terms 63 u) and 2^-146 per key for results below the
-// normal range (exp2f and the product are then off by at most 2^-147 each). S is bounded per key
-// tile by the block's and the tile's largest |coordinate| per axis (computed on the rounded
-// copies; the model's (1 + 1e-6) covers the difference), and each tile's sum is weighted by its
-// own exposure. out[8] accumulates w_i |R - R^| over the rows. A non-finite sum (an exponent
-// above 128) makes the bound non-finite, and the oracle falls back to float64.
+// Per pair (d = 3): 1 FADD, 3 FFMA, 1 MUFU, 1 FFMA for the sum (and, for the statistics of the
+// row side, s = f_i + g_j, c sq = s - z2 / L and two FMAs), against 13-17 instructions for the
+// direct form (differences, squares, f + g, the product by L, the maximum) it replaced.
 constexpr int kFastKeys = 64;
+
+/// 2^z by ex2.approx.ftz.f32: within 2 ulp of the correctly rounded result for normal results
+/// (PTX ISA, "Floating Point Instructions: ex2"); results below 2^-126 flush to +0, 2^-inf = +0.
+__device__ __forceinline__ float ex2_ftz(float z) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
+  return r;
+}
 
 template <int D, bool kStats>
 __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifySide<float> p) {
-  __shared__ float ek[D][kFastKeys];
-  __shared__ float gk[kFastKeys], wk[kFastKeys];
+  __shared__ float gam[D][kFastKeys];  // gamma_jk = 2 c L eta_jk
+  __shared__ float bet[kFastKeys], wk[kFastKeys], gk[kFastKeys];
   __shared__ unsigned rj[D], ri[D];  // largest |coordinate| per axis, as float bits
-  __shared__ double o[D];
+  __shared__ unsigned long long gmax;  // largest |g_j + f_o| of the tile, as double bits
+  __shared__ double o[D], fo_s;
   const int t = threadIdx.x;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * kRows;
   const std::int64_t i = row0 + t;
@@ -169,20 +196,29 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
     o[t] = p.queries[row0 * D + t];
     ri[t] = 0;
   }
+  if (t == 0) {
+    const float f0 = p.query_pot[row0];
+    fo_s = isfinite(f0) ? double(f0) : 0.0;
+  }
   __syncthreads();
+  const double fo = fo_s;
+  const double c = p.cost_scale;
+  const double L = 1.4426950408889634 / p.eps;
   const bool row_ok = i < p.nq && p.query_w[i < p.nq ? i : 0] > 0;
   float xi[D];
+  double x2 = 0;
 #pragma unroll
   for (int k = 0; k < D; ++k) {
     xi[k] = row_ok ? float(p.queries[i * D + k] - o[k]) : 0.0f;
+    x2 += double(xi[k]) * double(xi[k]);
     if (row_ok) atomicMax(&ri[k], __float_as_uint(fabsf(xi[k])));
   }
   const float fi = row_ok ? p.query_pot[i] : 0.0f;
-  const float cf = float(p.cost_scale);
-  const float lf = float(1.4426950408889634 / p.eps);
+  const float alpha = row_ok ? float(L * ((double(fi) - fo) - c * x2)) : 0.0f;
+  const double frow = row_ok ? fabs(double(fi) - fo) : 0.0;
+  const float inv_l = float(p.eps * 0.6931471805599453);  // 1 / L (the statistics only)
   double sum = 0, cost = 0, pot = 0, weighted = 0, a_max = 0;
-  float zmax = -INFINITY;
-  constexpr FastCertificateModel kModel{6.31, 70.0, 0x1.0p-146};
+  constexpr FastCertificateModel kModel{4.01, 71.0, 0x1.0p-125, double(D) + 2.01, 0.0};
   const KeyRanges kr(p, blockIdx.x);
   for (std::int64_t q = kr.q0; q < kr.q1; ++q) {
     std::int64_t kb, ke;
@@ -190,24 +226,32 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
     for (std::int64_t j0 = kb; j0 < ke; j0 += kFastKeys) {
       __syncthreads();  // the previous tile's readers are done
       if (t < D) rj[t] = 0;
+      if (t == 0) gmax = 0;
       __syncthreads();
       if (t < kFastKeys) {
         const std::int64_t gj = j0 + t;
         const double w = gj < ke ? p.key_w[gj] : 0.0;
         if (w > 0) {
+          double e2 = 0;
+          float e[D];
 #pragma unroll
           for (int k = 0; k < D; ++k) {
-            const float e = float(p.keys[gj * D + k] - o[k]);
-            ek[k][t] = e;
-            atomicMax(&rj[k], __float_as_uint(fabsf(e)));
+            e[k] = float(p.keys[gj * D + k] - o[k]);
+            e2 += double(e[k]) * double(e[k]);
+            atomicMax(&rj[k], __float_as_uint(fabsf(e[k])));
+            gam[k][t] = float(2.0 * c * L * double(e[k]));
           }
-          gk[t] = p.key_pot[gj];
+          const float g = p.key_pot[gj];
+          bet[t] = float(L * ((double(g) + fo) - c * e2));
+          atomicMax(&gmax, (unsigned long long)__double_as_longlong(fabs(double(g) + fo)));
+          gk[t] = g;
           wk[t] = float(w);
         } else {
-          // Masked or padding key: its term is 0 * exp2f(-inf) = 0 (its potential may be inf).
+          // Masked or padding key: its term is 0 * 2^-3e38 = 0 (its potential may be inf).
 #pragma unroll
-          for (int k = 0; k < D; ++k) ek[k][t] = 0.0f;
-          gk[t] = -3.0e38f;
+          for (int k = 0; k < D; ++k) gam[k][t] = 0.0f;
+          bet[t] = -3.0e38f;
+          gk[t] = 0.0f;
           wk[t] = 0.0f;
         }
       }
@@ -215,20 +259,15 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
       float ts = 0, tc = 0, tp = 0;
 #pragma unroll 8
       for (int jj = 0; jj < kFastKeys; ++jj) {
-        float sq = 0;
+        float z2 = alpha + bet[jj];
 #pragma unroll
-        for (int k = 0; k < D; ++k) {
-          const float df = xi[k] - ek[k][jj];
-          sq = fmaf(df, df, sq);
-        }
-        const float s = fi + gk[jj];
-        const float z2 = fmaf(-cf, sq, s) * lf;
-        zmax = fmaxf(zmax, z2);
-        const float term = wk[jj] * exp2f(z2);
+        for (int k = 0; k < D; ++k) z2 = fmaf(xi[k], gam[k][jj], z2);
+        const float term = wk[jj] * ex2_ftz(z2);
         ts += term;
         if (kStats) {
-          tc = fmaf(term, cf * sq, tc);
+          const float s = fi + gk[jj];
           tp = fmaf(term, s, tp);
+          tc = fmaf(term, fmaf(-z2, inv_l, s), tc);  // c sq = s - z2 / L
         }
       }
       sum += double(ts);
@@ -242,7 +281,8 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
         const double r = double(__uint_as_float(ri[k])) + double(__uint_as_float(rj[k]));
         st += r * r;
       }
-      const double at = fast_tile_exposure(kModel, D, p.cost_scale, p.eps, st);
+      const double ft = frow + __longlong_as_double((long long)gmax);
+      const double at = fast_tile_exposure(kModel, D, c, p.eps, st, ft);
       weighted += double(ts) * at;
       a_max = fmax(a_max, at);
     }
@@ -255,8 +295,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
     row.cost = cost;
     row.pot = pot;
     certificate_row(wi, double(fi), p.rho_inv, row, &s);
-    s.extra = fast_row_slack(kModel, wi, sum, weighted, a_max, double(zmax), p.key_mass,
-                             double(p.nk));
+    s.extra = fast_row_slack(kModel, wi, sum, weighted, a_max, 0.0, p.key_mass, double(p.nk));
   }
   add_side(s, p.out);
 }

@@ -19,6 +19,7 @@
 #include "kantor/error.hpp"
 #include "kantor/screen_bound.hpp"
 #include "lib/cuda/check.hpp"
+#include "lib/cuda/lse_common.cuh"
 #include "lib/cuda/screen_descent.hpp"
 
 namespace kantor::cuda {
@@ -167,21 +168,17 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(BlockPass p, const std::
   masks[at] = p.mask[k];
 }
 
-/// out[b] = the sum of v[b kSumChunk, (b + 1) kSumChunk) in a fixed order.
+/// out[b] = the sum of v[b kSumChunk, (b + 1) kSumChunk) in a fixed order (each thread's strided
+/// sum, then block_sum's fixed reduction).
 __global__ void __launch_bounds__(kThreads) chunk_sums(const double* v, std::int64_t count,
                                                        double* out) {
-  __shared__ double s[kThreads];
+  __shared__ double red[32];
   const std::int64_t base = std::int64_t(blockIdx.x) * kSumChunk;
   double acc = 0;
   for (int i = threadIdx.x; i < kSumChunk; i += kThreads)
     if (base + i < count) acc += v[base + i];
-  s[threadIdx.x] = acc;
-  __syncthreads();
-  for (int w = kThreads / 2; w > 0; w >>= 1) {
-    if (int(threadIdx.x) < w) s[threadIdx.x] += s[threadIdx.x + w];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[blockIdx.x] = s[0];
+  const double r = block_sum(acc, red);
+  if (threadIdx.x == 0) out[blockIdx.x] = r;
 }
 
 unsigned grid(std::int64_t count) { return unsigned((count + kThreads - 1) / kThreads); }

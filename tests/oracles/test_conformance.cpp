@@ -51,6 +51,12 @@ struct Conf {
   // One cloud for both sides (y is x's view, labels too; m = n): a divergence's self-problem,
   // whose copies an engine may share between the sides.
   bool same = false;
+  // The regime: eps, and the clouds' standard deviation (the y cloud's offset scales with it).
+  // The small-eps cases (eps = 0.002 on clouds of deviation 0.2: scores span ~1000 bits per row)
+  // exercise the kernels' skips of far keys (the expanded kernel's warp skip of steps 2^64 below
+  // the running maxima) against the reference, which skips nothing.
+  double eps = 0.5;
+  double spread = 1.0;
 };
 
 const char* name(CostKind c) {
@@ -75,6 +81,7 @@ std::string case_name(const Conf& c) {
      << name(c.schedule) << "_" << c.n << "x" << c.m << "x" << c.d;
   if (c.kernel != KernelChoice::kAuto) os << "_" << to_string(c.kernel);
   if (c.same) os << "_samecloud";
+  if (c.eps != 0.5 || c.spread != 1.0) os << "_smalleps";
   std::string s = os.str();
   for (char& ch : s)
     if (ch == '-') ch = '_';
@@ -139,8 +146,8 @@ void run_case(const Conf& c) {
   if (c.backend == Backend::kCuda && !have_gpu()) GTEST_SKIP() << "no CUDA device";
   Rng rng(7 + std::uint64_t(c.n * 31 + c.m * 17 + c.d) + std::uint64_t(c.cost) * 1000 +
           std::uint64_t(c.schedule) * 10000);
-  std::vector<double> x = gaussian_cloud(rng, c.n, c.d, 0.0, 1.0);
-  std::vector<double> y = gaussian_cloud(rng, c.m, c.d, 0.4, 1.0);
+  std::vector<double> x = gaussian_cloud(rng, c.n, c.d, 0.0, c.spread);
+  std::vector<double> y = gaussian_cloud(rng, c.m, c.d, 0.4 * c.spread, c.spread);
   if (c.same) y = x;
   std::vector<double> a = with_zeros(random_weights(rng, c.n), 2, 7);
   std::vector<double> b = same_mass(with_zeros(random_weights(rng, c.m), 1, 5), a);
@@ -198,7 +205,7 @@ void run_case(const Conf& c) {
     ref.keep_f = block_list_mask(lf.run_ptr, lf.runs, lf.row_tile, lf.key_tile, c.n, c.m, false);
     ref.keep_g = block_list_mask(lg.run_ptr, lg.runs, lg.row_tile, lg.key_tile, c.m, c.n, true);
   }
-  const double eps = 0.5, cmax = ref.max_cost();
+  const double eps = c.eps, cmax = ref.max_cost();
   EXPECT_GE(o->max_cost() * (1 + 1e-6), cmax);
   // Potentials: two dense (unmasked) updates from 0 plus a perturbation, rounded to T.
   DenseProblem full = ref;
@@ -416,6 +423,12 @@ std::vector<Conf> all_cases() {
     out.push_back({e.first, e.second, CostKind::kLabels100, Schedule::kDense, 150, 150, wide, KernelChoice::kAuto, true});
     out.push_back({e.first, e.second, CostKind::kSqEuclidean, Schedule::kRandom, 300, 300, 5, KernelChoice::kAuto, true});
   }
+  // Small eps (scores spanning ~1000 bits per row: the far keys' skips), fp64 and fp32, dense and
+  // block lists (on CUDA fp32 the lists run the expanded kernel, dense the exact one).
+  for (const auto& e : engines)
+    if (e.second == Precision::kFp64 || e.second == Precision::kFp32)
+      for (Schedule sch : {Schedule::kDense, Schedule::kRandom})
+        out.push_back({e.first, e.second, CostKind::kSqEuclidean, sch, 300, 257, 3, KernelChoice::kAuto, false, 0.002, 0.2});
 #if KANTOR_CUDA_ENABLED
   // Each dispatch entry forced once where it can serve (tf32: the mma kernel d <= 64, chunked
   // d = 80, cuBLAS d = 130; bf16 mma; exact on tf32 data).
@@ -452,6 +465,9 @@ std::vector<Conf> all_cases() {
     out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, sch, 300, 300, 3, KernelChoice::kExpanded});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kRandom, 1, 70, 3, KernelChoice::kExpanded});
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kRandom, 200, 200, 3, KernelChoice::kExpanded, true});
+  // ... and at small eps, where its warp skip drops whole steps of keys.
+  for (Schedule sch : {Schedule::kDense, Schedule::kRandom, Schedule::kAllTiles})
+    out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, sch, 300, 257, 3, KernelChoice::kExpanded, false, 0.002, 0.2});
   // One cloud with the families whose two sides' copies differ (3xTF32: [lo, hi, hi] and
   // [hi, lo, hi]) or are float32 norm expansions.
   out.push_back({Backend::kCuda, Precision::kFp32, CostKind::kSqEuclidean, Schedule::kDense, 200, 200, 130, KernelChoice::kGemm3xTf32, true});
