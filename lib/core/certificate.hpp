@@ -147,6 +147,21 @@ KANTOR_HOST_DEVICE inline double fast_tile_exposure(const FastCertificateModel& 
   return A <= 0.5 ? A + A * A : HUGE_VAL;
 }
 
+/// fast_tile_exposure with its per-problem constants formed once (no divisions per tile):
+/// A_t = k_s_tile S_t + k_f_tile F_t + k_t_tile, the same products of the model's terms.
+struct FastExposure {
+  double k_s_tile, k_f_tile, k_t_tile;
+  KANTOR_HOST_DEVICE FastExposure(const FastCertificateModel& model, int d, double c, double eps)
+      : k_s_tile(0x1.0p-24 * (double(d) + model.k_s) * c * (1 + 1e-6) / eps),
+        k_f_tile(0x1.0p-24 * model.k_f * (1 + 1e-6) / eps),
+        k_t_tile(0x1.0p-24 * model.k_t) {}
+  /// a_t (inf when A_t > 1/2: no bound).
+  KANTOR_HOST_DEVICE double operator()(double s_tile, double f_tile) const {
+    const double A = (k_s_tile * s_tile + k_f_tile * f_tile) * (1 + 1e-9) + k_t_tile;
+    return A <= 0.5 ? A + A * A : HUGE_VAL;
+  }
+};
+
 /// w |R - R^| for one row: row_sum = R^, weighted = sum_t a_t T^_t, a_max = max_t a_t, z2_max the
 /// largest computed exponent (base 2), key_mass = m_b, keys = the key count. Inf when the model
 /// gives no bound (rho_max >= 1/2, a non-finite sum): the caller falls back to float64.

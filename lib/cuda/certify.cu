@@ -160,8 +160,9 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 //   |dz| <= u ((d + K_S) c S + K_F F) / eps,  K_S = 4.01, K_F = d + 2.01,
 // with no part relative to |z| (the direct form's (f + g) - c sq had one). S is bounded per key
 // tile by the block's and the tile's largest |coordinate| per axis, F by the row's |f_i - f_o|
-// plus the tile's largest |g_j + f_o| (in double). The gauge f_o keeps F near the scale of c S +
-// eps |z| (f_i + g_j is gauge-invariant; |f_i - f_o| is small in a row tile of nearby points).
+// (double) plus the tile's largest |g_j + f_o| (rounded up to float). The gauge f_o keeps F near
+// the scale of c S + eps |z| (f_i + g_j is gauge-invariant; |f_i - f_o| is small in a row tile of
+// nearby points).
 // K_T = 71: 2^z2 by ex2.approx.ftz.f32, which the PTX ISA states within 2 ulp of the correctly
 // rounded result for normal results (5 u); fl(b_j) and the product 2 u; the float sum of <= 64
 // terms 63 u; 1 u spare. A result below the normal range flushes to zero: each such term
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
   __shared__ float gam[D][kFastKeys];  // gamma_jk = 2 c L eta_jk
   __shared__ float bet[kFastKeys], wk[kFastKeys], gk[kFastKeys];
   __shared__ unsigned rj[D], ri[D];  // largest |coordinate| per axis, as float bits
-  __shared__ unsigned long long gmax;  // largest |g_j + f_o| of the tile, as double bits
+  __shared__ unsigned gmax;  // largest |g_j + f_o| of the tile, rounded up to float, as bits
   __shared__ double o[D], fo_s;
   const int t = threadIdx.x;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * kRows;
@@ -219,6 +220,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
   const float inv_l = float(p.eps * 0.6931471805599453);  // 1 / L (the statistics only)
   double sum = 0, cost = 0, pot = 0, weighted = 0, a_max = 0;
   constexpr FastCertificateModel kModel{4.01, 71.0, 0x1.0p-125, double(D) + 2.01, 0.0};
+  const FastExposure exposure(kModel, D, c, p.eps);
   const KeyRanges kr(p, blockIdx.x);
   for (std::int64_t q = kr.q0; q < kr.q1; ++q) {
     std::int64_t kb, ke;
@@ -243,7 +245,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
           }
           const float g = p.key_pot[gj];
           bet[t] = float(L * ((double(g) + fo) - c * e2));
-          atomicMax(&gmax, (unsigned long long)__double_as_longlong(fabs(double(g) + fo)));
+          atomicMax(&gmax, __float_as_uint(__double2float_ru(fabs(double(g) + fo))));
           gk[t] = g;
           wk[t] = float(w);
         } else {
@@ -281,8 +283,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
         const double r = double(__uint_as_float(ri[k])) + double(__uint_as_float(rj[k]));
         st += r * r;
       }
-      const double ft = frow + __longlong_as_double((long long)gmax);
-      const double at = fast_tile_exposure(kModel, D, c, p.eps, st, ft);
+      const double at = exposure(st, frow + double(__uint_as_float(gmax)));
       weighted += double(ts) * at;
       a_max = fmax(a_max, at);
     }
