@@ -136,19 +136,10 @@ struct FastCertificateModel {
   double k_z = 4.02;
 };
 
-/// a_t of a tile with S_t = s_tile and (the expanded evaluation) F_t = f_tile (inf when A_t > 1/2:
-/// no bound).
-KANTOR_HOST_DEVICE inline double fast_tile_exposure(const FastCertificateModel& model, int d,
-                                                    double c, double eps, double s_tile,
-                                                    double f_tile = 0) {
-  constexpr double u = 0x1.0p-24;
-  const double A = u * ((double(d) + model.k_s) * c * s_tile * (1 + 1e-6) / eps +
-                        model.k_f * f_tile * (1 + 1e-6) / eps + model.k_t);
-  return A <= 0.5 ? A + A * A : HUGE_VAL;
-}
-
-/// fast_tile_exposure with its per-problem constants formed once (no divisions per tile):
-/// A_t = k_s_tile S_t + k_f_tile F_t + k_t_tile, the same products of the model's terms.
+/// a_t of the tiles of one problem: A_t = u ((d + K_S) c S_t (1 + 1e-6) / eps + K_F F_t (1 + 1e-6)
+/// / eps + K_T) (F_t: the expanded evaluation's potentials term, 0 for the direct one), its
+/// constants formed once (no division per tile; the (1 + 1e-9) covers their rounding order),
+/// a_t = A_t + A_t^2 >= e^{A_t} - 1, inf when A_t > 1/2 (no bound).
 struct FastExposure {
   double k_s_tile, k_f_tile, k_t_tile;
   KANTOR_HOST_DEVICE FastExposure(const FastCertificateModel& model, int d, double c, double eps)
@@ -161,6 +152,13 @@ struct FastExposure {
     return A <= 0.5 ? A + A * A : HUGE_VAL;
   }
 };
+
+/// a_t of one tile (FastExposure formed for it alone).
+KANTOR_HOST_DEVICE inline double fast_tile_exposure(const FastCertificateModel& model, int d,
+                                                    double c, double eps, double s_tile,
+                                                    double f_tile = 0) {
+  return FastExposure(model, d, c, eps)(s_tile, f_tile);
+}
 
 /// w |R - R^| for one row: row_sum = R^, weighted = sum_t a_t T^_t, a_max = max_t a_t, z2_max the
 /// largest computed exponent (base 2), key_mass = m_b, keys = the key count. Inf when the model
