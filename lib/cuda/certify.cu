@@ -17,6 +17,7 @@
 #include "lib/cuda/certify.hpp"
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/cublas_check.hpp"
+#include "lib/cuda/lse_common.cuh"
 
 namespace kantor::cuda {
 namespace {
@@ -163,9 +164,9 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 // (double) plus the tile's largest |g_j + f_o| (rounded up to float). The gauge f_o keeps F near
 // the scale of c S + eps |z| (f_i + g_j is gauge-invariant; |f_i - f_o| is small in a row tile of
 // nearby points).
-// K_T = 71: 2^z2 by ex2.approx.ftz.f32, which the PTX ISA states within 2 ulp of the correctly
-// rounded result for normal results (5 u); fl(b_j) and the product 2 u; the float sum of <= 64
-// terms 63 u; 1 u spare. A result below the normal range flushes to zero: each such term
+// K_T = 71: 2^z2 by fast_exp2 (lib/cuda/lse_common.cuh: ex2.approx.ftz.f32), which the PTX ISA
+// states within 2 ulp of the correctly rounded result for normal results (5 u); fl(b_j) and the
+// product 2 u; the float sum of <= 64 terms 63 u; 1 u spare. A result below the normal range flushes to zero: each such term
 // b_j 2^z2 < b_j 2^-126 is lost, covered by 2^-125 max(1, m_b) per key (b_j <= m_b). out[8]
 // accumulates w_i |R - R^| over the rows. A non-finite sum (an exponent above 128) makes the
 // bound non-finite, and the oracle falls back to float64.
@@ -174,14 +175,6 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 // row side, s = f_i + g_j, c sq = s - z2 / L and two FMAs), against 13-17 instructions for the
 // direct form (differences, squares, f + g, the product by L, the maximum) it replaced.
 constexpr int kFastKeys = 64;
-
-/// 2^z by ex2.approx.ftz.f32: within 2 ulp of the correctly rounded result for normal results
-/// (PTX ISA, "Floating Point Instructions: ex2"); results below 2^-126 flush to +0, 2^-inf = +0.
-__device__ __forceinline__ float ex2_ftz(float z) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(z));
-  return r;
-}
 
 template <int D, bool kStats>
 __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifySide<float> p) {
@@ -264,7 +257,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
         float z2 = alpha + bet[jj];
 #pragma unroll
         for (int k = 0; k < D; ++k) z2 = fmaf(xi[k], gam[k][jj], z2);
-        const float term = wk[jj] * ex2_ftz(z2);
+        const float term = wk[jj] * fast_exp2(z2);
         ts += term;
         if (kStats) {
           const float s = fi + gk[jj];

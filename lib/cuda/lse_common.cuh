@@ -14,8 +14,10 @@ namespace kantor::cuda {
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kLog2e = 1.44269504088896340736;
 
-/// exp2 on the special-function unit for float (ex2.approx.ftz: relative error ~2^-22, flushes
-/// results below 2^-126 to 0, which only drops terms far below the row maximum).
+/// exp2 on the special-function unit for float (ex2.approx.ftz.f32: within 2 ulp of the correctly
+/// rounded result for normal results by the PTX ISA, "Floating Point Instructions: ex2", which
+/// the fp32 certificate's bound relies on (lib/cuda/certify.cu); results below 2^-126 flush to 0,
+/// which only drops terms far below the row maximum; 2^-inf = +0).
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
