@@ -457,18 +457,16 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const Hierarchy hy = build_hierarchy(ys.data(), bp.data(), gb.data(), m, d, shape.key_tile,
                                          64, threads);
     // The kept atom pairs are evaluated once more on their points by the engine (the box bound
-    // keeps 1.7x the exact tile-level pairs at 2^17 points): about one pass over the kept pairs
-    // without exponentials, and a third or more of every later pass saved. The potentials are
-    // those of the mask (fb, gb are copies of f, g now). By default on the CPU engine only: on
-    // the H100 the CUDA engine's points stage (its kernel equal to the CPU's, tested) cost more
-    // than its passes saved (2^20 points: 2.31 s against 1.70 s warm; 2^17: 0.28 s both;
-    // docs/multiscale.md).
+    // keeps 1.3-1.7x the exact tile-level pairs): less than one pass over the kept pairs without
+    // exponentials, and a fifth to a third of every later pass and of the certificate saved.
+    // The potentials are those of the mask (fb, gb are copies of f, g now). On both engines by
+    // default: the CUDA engine runs it inside its descent on the device, a warp per atom pair
+    // that stops once the pair is certainly kept (docs/multiscale.md).
     const AtomPairMaxima maxima = [&](const std::vector<std::int32_t>& pairs, double stop_at,
                                       std::vector<double>* out) {
       oracle->atom_pair_maxima(f.data(), g.data(), shape.key_tile, pairs, stop_at, out);
     };
-    const bool points = mo.points_stage == PointsStage::kOn ||
-                        (mo.points_stage == PointsStage::kAuto && ctx.backend() == Backend::kCpu);
+    const bool points = mo.points_stage != PointsStage::kOff;
     const AtomPairMaxima* on_points = points ? &maxima : nullptr;
     // A trial screen dropping more than this is rejected (the screen stops early when its box
     // stage alone drops more).
@@ -482,8 +480,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // one thread per tested pair of cells instead of the host threads).
     const Descent descent = [&](const std::vector<ScreenLevel>& lx,
                                 const std::vector<ScreenLevel>& ly, int dim, double cost,
-                                double keep_at, double e, int bx, int by, ScreenDescent* r) {
-      return oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by, r);
+                                double keep_at, double e, int bx, int by, bool on_pts,
+                                bool box_masks, ScreenDescent* r) {
+      const ScreenPoints<T> sp{f.data(), g.data(), shape.key_tile, box_masks};
+      return oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by, on_pts ? &sp : nullptr,
+                                    r);
     };
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
                 theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent);

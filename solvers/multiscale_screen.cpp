@@ -831,9 +831,11 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
   Screen out;
   const double keep_at = -threshold - margin;
   int bx = 0, by = 0;
-  BlockRows rec;
+  BlockRows rec, box_rec;
   double lost = 0;
   bool descended = false;
+  const bool points = maxima != nullptr;
+  ScreenDescent r;  // the engine's descent (and points stage) when it has one
   if (descent) {
     // The engine's descent: the same pairs (the bound of kantor/screen_bound.hpp, evaluated
     // alike), in blocks of the levels the host descent would use.
@@ -847,12 +849,18 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
         v.push_back({L.count, L.packed.data(), L.mass.data(), L.active.data()});
       return v;
     };
-    ScreenDescent r;
-    if ((*descent)(views(hx), views(hy), d, c, keep_at, eps, bx, by, &r)) {
-      rec.assign(static_cast<std::size_t>(hx.levels[std::size_t(bx)].count), {});
-      for (std::size_t k = 0; k < r.keys.size(); ++k)
-        rec[std::size_t(r.keys[k] >> 32)].emplace_back(std::int32_t(r.keys[k] & 0xffffffffu),
-                                                       r.masks[k]);
+    if ((*descent)(views(hx), views(hy), d, c, keep_at, eps, bx, by, points,
+                   points && box_lists, &r)) {
+      // The masks as block rows (a mask the points stage emptied has no entry).
+      auto rows_of = [&](const std::vector<std::uint64_t>& masks, BlockRows* to) {
+        to->assign(static_cast<std::size_t>(hx.levels[std::size_t(bx)].count), {});
+        for (std::size_t k = 0; k < r.keys.size(); ++k)
+          if (masks[k] != 0)
+            (*to)[std::size_t(r.keys[k] >> 32)].emplace_back(
+                std::int32_t(r.keys[k] & 0xffffffffu), masks[k]);
+      };
+      rows_of(r.masks, &rec);
+      if (r.points_done && box_lists) rows_of(r.box_masks, &box_rec);
       out.tested_pairs = r.tested;
       lost = r.dropped;
       descended = true;
@@ -884,12 +892,15 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     out.dropped_mass = reported(lost);
     return out;
   }
-  const bool points = maxima != nullptr;
-  BlockRows box_rec;
-  if (points && box_lists) box_rec = rec;
-  if (points)
+  if (points && r.points_done) {
+    lost += r.point_dropped;
+    out.point_tests += r.point_tests;
+    out.point_drops += r.point_drops;
+  } else if (points) {
+    if (box_lists) box_rec = rec;
     lost += refine_with_maxima(hx, hy, *maxima, keep_at, eps, bx, by, threads, &rec,
                                &out.point_tests, &out.point_drops);
+  }
   const CellLevel& XB = hx.levels[std::size_t(bx)];
   // The pairs in `kept` as the two sides' lists: repaired (below), flattened, transposed;
   // kept is consumed.

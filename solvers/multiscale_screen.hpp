@@ -107,9 +107,13 @@ using AtomPairMaxima = std::function<void(const std::vector<std::int32_t>& pairs
                                           double stop_at, std::vector<double>* out)>;
 
 /// The box stage's descent on an engine (Oracle::screen_descent's signature): the hierarchies'
-/// levels, d, c, keep_at, eps and the block levels; false when the engine has none.
+/// levels, d, c, keep_at, eps, the block levels, whether to run the points stage there too (the
+/// engine's atom_pair_maxima on the sorted problem's potentials; ScreenDescent::points_done
+/// says whether it did) and whether to return the box stage's masks as well; false when the
+/// engine has no descent.
 using Descent = std::function<bool(const std::vector<ScreenLevel>&, const std::vector<ScreenLevel>&,
-                                   int, double, double, double, int, int, ScreenDescent*)>;
+                                   int, double, double, double, int, int, bool, bool,
+                                   ScreenDescent*)>;
 
 /// Keeps the atom pairs (I, J) whose bound is >= -threshold - margin (threshold = theta eps,
 /// margin = an extra allowance), testing only children of pairs kept one level up (all pairs at
@@ -121,7 +125,9 @@ using Descent = std::function<bool(const std::vector<ScreenLevel>&, const std::v
 /// caller would accept; when the box stage alone (as reported) exceeds it, the screen stops
 /// there (Screen::over_budget: the points stage only adds to the mass). box_lists: also keep
 /// the box stage's lists (Screen::box_f_side) when the points stage runs. descent: the box
-/// stage's descent on an engine where it has one (the same pairs; else the host threads').
+/// stage's descent on an engine where it has one (the same pairs; else the host threads'), with
+/// the points stage there when `maxima` is given and the engine runs it (the same pairs as
+/// `maxima` would drop; else `maxima` on the host's pairs).
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima = nullptr,

@@ -64,6 +64,25 @@ struct ScreenDescent {
   std::vector<std::uint64_t> keys, masks;
   std::int64_t tested = 0;  ///< pair bounds evaluated, all levels
   double dropped = 0;       ///< sum of mass_I mass_J e^(bound / eps) over the dropped cell pairs
+  /// With a points stage (ScreenPoints; points_done when the engine ran it): `masks` are the
+  /// masks after it (keys whose mask it emptied keep a zero mask), `box_masks` the box stage's
+  /// (when asked), and the atom pairs it evaluated and dropped with their mass bound
+  /// (sum of mass_I mass_J e^(max / eps), max the pair's Oracle::atom_pair_maxima value).
+  bool points_done = false;
+  std::vector<std::uint64_t> box_masks;
+  std::int64_t point_tests = 0, point_drops = 0;
+  double point_dropped = 0;
+};
+
+/// The screen's points stage inside Oracle::screen_descent: the potentials (this engine's memory
+/// space) and the atoms' size in points (the hierarchies' level 0); keep_box_masks asks for the
+/// box stage's masks too (ScreenDescent::box_masks).
+template <class T>
+struct ScreenPoints {
+  const T* f = nullptr;
+  const T* g = nullptr;
+  std::int64_t atom = 0;
+  bool keep_box_masks = false;
 };
 
 struct BlockShape {
@@ -247,13 +266,17 @@ class Oracle {
   /// 0); the kept atom pairs come back in blocks of levels (block_x, block_y) (the host
   /// descent's: max(0, top - steps) a side, steps = max(0, max(top_x, top_y) - 3)), with
   /// the pairs tested and the dropped cells' mass. The same pairs as the host descent (the bound
-  /// is evaluated operation for operation alike). Returns false when the engine has none (the
-  /// CPU engine: the caller descends on the host threads). Synchronizes.
+  /// is evaluated operation for operation alike). With `points`, the kept atom pairs are then
+  /// evaluated on their points where the engine can (out->points_done): a pair whose
+  /// atom_pair_maxima value is below keep_at leaves its mask, exactly as the host's points stage
+  /// over atom_pair_maxima would drop it (an engine may stop a kept pair's evaluation early).
+  /// Returns false when the engine has no descent (the CPU engine: the caller descends on the
+  /// host threads). Synchronizes.
   virtual bool screen_descent(const std::vector<ScreenLevel>& x, const std::vector<ScreenLevel>& y,
                               int d, double c, double keep_at, double eps, int block_x,
-                              int block_y, ScreenDescent* out) {
+                              int block_y, const ScreenPoints<T>* points, ScreenDescent* out) {
     (void)x, (void)y, (void)d, (void)c, (void)keep_at, (void)eps, (void)block_x, (void)block_y,
-        (void)out;
+        (void)points, (void)out;
     return false;
   }
 };

@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 // Same sums as certify_side_kernel, evaluated in float32 where the certificate only has to decide
 // "bound <= tolerance" (Oracle::certify(..., target)); the oracle falls back to the float64 kernel
 // when this bound does not decide. Each block takes the first point o of its row tile as anchor
-// and that row's potential f_o as gauge (0 when it is not finite): xi_i = fl32(x_i - o),
+// and the potential f_o of its first row of positive weight and finite potential as gauge (0
+// when there is none): xi_i = fl32(x_i - o),
 // eta_j = fl32(y_j - o) (the differences in double, then rounded), so the coordinates' rounding is
 // relative to the tile's extent, not to |x|. The exponent (base 2) of a pair is expanded as
 //   z2 = L (f_i + g_j - c |xi_i - eta_j|^2) = alpha_i + beta_j + sum_k xi_ik gamma_jk,
@@ -191,8 +192,17 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
     ri[t] = 0;
   }
   if (t == 0) {
-    const float f0 = p.query_pot[row0];
-    fo_s = isfinite(f0) ? double(f0) : 0.0;
+    // The gauge: the potential of the block's first row of positive weight and finite potential
+    // (a zero-weight row's may be anything and would only inflate F), else 0.
+    double g0 = 0.0;
+    for (std::int64_t r = row0; r < min(p.nq, row0 + kRows); ++r) {
+      const float fr = p.query_pot[r];
+      if (p.query_w[r] > 0 && isfinite(fr)) {
+        g0 = double(fr);
+        break;
+      }
+    }
+    fo_s = g0;
   }
   __syncthreads();
   const double fo = fo_s;

@@ -18,6 +18,7 @@
 
 #include "kantor/error.hpp"
 #include "kantor/screen_bound.hpp"
+#include "lib/core/certificate.hpp"
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_common.cuh"
 #include "lib/cuda/screen_descent.hpp"
@@ -168,6 +169,107 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(BlockPass p, const std::
   masks[at] = p.mask[k];
 }
 
+// ---- the points stage (DescentPoints) ----
+
+constexpr int kRefineWarps = 4;
+
+template <class T>
+struct RefinePass {
+  const double *x, *y, *a, *b;
+  const T *f, *g;
+  std::int64_t n, m, atom;
+  int d;
+  double cs;  // maxima_cost_scale(c, d)
+  const std::uint64_t* keys;
+  std::uint64_t* masks;  // in: the box stage's; out: the kept atom pairs
+  std::int64_t count;
+  int bx, by;
+  const double *mass_x, *mass_y;  // the atoms' masses
+  double keep_at, eps;
+  double* contrib;                // per block pair: its dropped atom pairs' mass, in bit order
+  unsigned long long* counts;     // [0] atom pairs evaluated, [1] dropped
+};
+
+/// One block per block pair (grid-stride), its set bits dealt to the warps in turn; a warp takes
+/// its atom pair's rows 32 at a time (a lane a row) against every key, the arithmetic of
+/// lib/cuda/pair_maxima.cu (the same maximum), and leaves as soon as the running maximum plus its
+/// allowance reaches keep_at (kept whatever the rest holds; checked every 8 keys). A pair
+/// evaluated to its end and still below keep_at is dropped.
+template <int D, class T>
+__global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T> p) {
+  __shared__ double s_term[64];
+  __shared__ unsigned long long s_clear;
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int d = D > 0 ? D : p.d;
+  for (std::int64_t k = blockIdx.x; k < p.count; k += gridDim.x) {
+    const std::uint64_t mask = p.masks[k];
+    if (threadIdx.x == 0) s_clear = 0;
+    __syncthreads();
+    const std::int64_t I0 = std::int64_t(p.keys[k] >> 32);
+    const std::int64_t J0 = std::int64_t(p.keys[k] & 0xffffffffu);
+    int idx = 0;
+    for (std::uint64_t v = mask; v; v &= v - 1, ++idx) {
+      if (idx % kRefineWarps != warp) continue;
+      const int bit = __ffsll(static_cast<long long>(v)) - 1;
+      const std::int64_t I = (I0 << p.bx) + (bit >> 3), J = (J0 << p.by) + (bit & 7);
+      const std::int64_t i0 = I * p.atom, j0 = J * p.atom;
+      const std::int64_t i1 = min(p.n, i0 + p.atom), j1 = min(p.m, j0 + p.atom);
+      double best = -HUGE_VAL, mag = 0;
+      bool kept = false;
+      for (std::int64_t ib = i0; ib < i1 && !kept; ib += 32) {
+        const std::int64_t i = ib + lane;
+        const bool row = i < i1 && p.a[i] > 0;
+        double xi[D > 0 ? D : 1] = {};
+        double fi = 0;
+        if (row) {
+          fi = double(p.f[i]);
+          if (D > 0)
+            for (int e = 0; e < D; ++e) xi[e] = p.x[i * D + e];
+        }
+        for (std::int64_t j = j0; j < j1; ++j) {
+          if (p.b[j] > 0 && row) {
+            double sq = 0;
+            for (int e = 0; e < d; ++e) {
+              const double u = (D > 0 ? xi[e] : p.x[i * d + e]) - p.y[j * d + e];
+              sq += u * u;
+            }
+            const double gj = double(p.g[j]);
+            best = fmax(best, (fi + gj) - p.cs * sq);
+            mag = fmax(mag, fabs(fi) + fabs(gj));
+          }
+          if (((j - j0) & 7) == 7 &&
+              __any_sync(0xffffffffu, best + maxima_allowance(mag) >= p.keep_at)) {
+            kept = true;
+            break;
+          }
+        }
+      }
+      if (kept) continue;
+      for (int o = 16; o > 0; o >>= 1) {
+        best = fmax(best, __shfl_xor_sync(0xffffffffu, best, o));
+        mag = fmax(mag, __shfl_xor_sync(0xffffffffu, mag, o));
+      }
+      const double top = best == -HUGE_VAL ? best : best + maxima_allowance(mag);
+      if (lane == 0 && top < p.keep_at) {
+        s_term[bit] = p.mass_x[I] * p.mass_y[J] * exp(top / p.eps);
+        atomicOr(&s_clear, 1ull << bit);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const unsigned long long clear = s_clear;
+      double lost = 0;
+      for (unsigned long long v = clear; v; v &= v - 1)
+        lost += s_term[__ffsll(static_cast<long long>(v)) - 1];
+      p.masks[k] = mask & ~clear;
+      p.contrib[k] = lost;
+      atomicAdd(&p.counts[0], static_cast<unsigned long long>(__popcll(mask)));
+      atomicAdd(&p.counts[1], static_cast<unsigned long long>(__popcll(clear)));
+    }
+    __syncthreads();
+  }
+}
+
 /// out[b] = the sum of v[b kSumChunk, (b + 1) kSumChunk) in a fixed order (each thread's strided
 /// sum, then block_sum's fixed reduction).
 __global__ void __launch_bounds__(kThreads) chunk_sums(const double* v, std::int64_t count,
@@ -261,6 +363,21 @@ void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stre
   out->masks.clear();
   out->tested = 0;
   out->dropped = 0;
+  out->box_masks.clear();
+  out->point_tests = out->point_drops = 0;
+  out->point_dropped = 0;
+  if (in.points) {
+    const DescentPoints& q = *in.points;
+    if (!q.x || !q.y || !q.a || !q.b || !((q.f32 && q.g32) || (q.f64 && q.g64)) || q.atom <= 0)
+      throw InvalidArgument("screen descent: the points stage lacks its points or potentials");
+    if ((q.n + q.atom - 1) / q.atom != in.x[0].count ||
+        (q.m + q.atom - 1) / q.atom != in.y[0].count)
+      throw InvalidArgument("screen descent: atoms of " + std::to_string(q.atom) + " points over " +
+                            std::to_string(q.n) + " x " + std::to_string(q.m) +
+                            " points are not the hierarchies' " + std::to_string(in.x[0].count) +
+                            " x " + std::to_string(in.y[0].count));
+  }
+  out->points_done = in.points != nullptr;  // nothing kept: nothing to evaluate
   std::int64_t count = std::int64_t(in.top.size() / 2);
   std::shared_ptr<void> ci_mem, cj_mem;
   {
@@ -370,6 +487,57 @@ void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stre
     KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
         temp.get(), temp_bytes, as<std::uint64_t>(keys_mem), as<std::uint64_t>(skeys_mem),
         as<std::uint64_t>(masks_mem), as<std::uint64_t>(smasks_mem), kept, 0, 64, st));
+  }
+  if (in.points) {
+    const DescentPoints& q = *in.points;
+    if (q.keep_box_masks) {
+      out->box_masks.resize(std::size_t(kept));
+      KANTOR_CUDA_TRY(cudaMemcpyAsync(out->box_masks.data(), smasks_mem.get(),
+                                      sizeof(std::uint64_t) * kept, cudaMemcpyDeviceToHost, st));
+    }
+    const auto contrib = alloc(sizeof(double) * std::size_t(kept));
+    const auto counts = alloc(2 * sizeof(unsigned long long));
+    KANTOR_CUDA_TRY(cudaMemsetAsync(counts.get(), 0, 2 * sizeof(unsigned long long), st));
+    auto launch = [&](auto D, const auto* f, const auto* g) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(f)>>;
+      RefinePass<T> r;
+      r.x = q.x;
+      r.y = q.y;
+      r.a = q.a;
+      r.b = q.b;
+      r.f = f;
+      r.g = g;
+      r.n = q.n;
+      r.m = q.m;
+      r.atom = q.atom;
+      r.d = in.d;
+      r.cs = maxima_cost_scale(in.c, in.d);
+      r.keys = as<std::uint64_t>(skeys_mem);
+      r.masks = as<std::uint64_t>(smasks_mem);
+      r.count = kept;
+      r.bx = bx;
+      r.by = by;
+      r.mass_x = in.x[0].mass;
+      r.mass_y = in.y[0].mass;
+      r.keep_at = in.keep_at;
+      r.eps = in.eps;
+      r.contrib = as<double>(contrib);
+      r.counts = as<unsigned long long>(counts);
+      const unsigned blocks = unsigned(std::min<std::int64_t>(kept, std::int64_t(1) << 20));
+      refine_kernel<decltype(D)::value, T><<<blocks, kRefineWarps * 32, 0, st>>>(r);
+      KANTOR_CUDA_CHECK_LAUNCH();
+    };
+    by_dim(in.d, [&](auto D) {
+      if (q.f32)
+        launch(D, q.f32, q.g32);
+      else
+        launch(D, q.f64, q.g64);
+    });
+    unsigned long long c[2] = {0, 0};
+    KANTOR_CUDA_TRY(cudaMemcpyAsync(c, counts.get(), sizeof(c), cudaMemcpyDeviceToHost, st));
+    out->point_dropped = ordered_sum(as<double>(contrib), kept, alloc, st);  // synchronizes
+    out->point_tests = std::int64_t(c[0]);
+    out->point_drops = std::int64_t(c[1]);
   }
   out->keys.resize(std::size_t(kept));
   out->masks.resize(std::size_t(kept));

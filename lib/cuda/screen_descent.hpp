@@ -21,6 +21,25 @@ struct DescentLevel {
   const char* active = nullptr;
 };
 
+/// The points stage after the descent (Oracle::screen_descent with ScreenPoints): every kept
+/// atom pair's largest f_i + g_j - c |x_i - y_j|^2 over its points of positive weight, as
+/// lib/cuda/pair_maxima.hpp computes it (float64 on the caller's coordinates, the rounding model
+/// of lib/core/certificate.hpp), one warp per atom pair; a pair below keep_at leaves its mask and
+/// adds mass_I mass_J e^(max / eps) (atom masses: the hierarchies' level 0) to the dropped mass. A
+/// warp stops as soon as its pair is certainly kept. One of f32 / f64 (and g likewise) is set.
+struct DescentPoints {
+  const double* x = nullptr;  ///< n x d, device
+  const double* y = nullptr;  ///< m x d
+  const double* a = nullptr;  ///< weights (only their sign matters)
+  const double* b = nullptr;
+  const float* f32 = nullptr;
+  const float* g32 = nullptr;
+  const double* f64 = nullptr;
+  const double* g64 = nullptr;
+  std::int64_t n = 0, m = 0, atom = 0;
+  bool keep_box_masks = false;  ///< DescentOutput::box_masks too
+};
+
 struct DescentInput {
   std::vector<DescentLevel> x, y;  ///< level 0 (the atoms) first
   std::vector<std::int32_t> top;   ///< host: 2 K entries, the active pairs (I, J) of the top levels
@@ -29,21 +48,29 @@ struct DescentInput {
   /// The block levels of the output: the host descent's, max(0, top - steps) a side with steps =
   /// max(0, max(top_x, top_y) - 3) (checked).
   int block_x = 0, block_y = 0;
+  const DescentPoints* points = nullptr;  ///< the points stage, when asked
 };
 
 struct DescentOutput {
   std::vector<std::uint64_t> keys, masks;  ///< kantor::ScreenDescent's
   std::int64_t tested = 0;
   double dropped = 0;
+  /// With points: masks after the points stage (zero where it emptied one), box_masks (when
+  /// asked) before it; its evaluated and dropped atom pairs and their mass bound (ordered sums).
+  bool points_done = false;
+  std::vector<std::uint64_t> box_masks;
+  std::int64_t point_tests = 0, point_drops = 0;
+  double point_dropped = 0;
 };
 
 /// Device memory of at least `bytes` bytes, valid while the returned pointer lives (the caller's
 /// allocator: the context's stream-ordered pool).
 using DeviceAlloc = std::function<std::shared_ptr<void>(std::size_t bytes)>;
 
-/// Runs the descent on `stream` and waits for it (a few host synchronizations per level: the
-/// next level's size, the dropped mass). Throws InvalidArgument for d < 1, block levels other
-/// than the host descent's or more than 2^31 cells on a level.
+/// Runs the descent (and the points stage) on `stream` and waits for it (a few host
+/// synchronizations per level: the next level's size, the dropped mass). Throws InvalidArgument
+/// for d < 1, block levels other than the host descent's, more than 2^31 cells on a level or a
+/// points stage without its data or with atoms other than the hierarchies'.
 void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stream,
                     DescentOutput* out);
 

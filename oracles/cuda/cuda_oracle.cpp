@@ -517,7 +517,7 @@ class CudaOracle final : public OracleBase<T> {
   // workspace from the context's stream-ordered pool.
   bool screen_descent(const std::vector<ScreenLevel>& x, const std::vector<ScreenLevel>& y, int d,
                       double c, double keep_at, double eps, int block_x, int block_y,
-                      ScreenDescent* out) override {
+                      const ScreenPoints<T>* points, ScreenDescent* out) override {
     if (d < 1 || x.empty() || y.empty())
       throw InvalidArgument("screen_descent: d >= 1 and two non-empty hierarchies needed");
     std::vector<Buffer<double>> values;
@@ -559,12 +559,38 @@ class CudaOracle final : public OracleBase<T> {
       auto b = std::make_shared<Buffer<double>>(ctx_, std::int64_t((bytes + 7) / 8));
       return std::shared_ptr<void>(b, b->data());
     };
+    // The points stage on the certificate's coordinates, as atom_pair_maxima evaluates it.
+    cuda::DescentPoints pts;
+    if (points) {
+      this->require_sqeuclidean("screen_descent's points stage");
+      pts.x = x_ref_.data();
+      pts.y = y_ref();
+      pts.a = a_ref_.data();
+      pts.b = b_ref_.data();
+      if constexpr (std::is_same<T, float>::value) {
+        pts.f32 = points->f;
+        pts.g32 = points->g;
+      } else {
+        pts.f64 = points->f;
+        pts.g64 = points->g;
+      }
+      pts.n = n_;
+      pts.m = m_;
+      pts.atom = points->atom;
+      pts.keep_box_masks = points->keep_box_masks;
+      in.points = &pts;
+    }
     cuda::DescentOutput o;
     cuda::screen_descent(in, alloc, stream_, &o);
     out->keys = std::move(o.keys);
     out->masks = std::move(o.masks);
     out->tested = o.tested;
     out->dropped = o.dropped;
+    out->points_done = o.points_done;
+    out->box_masks = std::move(o.box_masks);
+    out->point_tests = o.point_tests;
+    out->point_drops = o.point_drops;
+    out->point_dropped = o.point_dropped;
     return true;
   }
 

@@ -1090,8 +1090,8 @@ void check_engine_descent(Backend backend) {
     const multiscale::Descent descent = [&](const std::vector<ScreenLevel>& lx,
                                             const std::vector<ScreenLevel>& ly, int dim,
                                             double c, double keep_at, double eps, int bx, int by,
-                                            ScreenDescent* r) {
-      used = oracle->screen_descent(lx, ly, dim, c, keep_at, eps, bx, by, r);
+                                            bool, bool, ScreenDescent* r) {
+      used = oracle->screen_descent(lx, ly, dim, c, keep_at, eps, bx, by, nullptr, r);
       return used;
     };
     SCOPED_TRACE("case " + std::to_string(which - 1));
@@ -1172,6 +1172,122 @@ TEST(MultiscaleScreen, TheCpuEngineHasNoDescentAndTheHostDescends) {
 TEST(CudaMultiscale, TheEngineDescentKeepsTheHostsPairs) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   check_engine_descent(Backend::kCuda);
+}
+
+// The points stage inside the engine's descent (ScreenPoints) against the host's points stage
+// over the same engine's atom_pair_maxima after the same descent: the same kept pairs, box lists,
+// tests and drops, the dropped mass to rounding (its sums differ in order). Real problems (the
+// oracle's points and potentials, the hierarchies built from them), zero weights inside atoms,
+// coordinates far from the origin, d = 1, 2, 3 and 5, atoms of 64 (the engine's) and 16 points.
+TEST(CudaMultiscale, TheEnginePointsStageDropsTheHostsPairs) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    std::int64_t n, m, d, atom;
+    double threshold;
+  };
+  const Case cases[] = {{3000, 2100, 3, 64, 0.05}, {2048, 1536, 2, 64, 0.08},
+                        {1900, 2600, 1, 16, 0.01}, {1200, 1900, 5, 16, 0.05},
+                        {40000, 30000, 3, 64, 0.004}};
+  Context ctx(ContextOptions{Backend::kCuda, 2});
+  int which = 0;
+  for (const Case& k : cases) {
+    SCOPED_TRACE("case " + std::to_string(which));
+    Rng rng(900 + which++);
+    const std::vector<double> x0 = uniform_cloud(rng, k.n, k.d), y0 = squeezed_cloud(rng, k.m, k.d);
+    ScreenData sd = screen_data(rng, x0, y0, k.d);
+    for (std::int64_t i = 0; i < k.n; i += 7) sd.wa[std::size_t(i)] = 0;
+    for (std::int64_t i = 3; i < k.m; i += 5) sd.wb[std::size_t(i)] = 0;
+    // The engine's potentials are float: the hierarchies carry the same values.
+    for (std::vector<double>* v : {&sd.f, &sd.g})
+      for (double& e : *v) e = double(float(e));
+    // The certificate's coordinates far from the origin (the hierarchies' are centred).
+    std::vector<double> xr = sd.x, yr = sd.y;
+    for (double& v : xr) v += 100;
+    for (double& v : yr) v += 100;
+    PointData<float> pd = make_point_data<float>(k.d, xr, yr, sd.wa, sd.wb, 0.01);
+    Problem<float> p = pd.problem();
+    p.reference_x = host_matrix<const double>(xr.data(), k.n, k.d);
+    p.reference_y = host_matrix<const double>(yr.data(), k.m, k.d);
+    const auto oracle = make_oracle(ctx, p, Precision::kFp32);
+    const std::vector<float> f(sd.f.begin(), sd.f.end()), g(sd.g.begin(), sd.g.end());
+    Buffer<float> fb(ctx, k.n), gb(ctx, k.m);
+    detail::copy_bytes(ctx, fb.data(), MemorySpace::kDevice, f.data(), MemorySpace::kHost,
+                       sizeof(float) * f.size());
+    detail::copy_bytes(ctx, gb.data(), MemorySpace::kDevice, g.data(), MemorySpace::kHost,
+                       sizeof(float) * g.size());
+    const auto hx =
+        build_hierarchy(sd.x.data(), sd.wa.data(), sd.f.data(), k.n, int(k.d), k.atom, 4, 2);
+    const auto hy =
+        build_hierarchy(sd.y.data(), sd.wb.data(), sd.g.data(), k.m, int(k.d), k.atom, 4, 2);
+    const BlockShape shape{2 * k.atom, k.atom};
+    const multiscale::AtomPairMaxima maxima = [&](const std::vector<std::int32_t>& pairs,
+                                                  double stop_at, std::vector<double>* out) {
+      oracle->atom_pair_maxima(fb.data(), gb.data(), k.atom, pairs, stop_at, out);
+    };
+    bool asked = false, done = false;
+    auto descent_with = [&](bool engine_points) -> multiscale::Descent {
+      return [&, engine_points](const std::vector<ScreenLevel>& lx,
+                                const std::vector<ScreenLevel>& ly, int dim, double c,
+                                double keep_at, double eps, int bx, int by, bool pts, bool box,
+                                ScreenDescent* r) {
+        const ScreenPoints<float> sp{fb.data(), gb.data(), k.atom, box};
+        asked = pts;
+        const bool used = oracle->screen_descent(lx, ly, dim, c, keep_at, eps, bx, by,
+                                                 pts && engine_points ? &sp : nullptr, r);
+        done = r->points_done;
+        return used;
+      };
+    };
+    const multiscale::Descent on_host = descent_with(false), on_engine = descent_with(true);
+    const multiscale::Screen host = multiscale::screen(hx, hy, k.n, k.m, int(k.d), 1.0,
+                                                       k.threshold, 0.0, 0.01, shape, 2, &maxima,
+                                                       HUGE_VAL, true, &on_host);
+    EXPECT_TRUE(asked);
+    EXPECT_FALSE(done);
+    const multiscale::Screen eng = multiscale::screen(hx, hy, k.n, k.m, int(k.d), 1.0,
+                                                      k.threshold, 0.0, 0.01, shape, 2, &maxima,
+                                                      HUGE_VAL, true, &on_engine);
+    EXPECT_TRUE(done);
+    EXPECT_GT(host.point_drops, 0);
+    EXPECT_LT(host.point_drops, host.point_tests);
+    EXPECT_EQ(eng.point_tests, host.point_tests);
+    EXPECT_EQ(eng.point_drops, host.point_drops);
+    EXPECT_EQ(eng.tested_pairs, host.tested_pairs);
+    EXPECT_EQ(eng.atom_pairs, host.atom_pairs);
+    EXPECT_EQ(eng.orphans, host.orphans);
+    EXPECT_EQ(eng.kept_fraction, host.kept_fraction);
+    EXPECT_EQ(eng.f_side.run_ptr, host.f_side.run_ptr);
+    EXPECT_EQ(eng.f_side.runs, host.f_side.runs);
+    EXPECT_EQ(eng.g_side.run_ptr, host.g_side.run_ptr);
+    EXPECT_EQ(eng.g_side.runs, host.g_side.runs);
+    EXPECT_FALSE(host.box_f_side.run_ptr.empty());
+    EXPECT_EQ(eng.box_f_side.run_ptr, host.box_f_side.run_ptr);
+    EXPECT_EQ(eng.box_f_side.runs, host.box_f_side.runs);
+    EXPECT_EQ(eng.box_g_side.runs, host.box_g_side.runs);
+    EXPECT_NEAR(eng.dropped_mass, host.dropped_mass, 1e-12 * host.dropped_mass);
+  }
+  // Atoms that are not the hierarchies': a clear error.
+  {
+    Rng rng(5);
+    const std::int64_t n = 500, m = 400, d = 2;
+    ScreenData sd = screen_data(rng, uniform_cloud(rng, n, d), squeezed_cloud(rng, m, d), d);
+    PointData<float> pd = make_point_data<float>(d, sd.x, sd.y, {}, {}, 0.01);
+    const auto oracle = make_oracle(ctx, pd.problem(), Precision::kFp32);
+    Buffer<float> fb(ctx, n), gb(ctx, m);
+    const auto hx = build_hierarchy(sd.x.data(), sd.wa.data(), sd.f.data(), n, int(d), 16, 4, 2);
+    const auto hy = build_hierarchy(sd.y.data(), sd.wb.data(), sd.g.data(), m, int(d), 16, 4, 2);
+    const ScreenPoints<float> sp{fb.data(), gb.data(), 32, false};
+    std::vector<ScreenLevel> lx, ly;
+    for (const auto* h : {&hx, &hy})
+      for (const auto& L : h->levels)
+        (h == &hx ? lx : ly).push_back({L.count, L.packed.data(), L.mass.data(), L.active.data()});
+    const int tx = int(lx.size()) - 1, ty = int(ly.size()) - 1;
+    const int steps = std::max(0, std::max(tx, ty) - 3);
+    ScreenDescent r;
+    EXPECT_THROW(oracle->screen_descent(lx, ly, int(d), 1.0, -0.05, 0.01, std::max(0, tx - steps),
+                                        std::max(0, ty - steps), &sp, &r),
+                 InvalidArgument);
+  }
 }
 
 TEST(CudaMultiscale, AtomPairMaximaMatchTheCpuEngine) {
