@@ -184,8 +184,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("max-density", po::value(&o.max_density),
      "multiscale: densest kept fraction still run on block lists (default: the library's)")
     ("points-stage", po::value(&o.points_stage),
-     "multiscale: evaluate the screen's kept atom pairs on their points: auto (= on) | on | off "
-     "(default auto)")
+     "multiscale: evaluate the screen's kept atom pairs on their points: auto (the CPU engine) | "
+     "on | off (default auto)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("kernel", po::value(&o.kernel),

@@ -35,6 +35,12 @@ constexpr int kRelaxRun = 4;
 constexpr int kRelaxGrace = 5;
 // A coarse level whose residual has not improved by 1% in this many iterations stops.
 constexpr std::int64_t kCoarseStall = 100;
+// Whether the screen's points stage runs inside the engine's descent where it has one (the CUDA
+// engine: a warp per kept atom pair on the device, docs/multiscale.md) instead of on the host
+// over Oracle::atom_pair_maxima. Off until that kernel has run on a GPU: it was written in the
+// sixteenth session, when no GPU could be had after its first design measurements
+// (CudaMultiscale.TheEnginePointsStageDropsTheHostsPairs is its test).
+constexpr bool kEnginePointsStage = false;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -457,16 +463,18 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const Hierarchy hy = build_hierarchy(ys.data(), bp.data(), gb.data(), m, d, shape.key_tile,
                                          64, threads);
     // The kept atom pairs are evaluated once more on their points by the engine (the box bound
-    // keeps 1.3-1.7x the exact tile-level pairs): less than one pass over the kept pairs without
-    // exponentials, and a fifth to a third of every later pass and of the certificate saved.
-    // The potentials are those of the mask (fb, gb are copies of f, g now). On both engines by
-    // default: the CUDA engine runs it inside its descent on the device, a warp per atom pair
-    // that stops once the pair is certainly kept (docs/multiscale.md).
+    // keeps 1.3-1.7x the exact tile-level pairs at 2^17 to 2^20 points): about one pass over the
+    // kept pairs without exponentials, and a fifth to a third of every later pass and of the
+    // certificate saved. The potentials are those of the mask (fb, gb are copies of f, g now).
+    // By default on the CPU engine only: on the CUDA engine the host's stage over
+    // atom_pair_maxima costs more than it saves (H100, sixteenth session: 2^20 points 1.30 s
+    // with it against 0.65-0.71 s without; its screen 0.8 s against 0.06 s; docs/multiscale.md).
     const AtomPairMaxima maxima = [&](const std::vector<std::int32_t>& pairs, double stop_at,
                                       std::vector<double>* out) {
       oracle->atom_pair_maxima(f.data(), g.data(), shape.key_tile, pairs, stop_at, out);
     };
-    const bool points = mo.points_stage != PointsStage::kOff;
+    const bool points = mo.points_stage == PointsStage::kOn ||
+                        (mo.points_stage == PointsStage::kAuto && ctx.backend() == Backend::kCpu);
     const AtomPairMaxima* on_points = points ? &maxima : nullptr;
     // A trial screen dropping more than this is rejected (the screen stops early when its box
     // stage alone drops more).
@@ -483,8 +491,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                 double keep_at, double e, int bx, int by, bool on_pts,
                                 bool box_masks, ScreenDescent* r) {
       const ScreenPoints<T> sp{f.data(), g.data(), shape.key_tile, box_masks};
-      return oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by, on_pts ? &sp : nullptr,
-                                    r);
+      return oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by,
+                                    on_pts && kEnginePointsStage ? &sp : nullptr, r);
     };
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
                 theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent);

@@ -64,7 +64,7 @@ SolverKind parse_solver_kind(const std::string& s, const std::string& what = "so
 /// Whether the multiscale screen evaluates its kept atom pairs on their points
 /// (MultiscaleOptions::points_stage; docs/multiscale.md, step 4).
 enum class PointsStage {
-  kAuto,  ///< on, on either engine (the CUDA engine runs it inside its screen descent)
+  kAuto,  ///< on the CPU engine; off on the CUDA engine (slower there: docs/multiscale.md)
   kOn,    ///< on either engine
   kOff,   ///< never: the box bound alone
 };
