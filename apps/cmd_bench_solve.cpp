@@ -38,7 +38,7 @@ struct Options {
   std::int64_t dense_pairs = 0;  // 0: the library's default
   double max_density = -1;  // < 0: the library's default
   std::string points_stage = "auto";
-  bool verify = false, json = false;
+  bool verify = false, json = false, phases = false;
   std::string mask_path;
 };
 
@@ -71,6 +71,17 @@ int run(const Options& o) {
   if (o.cell > 0) so.multiscale.cell_points = o.cell;
   if (o.dense_pairs > 0) so.multiscale.dense_pairs = o.dense_pairs;
   if (o.max_density >= 0) so.multiscale.max_density = o.max_density;
+  // --phases: the last run's phase timings (MultiscaleOptions::phase_timer).
+  struct Phase {
+    std::string name;
+    std::int64_t n;
+    double seconds;
+  };
+  std::vector<Phase> phases;
+  if (o.phases)
+    so.multiscale.phase_timer = [&phases](const char* name, std::int64_t n, double seconds) {
+      phases.push_back({name, n, seconds});
+    };
   so.multiscale.points_stage = o.points_stage == "on"    ? PointsStage::kOn
                                : o.points_stage == "off" ? PointsStage::kOff
                                                          : PointsStage::kAuto;
@@ -94,6 +105,7 @@ int run(const Options& o) {
     Context ctx(co);
     for (int r = 0; r < o.repeats; ++r) {
       const auto t1 = Clock::now();
+      phases.clear();
       Potentials<T> pot;
       s = solve_sinkhorn(ctx, p, so, &pot);
       const double sec = std::chrono::duration<double>(Clock::now() - t1).count();
@@ -150,6 +162,20 @@ int run(const Options& o) {
       .add("seconds_setup", s.seconds_setup)
       .add("seconds_iterations", s.seconds_iterations)
       .add("seconds_costs", s.seconds_costs);
+  if (o.phases) {
+    std::ostringstream a;
+    a.precision(6);
+    a << "[";
+    for (std::size_t k = 0; k < phases.size(); ++k)
+      a << (k ? ", " : "") << "{\"phase\": " << json_escape(phases[k].name)
+        << ", \"n\": " << phases[k].n << ", \"seconds\": " << phases[k].seconds << "}";
+    a << "]";
+    j.add_raw("phases", a.str());
+    if (!o.json)
+      for (const Phase& ph : phases)
+        std::fprintf(stderr, "phase %-12s n=%-10lld %9.3f ms\n", ph.name.c_str(),
+                     (long long)ph.n, 1e3 * ph.seconds);
+  }
   if (o.json) {
     std::cout << j.str() << std::endl;
   } else {
@@ -193,6 +219,9 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("repeats", po::value(&o.repeats), "solves in one process; the first is the cold one (default 3)")
     ("seed", po::value(&o.seed), "data seed (default 0)")
     ("verify", po::bool_switch(&o.verify), "multiscale: dense float64 check of the result")
+    ("phases", po::bool_switch(&o.phases),
+     "multiscale: time each phase of each level in the last run, the device synchronized at "
+     "every boundary (JSON \"phases\"; on stderr without --json)")
     ("output-mask", po::value(&o.mask_path), "multiscale: draw the last solve's block mask (.svg)")
     ("json", po::bool_switch(&o.json), "print one JSON object");
   // clang-format on

@@ -46,6 +46,32 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// MultiscaleOptions::phase_timer: at each phase boundary the context is synchronized (the GPU's
+// queued work belongs to the phase that queued it) and the phase's wall seconds reported.
+class Phases {
+ public:
+  Phases(const Context& ctx, const MultiscaleOptions& mo, std::int64_t n)
+      : ctx_(ctx), timer_(mo.phase_timer), n_(n) {
+    if (timer_) {
+      ctx_.synchronize();
+      last_ = Clock::now();
+    }
+  }
+  void end(const char* phase) {
+    if (!timer_) return;
+    ctx_.synchronize();
+    const auto now = Clock::now();
+    timer_(phase, n_, std::chrono::duration<double>(now - last_).count());
+    last_ = now;
+  }
+
+ private:
+  const Context& ctx_;
+  const std::function<void(const char*, std::int64_t, double)>& timer_;
+  std::int64_t n_;
+  Clock::time_point last_;
+};
+
 // A matrix view (host or device, any stride) as contiguous host rows x cols: the view's own
 // memory when it already is that (no copy: at 2^20 points each copy is ~25 MB of fresh pages),
 // else a copy.
@@ -228,6 +254,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   const double c = fe.scale, eps = problem.epsilon;
   const int threads = ctx.threads();
   const bool warm = pot->f.size() == n && pot->g.size() == m;
+  Phases phase(ctx, mo, n);
 
   // Too few points for even one coarse level: the dense solver, said so.
   if (!warm && (n < 2 * mo.cell_points || m < 2 * mo.cell_points)) {
@@ -343,6 +370,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     sorted.reference_y = host_matrix(yrp.data(), m, d);
   }
   const double t_setup = seconds_since(t0);
+  phase.end("order");
 
   // ---- coarse levels: the cell problem, solved (recursively when large), lifted ----
   SinkhornSummary s;
@@ -362,6 +390,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     std::vector<T> xc, ac, yc, bc;
     coarsen(xp, ap, n, d, mo.cell_points, &xc, &ac, threads);
     coarsen(yp, bp, m, d, mo.cell_points, &yc, &bc, threads);
+    phase.end("coarsen");
     const std::int64_t K = std::int64_t(ac.size()), Km = std::int64_t(bc.size());
     Problem<T> coarse;
     coarse.cost = SqEuclidean<T>{host_matrix(xc.data(), K, d), host_matrix(yc.data(), Km, d), c};
@@ -386,6 +415,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                          ? solve(ctx, coarse, co, precision, &pc, Clock::now(), coarse_lists, true)
                          : kantor::solve_sinkhorn(ctx, coarse, co, &pc);
     s.multiscale_levels = 1 + coarse_summary.multiscale_levels;
+    phase.end("coarse");
     // Lift: one c-transform per side against the other side's cells.
     Problem<T> fx = coarse, gy = coarse;
     fx.cost = SqEuclidean<T>{host_matrix(xp.data(), n, d), host_matrix(yc.data(), Km, d), c};
@@ -405,9 +435,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       lift_f->set_block_lists(&lf, nullptr);
       lift_g->set_block_lists(nullptr, &lg);
     }
+    phase.end("lift setup");
     lift_f->update_f(T(eps), pc.g.data(), f.data(), nullptr);
     lift_g->update_g(T(eps), pc.f.data(), g.data(), nullptr);
     seconds_lift = seconds_since(t_lift);
+    phase.end("lift");
     // The levels, coarsest first: "K x Km: ..." per level.
     std::ostringstream os;
     os << std::setprecision(3);
@@ -423,6 +455,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   const auto t_engine = Clock::now();
   std::unique_ptr<Oracle<T>> oracle = make_oracle(ctx, sorted, precision);
   const double seconds_engine = seconds_since(t_engine);
+  phase.end("engine");
   s.n = n;
   s.m = m;
   s.d = d;
@@ -453,6 +486,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   const BlockShape shape = oracle->block_shape();
 
   std::vector<double> fb = download(ctx, f), gb = download(ctx, g);  // the mask's potentials
+  phase.end("potentials");
   Screen sc;
   double seconds_screen = 0, screen_theta = 0;
   int screen_retries = 0;
@@ -462,6 +496,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                          64, threads);
     const Hierarchy hy = build_hierarchy(ys.data(), bp.data(), gb.data(), m, d, shape.key_tile,
                                          64, threads);
+    phase.end("hierarchies");
     // The kept atom pairs are evaluated once more on their points by the engine (the box bound
     // keeps 1.3-1.7x the exact tile-level pairs at 2^17 to 2^20 points): about one pass over the
     // kept pairs without exponentials, and a fifth to a third of every later pass and of the
@@ -505,6 +540,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     s.kept_fraction = sc.kept_fraction;
     screen_theta = theta;
     seconds_screen += seconds_since(t_screen);
+    phase.end("screen");
   };
   build_mask();
   const double first_screen = seconds_screen;
@@ -541,8 +577,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     if (mo.verify) s.verified_error = fine.marginal_error - fine.marginal_error_slack;
     f = std::move(ps.f);
     g = std::move(ps.g);
+    phase.end("dense passes");
   } else {
     oracle->set_block_lists(&sc.f_side, &sc.g_side);
+    phase.end("lists");
   }
 
   const auto t_iter = Clock::now();
@@ -566,6 +604,17 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   double tail = std::numeric_limits<double>::quiet_NaN();
   const std::int64_t budget = std::max<std::int64_t>(1, options.max_iterations - s.iterations);
   if (!dense_fine) s.termination = TerminationType::kMaxIterations;
+  // The finest level's potentials on the host as of iteration host_at (-1: none): the drift
+  // checks, the final certificate's drift and the results read one download (two arrays of n
+  // and m at 2^20 points each cost the GPU machine's host milliseconds).
+  std::vector<double> fh, gh;
+  std::int64_t host_at = -1;
+  auto potentials_on_host = [&]() {
+    if (host_at == fine_iterations) return;
+    fh = download(ctx, f);
+    gh = download(ctx, g);
+    host_at = fine_iterations;
+  };
   while (!dense_fine && fine_iterations < budget) {
     if (ctx.cancel_requested()) {
       s.termination = TerminationType::kUserAbort;
@@ -582,6 +631,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     ++fine_iterations;
     s.fine_updates += 2;
     residual = to_host(ctx, scalars.cview())[0];
+    phase.end("iteration");
     // Automatic over-relaxation, on the residual divided by the factor that made it (a relaxed
     // step moves the potentials w times the plain correction, so the raw residual jumps with
     // w). The contraction rate over two plain iterations gives w; then every kRelaxRun
@@ -673,14 +723,15 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       stop = true;
     } else if (coarse_level) {
     } else if (residual <= 0.5 * s.tolerance || fine_iterations == budget) {
-      const std::vector<double> fn = download(ctx, f), gn = download(ctx, g);
-      const double drift = max_drift(fn, fb, ap) + max_drift(gn, gb, bp);
+      potentials_on_host();
+      const double drift = max_drift(fh, fb, ap) + max_drift(gh, gb, bp);
       if (drift > mo.slack * eps) {
         // The mask no longer covers what the potentials may carry: rebuild it from them.
-        fb = fn;
-        gb = gn;
+        fb = fh;
+        gb = gh;
         build_mask();
         oracle->set_block_lists(&sc.f_side, &sc.g_side);
+        phase.end("lists");
         ++s.mask_rebuilds;
       } else {
         const auto t_cert = Clock::now();
@@ -688,6 +739,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         // The decision is kept-pair bound + tail <= tolerance: the engine may decide it in fp32.
         cert = oracle->certify_kept(eps, f.data(), g.data(), std::max(0.0, s.tolerance - tail));
         seconds_cert += seconds_since(t_cert);
+        phase.end("certificate");
         ++level_certs;
         fp32_certs += cert.fp32 ? 1 : 0;
         ++s.certificates;
@@ -749,8 +801,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   if (!dense_fine && !coarse_level) {
     const auto t_costs = Clock::now();
     // The certificate of the returned potentials, when the loop did not end on one.
-    const std::vector<double> fn = download(ctx, f), gn = download(ctx, g);
-    const double drift = max_drift(fn, fb, ap) + max_drift(gn, gb, bp);
+    potentials_on_host();
+    const double drift = max_drift(fh, fb, ap) + max_drift(gh, gb, bp);
     tail = 2 * sc.dropped_mass * std::exp(drift / eps);
     if (cert_iteration != fine_iterations) {
       const auto t_cert = Clock::now();
@@ -787,6 +839,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     }
     s.epsilon_reached = eps;
     s.seconds_costs = seconds_since(t_costs);
+    phase.end("values");
   }
   s.seconds_setup = t_setup;
   if (!dense_fine) {
@@ -806,7 +859,12 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
 
   // ---- results in the caller's order ----
   {
-    const std::vector<double> fs = download(ctx, f), gs = download(ctx, g);
+    // The finest level's last download where it is current (the loop and the certificate above
+    // leave f and g as they were read); a coarse level's or the dense fallback's potentials
+    // afresh.
+    if (dense_fine || coarse_level) host_at = -1;
+    potentials_on_host();
+    const std::vector<double>&fs = fh, &gs = gh;
     std::vector<T> fo(static_cast<std::size_t>(n)), go(static_cast<std::size_t>(m));
     detail::parallel_ranges(n, threads, 1 << 16, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t k = b; k < e; ++k)
@@ -819,6 +877,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     pot->f = upload(ctx, fo);
     pot->g = upload(ctx, go);
     pot->epsilon = eps;
+    phase.end("results");
   }
   s.seconds_total = seconds_since(t0);
   return s;

@@ -816,6 +816,34 @@ double refine_with_maxima(const Hierarchy& hx, const Hierarchy& hy, const AtomPa
 
 }  // namespace
 
+namespace {
+
+// descend<D> for the clouds' d.
+std::int64_t descend_any(const Hierarchy& hx, const Hierarchy& hy, int d, double c, double keep_at,
+                         double eps, int threads, int* bx, int* by, BlockRows* rec, double* lost) {
+  switch (d) {
+    case 1: return descend<1>(hx, hy, d, c, keep_at, eps, threads, bx, by, rec, lost);
+    case 2: return descend<2>(hx, hy, d, c, keep_at, eps, threads, bx, by, rec, lost);
+    case 3: return descend<3>(hx, hy, d, c, keep_at, eps, threads, bx, by, rec, lost);
+    default: return descend<0>(hx, hy, d, c, keep_at, eps, threads, bx, by, rec, lost);
+  }
+}
+
+}  // namespace
+
+ScreenDescent host_descent(const Hierarchy& hx, const Hierarchy& hy, int d, double c,
+                           double keep_at, double eps, int threads, int* bx, int* by) {
+  BlockRows rec;
+  ScreenDescent r;
+  r.tested = descend_any(hx, hy, d, c, keep_at, eps, threads, bx, by, &rec, &r.dropped);
+  for (std::size_t I = 0; I < rec.size(); ++I)
+    for (const auto& e : rec[I]) {
+      r.keys.push_back((std::uint64_t(I) << 32) | std::uint64_t(std::uint32_t(e.first)));
+      r.masks.push_back(e.second);
+    }
+  return r;
+}
+
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima, double drop_budget,
@@ -866,14 +894,8 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
       descended = true;
     }
   }
-  if (!descended) {
-    switch (d) {
-      case 1: out.tested_pairs = descend<1>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
-      case 2: out.tested_pairs = descend<2>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
-      case 3: out.tested_pairs = descend<3>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
-      default: out.tested_pairs = descend<0>(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost); break;
-    }
-  }
+  if (!descended)
+    out.tested_pairs = descend_any(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost);
   // The dropped mass as reported: rounding of each term's exp and products (a few units of
   // 2^-53), of the sums of weights behind the masses and of the sum of the terms (below 2^-30
   // relative for any size these lists can index); a term in double's subnormal range carries up

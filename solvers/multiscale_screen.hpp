@@ -115,6 +115,13 @@ using Descent = std::function<bool(const std::vector<ScreenLevel>&, const std::v
                                    int, double, double, double, int, int, bool, bool,
                                    ScreenDescent*)>;
 
+/// The box stage's descent on the host threads (the screen's own when no engine descends), in the
+/// form of an engine's (Oracle::screen_descent: block keys in increasing order, masks, pairs
+/// tested, dropped mass; no points stage); *bx, *by receive the block levels. Tests use it to
+/// stand in for an engine.
+ScreenDescent host_descent(const Hierarchy& hx, const Hierarchy& hy, int d, double c,
+                           double keep_at, double eps, int threads, int* bx, int* by);
+
 /// Keeps the atom pairs (I, J) whose bound is >= -threshold - margin (threshold = theta eps,
 /// margin = an extra allowance), testing only children of pairs kept one level up (all pairs at
 /// the top level); with `maxima`, only those of them whose maximum on the points also reaches

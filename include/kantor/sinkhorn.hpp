@@ -109,6 +109,12 @@ struct MultiscaleOptions {
   /// After the solve, one dense float64 certificate over all pairs (SinkhornSummary::
   /// verified_error); O(n m): for tests and audits.
   bool verify = false;
+  /// Phase timings, for profiling (`kantor bench solve --phases`): when set, every level
+  /// synchronizes the context at each boundary of its phases (docs/multiscale.md, "Phases")
+  /// and calls this with the phase's name, the level's x-side points and the phase's wall
+  /// seconds. A level's "coarse" phase holds the whole coarser solve, whose own phases are
+  /// reported before it. Empty by default: no synchronization is added.
+  std::function<void(const char* phase, std::int64_t n, double seconds)> phase_timer;
 };
 
 /// One record per convergence check (every `check_every` iterations and at the end).

@@ -1,6 +1,7 @@
 // kantor solve --solver multiscale and kantor bench solve: the JSON fields of a multiscale solve
 // (certified, with the dense float64 check below the reported bound), the block-mask picture,
 // and bad options (exit 2, the option named).
+#include <algorithm>
 #include <random>
 #include <string>
 
@@ -72,6 +73,30 @@ TEST_F(CliMultiscaleTest, BenchSolveWritesOneJsonObject) {
                             "1e-2 --repeats 1 --points-stage off");
   EXPECT_TRUE(off["converged"].b);
   EXPECT_GE(off["kept_fraction"].num, j["kept_fraction"].num);
+}
+
+// --phases: the last run's phase timings as a JSON array, the finest level's in order (order
+// first, results last), adding up to no more than the run; absent without the option.
+TEST_F(CliMultiscaleTest, BenchSolvePhasesTimeTheLastRun) {
+  const Json j = run_json("bench solve --backend cpu --n 2048 --d 2 --epsilon 0.005 --tolerance "
+                          "1e-2 --repeats 2 --phases");
+  ASSERT_EQ(j["phases"].kind, Json::kArray);
+  std::vector<std::string> finest;
+  double sum = 0;
+  for (const Json& p : j["phases"].items) {
+    EXPECT_GE(p["seconds"].num, 0.0);
+    if (p["n"].num != 2048) continue;
+    finest.push_back(p["phase"].str);
+    sum += p["seconds"].num;
+  }
+  ASSERT_FALSE(finest.empty());
+  EXPECT_EQ(finest.front(), "order");
+  EXPECT_EQ(finest.back(), "results");
+  for (const char* name : {"coarse", "lift", "engine", "screen", "iteration", "certificate"})
+    EXPECT_NE(std::find(finest.begin(), finest.end(), name), finest.end()) << name;
+  EXPECT_LE(sum, j["warm_s_median"].num * 1.001 + 1e-4);
+  EXPECT_FALSE(run_json("bench solve --backend cpu --n 2048 --d 2 --epsilon 0.005 --tolerance "
+                        "1e-2 --repeats 1").has("phases"));
 }
 
 TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {

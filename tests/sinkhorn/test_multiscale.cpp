@@ -843,6 +843,50 @@ TEST(Multiscale, RelaxedLevelsReachTheCertifiedSolutionInFewerIterations) {
   EXPECT_NEAR(sa.dual_cost, sp.dual_cost, 1e-4 * std::abs(sp.dual_cost));
 }
 
+// MultiscaleOptions::phase_timer: every level reports its phases in order, each of its
+// iterations once, and the points' level's phases add up to no more than the solve; the same
+// result as without the timer (it only synchronizes).
+TEST(Multiscale, PhaseTimerReportsEveryLevelsPhases) {
+  const PointData<float> pd = case_data<float>(Case{"phases", 4096, 4096, 3, 0.001, 0, 0}, 12);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o = three_levels(5e-3);
+  o.multiscale.verify = false;
+  Potentials<float> plain_pot, timed_pot;
+  const SinkhornSummary plain = solve_sinkhorn(ctx, pd.problem(), o, &plain_pot);
+  std::vector<std::pair<std::string, std::int64_t>> seen;
+  double points_sum = 0;
+  o.multiscale.phase_timer = [&](const char* phase, std::int64_t n, double seconds) {
+    EXPECT_GE(seconds, 0.0) << phase;
+    seen.emplace_back(phase, n);
+    if (n == 4096) points_sum += seconds;
+  };
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o, &timed_pot);
+  ASSERT_TRUE(s.converged()) << s.full_report();
+  EXPECT_EQ(s.iterations, plain.iterations);
+  EXPECT_EQ(s.dual_cost, plain.dual_cost);
+  EXPECT_EQ(to_host(ctx, timed_pot.f.cview()), to_host(ctx, plain_pot.f.cview()));
+  std::vector<std::string> points, cells;
+  for (const auto& [phase, n] : seen) (n == 4096 ? points : cells).push_back(phase);
+  ASSERT_FALSE(points.empty());
+  ASSERT_FALSE(cells.empty());  // the 512-cell level (the dense 64 has no phases)
+  const std::vector<std::string> head = {"order", "coarsen", "coarse", "lift setup", "lift",
+                                         "engine", "potentials", "hierarchies", "screen"};
+  ASSERT_GE(points.size(), head.size() + 4);
+  EXPECT_EQ(std::vector<std::string>(points.begin(), points.begin() + head.size()), head);
+  EXPECT_EQ(points.back(), "results");
+  EXPECT_EQ(std::count(points.begin(), points.end(), "iteration"), s.fine_updates / 2);
+  EXPECT_GE(std::count(points.begin(), points.end(), "certificate"), 1);
+  EXPECT_EQ(cells.front(), "order");
+  EXPECT_EQ(cells.back(), "results");
+  // The cells' level is reported before the points' "coarse" phase that holds it.
+  EXPECT_LT(std::find(seen.begin(), seen.end(), std::make_pair(std::string("results"),
+                                                               std::int64_t(512))) - seen.begin(),
+            std::find(seen.begin(), seen.end(), std::make_pair(std::string("coarse"),
+                                                               std::int64_t(4096))) - seen.begin());
+  EXPECT_LE(points_sum, s.seconds_total * 1.001 + 1e-4);
+  EXPECT_GT(points_sum, 0.5 * s.seconds_total);
+}
+
 // A tolerance below fp32's reach: the coarse solves get at most half the iteration budget, so
 // the points' level still iterates and ends at its rounding floor near the tolerance (before,
 // the dense coarsest level spent all 10,000 iterations and the result had error 0.5).
@@ -1055,6 +1099,26 @@ TEST(Multiscale, AutoRuleAndRefusals) {
 
 // ---- GPU ------------------------------------------------------------------------------------
 
+// Two screens that must keep the same pairs: the same lists and box lists, pair counts, points
+// stage tests and drops, orphans; the dropped mass to rounding (sums in another order).
+void expect_same_screen(const multiscale::Screen& eng, const multiscale::Screen& host) {
+  EXPECT_EQ(eng.point_tests, host.point_tests);
+  EXPECT_EQ(eng.point_drops, host.point_drops);
+  EXPECT_EQ(eng.tested_pairs, host.tested_pairs);
+  EXPECT_EQ(eng.atom_pairs, host.atom_pairs);
+  EXPECT_EQ(eng.orphans, host.orphans);
+  EXPECT_EQ(eng.kept_fraction, host.kept_fraction);
+  for (const auto& [e, h] : {std::make_pair(&eng.f_side, &host.f_side),
+                             std::make_pair(&eng.g_side, &host.g_side),
+                             std::make_pair(&eng.box_f_side, &host.box_f_side),
+                             std::make_pair(&eng.box_g_side, &host.box_g_side)}) {
+    EXPECT_EQ(e->run_ptr, h->run_ptr);
+    EXPECT_EQ(e->runs, h->runs);
+  }
+  EXPECT_GT(host.dropped_mass, 0.0);
+  EXPECT_NEAR(eng.dropped_mass, host.dropped_mass, 1e-12 * host.dropped_mass);
+}
+
 // The screen with an engine's descent (Oracle::screen_descent) against the host threads' descent
 // on the same hierarchies: the same lists, pair counts and orphans, the dropped mass to rounding
 // (its exponentials and sums differ in order). Hierarchies of unequal depth, zero weights inside
@@ -1101,16 +1165,7 @@ void check_engine_descent(Backend backend) {
                                                       0.0, 0.01, shape, 2, nullptr, HUGE_VAL,
                                                       false, &descent);
     EXPECT_EQ(used, backend == Backend::kCuda);
-    EXPECT_EQ(eng.tested_pairs, host.tested_pairs);
-    EXPECT_EQ(eng.atom_pairs, host.atom_pairs);
-    EXPECT_EQ(eng.orphans, host.orphans);
-    EXPECT_EQ(eng.kept_fraction, host.kept_fraction);
-    EXPECT_EQ(eng.f_side.run_ptr, host.f_side.run_ptr);
-    EXPECT_EQ(eng.f_side.runs, host.f_side.runs);
-    EXPECT_EQ(eng.g_side.run_ptr, host.g_side.run_ptr);
-    EXPECT_EQ(eng.g_side.runs, host.g_side.runs);
-    EXPECT_GT(host.dropped_mass, 0.0);
-    EXPECT_NEAR(eng.dropped_mass, host.dropped_mass, 1e-12 * host.dropped_mass);
+    expect_same_screen(eng, host);
   }
 }
 
@@ -1165,6 +1220,77 @@ TEST(CudaMultiscale, MortonOrderSortedOnTheDeviceIsTheHosts) {
   check_device_morton(Backend::kCuda);
 }
 
+// The screen's use of an engine's points stage (ScreenDescent::points_done), on the CPU: an
+// engine stood in for by the host's descent (multiscale::host_descent) and the brute-force
+// maxima, dropping from its masks what the host's points stage drops, must give the host's
+// screen: the same lists and box lists, tests, drops and orphans, the dropped mass to rounding
+// (summed in another order); block pairs the stage empties included.
+TEST(MultiscaleScreen, AnEnginesPointsStageGivesTheHostsScreen) {
+  Rng rng(77);
+  const std::int64_t n = 3000, m = 2100, d = 3, atom = 16;
+  const double c = 1.0, threshold = 0.05, eps = 0.01;
+  ScreenData sd = screen_data(rng, uniform_cloud(rng, n, d), squeezed_cloud(rng, m, d), d);
+  for (std::int64_t i = 0; i < n; i += 7) sd.wa[std::size_t(i)] = 0;
+  for (std::int64_t i = 3; i < m; i += 5) sd.wb[std::size_t(i)] = 0;
+  const auto hx = build_hierarchy(sd.x.data(), sd.wa.data(), sd.f.data(), n, int(d), atom, 4, 2);
+  const auto hy = build_hierarchy(sd.y.data(), sd.wb.data(), sd.g.data(), m, int(d), atom, 4, 2);
+  const BlockShape shape{2 * atom, atom};
+  const multiscale::AtomPairMaxima pts =
+      brute_maxima(sd.x, sd.y, sd.f, sd.g, sd.wa, sd.wb, d, c, atom);
+  int calls = 0;
+  std::int64_t emptied = 0;
+  const multiscale::Descent engine = [&](const std::vector<ScreenLevel>&,
+                                         const std::vector<ScreenLevel>&, int dim, double cost,
+                                         double keep_at, double e, int bx, int by, bool on_pts,
+                                         bool box, ScreenDescent* r) {
+    ++calls;
+    int hbx = -1, hby = -1;
+    *r = multiscale::host_descent(hx, hy, dim, cost, keep_at, e, 2, &hbx, &hby);
+    EXPECT_EQ(hbx, bx);
+    EXPECT_EQ(hby, by);
+    if (!on_pts) return true;
+    if (box) r->box_masks = r->masks;
+    auto atoms = [&](std::size_t k, int bit) {
+      return std::make_pair((std::int64_t(r->keys[k] >> 32) << bx) + (bit >> 3),
+                            (std::int64_t(r->keys[k] & 0xffffffffu) << by) + (bit & 7));
+    };
+    std::vector<std::int32_t> pairs;
+    for (std::size_t k = 0; k < r->keys.size(); ++k)
+      for (std::uint64_t v = r->masks[k]; v; v &= v - 1) {
+        const auto [I, J] = atoms(k, __builtin_ctzll(v));
+        pairs.insert(pairs.end(), {std::int32_t(I), std::int32_t(J)});
+      }
+    std::vector<double> best;
+    pts(pairs, keep_at, &best);
+    std::size_t q = 0;
+    for (std::size_t k = 0; k < r->keys.size(); ++k) {
+      for (std::uint64_t v = r->masks[k]; v; v &= v - 1, ++q) {
+        const int bit = __builtin_ctzll(v);
+        ++r->point_tests;
+        if (!(best[q] < keep_at)) continue;
+        const auto [I, J] = atoms(k, bit);
+        r->masks[k] &= ~(std::uint64_t(1) << bit);
+        ++r->point_drops;
+        r->point_dropped += hx.levels[0].mass[std::size_t(I)] *
+                            hy.levels[0].mass[std::size_t(J)] * std::exp(best[q] / e);
+      }
+      emptied += r->masks[k] == 0;
+    }
+    r->points_done = true;
+    return true;
+  };
+  const multiscale::Screen host = multiscale::screen(hx, hy, n, m, int(d), c, threshold, 0.0, eps,
+                                                     shape, 2, &pts, HUGE_VAL, true);
+  const multiscale::Screen eng = multiscale::screen(hx, hy, n, m, int(d), c, threshold, 0.0, eps,
+                                                    shape, 2, &pts, HUGE_VAL, true, &engine);
+  EXPECT_EQ(calls, 1);
+  EXPECT_GT(emptied, 0) << "no block pair emptied: the test does not exercise that path";
+  EXPECT_GT(host.point_drops, 0);
+  EXPECT_LT(host.point_drops, host.point_tests);
+  EXPECT_FALSE(host.box_f_side.run_ptr.empty());
+  expect_same_screen(eng, host);
+}
+
 TEST(MultiscaleScreen, TheCpuEngineHasNoDescentAndTheHostDescends) {
   check_engine_descent(Backend::kCpu);
 }
@@ -1197,6 +1323,10 @@ TEST(CudaMultiscale, TheEnginePointsStageDropsTheHostsPairs) {
     ScreenData sd = screen_data(rng, x0, y0, k.d);
     for (std::int64_t i = 0; i < k.n; i += 7) sd.wa[std::size_t(i)] = 0;
     for (std::int64_t i = 3; i < k.m; i += 5) sd.wb[std::size_t(i)] = 0;
+    // Balanced: b scaled to a's mass (the oracle checks it).
+    const double ma = std::accumulate(sd.wa.begin(), sd.wa.end(), 0.0);
+    const double mb = std::accumulate(sd.wb.begin(), sd.wb.end(), 0.0);
+    for (double& v : sd.wb) v *= ma / mb;
     // The engine's potentials are float: the hierarchies carry the same values.
     for (std::vector<double>* v : {&sd.f, &sd.g})
       for (double& e : *v) e = double(float(e));
@@ -1250,21 +1380,8 @@ TEST(CudaMultiscale, TheEnginePointsStageDropsTheHostsPairs) {
     EXPECT_TRUE(done);
     EXPECT_GT(host.point_drops, 0);
     EXPECT_LT(host.point_drops, host.point_tests);
-    EXPECT_EQ(eng.point_tests, host.point_tests);
-    EXPECT_EQ(eng.point_drops, host.point_drops);
-    EXPECT_EQ(eng.tested_pairs, host.tested_pairs);
-    EXPECT_EQ(eng.atom_pairs, host.atom_pairs);
-    EXPECT_EQ(eng.orphans, host.orphans);
-    EXPECT_EQ(eng.kept_fraction, host.kept_fraction);
-    EXPECT_EQ(eng.f_side.run_ptr, host.f_side.run_ptr);
-    EXPECT_EQ(eng.f_side.runs, host.f_side.runs);
-    EXPECT_EQ(eng.g_side.run_ptr, host.g_side.run_ptr);
-    EXPECT_EQ(eng.g_side.runs, host.g_side.runs);
     EXPECT_FALSE(host.box_f_side.run_ptr.empty());
-    EXPECT_EQ(eng.box_f_side.run_ptr, host.box_f_side.run_ptr);
-    EXPECT_EQ(eng.box_f_side.runs, host.box_f_side.runs);
-    EXPECT_EQ(eng.box_g_side.runs, host.box_g_side.runs);
-    EXPECT_NEAR(eng.dropped_mass, host.dropped_mass, 1e-12 * host.dropped_mass);
+    expect_same_screen(eng, host);
   }
   // Atoms that are not the hierarchies': a clear error.
   {
