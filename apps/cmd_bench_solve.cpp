@@ -82,9 +82,10 @@ int run(const Options& o) {
     so.multiscale.phase_timer = [&phases](const char* name, std::int64_t n, double seconds) {
       phases.push_back({name, n, seconds});
     };
-  so.multiscale.points_stage = o.points_stage == "on"    ? PointsStage::kOn
-                               : o.points_stage == "off" ? PointsStage::kOff
-                                                         : PointsStage::kAuto;
+  so.multiscale.points_stage = o.points_stage == "on"       ? PointsStage::kOn
+                               : o.points_stage == "off"    ? PointsStage::kOff
+                               : o.points_stage == "engine" ? PointsStage::kEngine
+                                                            : PointsStage::kAuto;
   {
     std::string why;
     if (!so.is_valid(&why)) throw InvalidArgument("SinkhornOptions: " + why);
@@ -211,7 +212,7 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
      "multiscale: densest kept fraction still run on block lists (default: the library's)")
     ("points-stage", po::value(&o.points_stage),
      "multiscale: evaluate the screen's kept atom pairs on their points: auto (the CPU engine) | "
-     "on | off (default auto)")
+     "on | off | engine (on, inside the engine's descent; not yet run on a GPU) (default auto)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("kernel", po::value(&o.kernel),
@@ -241,8 +242,10 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     throw InvalidArgument("--dense-pairs must be >= 1, got " + std::to_string(o.dense_pairs));
   if (vm.count("max-density") && !(o.max_density > 0 && o.max_density <= 1))
     throw InvalidArgument("--max-density must be in (0, 1], got " + format_number(o.max_density));
-  if (o.points_stage != "auto" && o.points_stage != "on" && o.points_stage != "off")
-    throw InvalidArgument("--points-stage must be auto, on or off, got '" + o.points_stage + "'");
+  if (o.points_stage != "auto" && o.points_stage != "on" && o.points_stage != "off" &&
+      o.points_stage != "engine")
+    throw InvalidArgument("--points-stage must be auto, on, off or engine, got '" +
+                          o.points_stage + "'");
   if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
     throw InvalidArgument("--epsilon must be a finite number > 0");
   if (!(o.tolerance > 0) || !std::isfinite(o.tolerance))

@@ -35,12 +35,6 @@ constexpr int kRelaxRun = 4;
 constexpr int kRelaxGrace = 5;
 // A coarse level whose residual has not improved by 1% in this many iterations stops.
 constexpr std::int64_t kCoarseStall = 100;
-// Whether the screen's points stage runs inside the engine's descent where it has one (the CUDA
-// engine: a warp per kept atom pair on the device, docs/multiscale.md) instead of on the host
-// over Oracle::atom_pair_maxima. Off until that kernel has run on a GPU: it was written in the
-// sixteenth session, when no GPU could be had after its first design measurements
-// (CudaMultiscale.TheEnginePointsStageDropsTheHostsPairs is its test).
-constexpr bool kEnginePointsStage = false;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -509,7 +503,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       oracle->atom_pair_maxima(f.data(), g.data(), shape.key_tile, pairs, stop_at, out);
     };
     const bool points = mo.points_stage == PointsStage::kOn ||
+                        mo.points_stage == PointsStage::kEngine ||
                         (mo.points_stage == PointsStage::kAuto && ctx.backend() == Backend::kCpu);
+    // Inside the engine's descent only when asked (PointsStage::kEngine): that kernel has not
+    // run on a GPU yet (CudaMultiscale.TheEnginePointsStageDropsTheHostsPairs is its test).
+    const bool engine_points = mo.points_stage == PointsStage::kEngine;
     const AtomPairMaxima* on_points = points ? &maxima : nullptr;
     // A trial screen dropping more than this is rejected (the screen stops early when its box
     // stage alone drops more).
@@ -527,7 +525,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                 bool box_masks, ScreenDescent* r) {
       const ScreenPoints<T> sp{f.data(), g.data(), shape.key_tile, box_masks};
       return oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by,
-                                    on_pts && kEnginePointsStage ? &sp : nullptr, r);
+                                    on_pts && engine_points ? &sp : nullptr, r);
     };
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
                 theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent);

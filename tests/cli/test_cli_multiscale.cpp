@@ -73,6 +73,12 @@ TEST_F(CliMultiscaleTest, BenchSolveWritesOneJsonObject) {
                             "1e-2 --repeats 1 --points-stage off");
   EXPECT_TRUE(off["converged"].b);
   EXPECT_GE(off["kept_fraction"].num, j["kept_fraction"].num);
+  // "engine" on the CPU engine (no descent of its own): the host's stage, as auto there.
+  const Json eng = run_json("bench solve --backend cpu --n 2048 --d 2 --epsilon 0.005 --tolerance "
+                            "1e-2 --repeats 1 --points-stage engine");
+  EXPECT_EQ(eng["points_stage"].str, "engine");
+  EXPECT_EQ(eng["kept_fraction"].num, j["kept_fraction"].num);
+  EXPECT_EQ(eng["dual_cost"].num, j["dual_cost"].num);
 }
 
 // --phases: the last run's phase timings as a JSON array, the finest level's in order (order

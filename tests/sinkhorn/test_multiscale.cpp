@@ -887,6 +887,25 @@ TEST(Multiscale, PhaseTimerReportsEveryLevelsPhases) {
   EXPECT_GT(points_sum, 0.5 * s.seconds_total);
 }
 
+// PointsStage::kEngine on the CPU engine, which has no descent of its own: the host's points
+// stage, the same solve as kOn.
+TEST(Multiscale, TheEnginePointsStageOnTheCpuIsTheHosts) {
+  const PointData<float> pd = case_data<float>(Case{"engine", 4096, 4096, 3, 0.0025, 0, 0}, 17);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions on = three_levels(5e-3), engine = on;
+  on.multiscale.points_stage = PointsStage::kOn;
+  engine.multiscale.points_stage = PointsStage::kEngine;
+  Potentials<float> po, pe;
+  const SinkhornSummary so = solve_sinkhorn(ctx, pd.problem(), on, &po);
+  const SinkhornSummary se = solve_sinkhorn(ctx, pd.problem(), engine, &pe);
+  ASSERT_TRUE(se.converged()) << se.full_report();
+  EXPECT_EQ(se.iterations, so.iterations);
+  EXPECT_EQ(se.kept_fraction, so.kept_fraction);
+  EXPECT_EQ(se.dual_cost, so.dual_cost);
+  EXPECT_EQ(se.marginal_error, so.marginal_error);
+  EXPECT_GE(se.marginal_error, se.verified_error);
+}
+
 // A tolerance below fp32's reach: the coarse solves get at most half the iteration budget, so
 // the points' level still iterates and ends at its rounding floor near the tolerance (before,
 // the dense coarsest level spent all 10,000 iterations and the result had error 0.5).
