@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The multiscale GPU checks and timings of docs/multiscale.md and docs/benchmarks.md: the CUDA
-# multiscale tests (the points-stage kernel against the CPU engine among them) and
-# compute-sanitizer memcheck on that kernel, then `kantor bench solve` on the issue's data at 2^17
-# and 2^20 points a side, for each binary folder given, interleaved in rounds (compare only
-# within one call), with the screen's points stage off and on for the new binary. One JSON line
-# per solve on stdout (and in OUT/multiscale.jsonl).
+# multiscale tests (the points-stage kernels against the CPU engine and the host's stage among
+# them) and compute-sanitizer memcheck (both kernels) and racecheck (the descent's points stage),
+# then `kantor bench solve` on the issue's data at 2^17 and 2^20 points a side, for each binary
+# folder given, interleaved in rounds (compare only within one call), with the screen's points
+# stage off, on (the host's lists) and engine (inside the device descent) for the new binary; one
+# JSON line per solve on stdout (and in OUT/multiscale.jsonl). Last, one run per size of the
+# default and of `engine` with --phases (OUT/phases-*.json: where the time goes, each phase
+# synchronized; not for the timing comparison).
 #
 # Usage: scripts/gpu-multiscale.sh OUT_DIR BIN_DIR [OLD_BIN_DIR]
 #   BIN_DIR      folder holding `kantor` and `kantor_test_sinkhorn` (this tree's build)
@@ -25,7 +28,10 @@ if [ -x "$bin/kantor_test_sinkhorn" ]; then
     2>&1 | tail -8 || status=1
   if command -v compute-sanitizer > /dev/null; then
     compute-sanitizer --tool memcheck "$bin/kantor_test_sinkhorn" \
-      --gtest_filter='CudaMultiscale.AtomPairMaxima*' 2>&1 | tail -3 || status=1
+      --gtest_filter='CudaMultiscale.AtomPairMaxima*:CudaMultiscale.TheEnginePointsStage*' \
+      2>&1 | tail -3 || status=1
+    compute-sanitizer --tool racecheck --racecheck-report all "$bin/kantor_test_sinkhorn" \
+      --gtest_filter='CudaMultiscale.TheEnginePointsStage*' 2>&1 | tail -3 || status=1
   fi
 fi
 solve() {  # tag, binary, n, extra args...
@@ -50,6 +56,13 @@ for r in $(seq 1 "$rounds"); do
     [ -n "$old" ] && solve "old" "$old/kantor" "$n"
     solve "new, points stage off" "$bin/kantor" "$n" --points-stage off
     solve "new, points stage on" "$bin/kantor" "$n" --points-stage on
+    solve "new, points stage engine" "$bin/kantor" "$n" --points-stage engine
+  done
+done
+for n in $sizes; do
+  for ps in auto engine; do
+    "$bin/kantor" bench solve --backend cuda --n "$n" --repeats 2 --phases --points-stage "$ps" \
+      --json > "$out/phases-$ps-$n.json" 2>&1 || status=1
   done
 done
 exit $status
