@@ -10,6 +10,7 @@
 
 #include "lib/core/certificate.hpp"
 #include "lib/cuda/check.hpp"
+#include "lib/cuda/pair_maxima.cuh"
 #include "lib/cuda/pair_maxima.hpp"
 
 namespace kantor::cuda {
@@ -29,14 +30,8 @@ __global__ void __launch_bounds__(kThreads) atom_pair_maxima_kernel(PairMaxima<T
     for (int t = int(threadIdx.x); t < rows * keys; t += kThreads) {
       const std::int64_t i = i0 + t / keys, j = j0 + t % keys;
       if (!(p.a[i] > 0) || !(p.b[j] > 0)) continue;
-      double sq = 0;
-      for (int e = 0; e < p.d; ++e) {
-        const double u = p.x[i * p.d + e] - p.y[j * p.d + e];
-        sq += u * u;
-      }
-      const double fi = double(p.f[i]), gj = double(p.g[j]);
-      best = fmax(best, (fi + gj) - cs * sq);
-      mag = fmax(mag, fabs(fi) + fabs(gj));
+      maxima_pair<0>(p.x + i * p.d, p.y + j * p.d, p.d, double(p.f[i]), double(p.g[j]), cs, &best,
+                     &mag);
     }
     for (int o = 16; o > 0; o >>= 1) {
       best = fmax(best, __shfl_xor_sync(0xffffffffu, best, o));

@@ -21,6 +21,7 @@
 #include "lib/core/certificate.hpp"
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/lse_common.cuh"
+#include "lib/cuda/pair_maxima.cuh"
 #include "lib/cuda/screen_descent.hpp"
 
 namespace kantor::cuda {
@@ -191,8 +192,8 @@ struct RefinePass {
 };
 
 /// One block per block pair (grid-stride), its set bits dealt to the warps in turn; a warp takes
-/// its atom pair's rows 32 at a time (a lane a row) against every key, the arithmetic of
-/// lib/cuda/pair_maxima.cu (the same maximum), and leaves as soon as the running maximum plus its
+/// its atom pair's rows 32 at a time (a lane a row) against every key, each pair by maxima_pair
+/// (lib/cuda/pair_maxima.cuh: the atom_pair_maxima kernel's arithmetic, the same maximum), and leaves as soon as the running maximum plus its
 /// allowance reaches keep_at (kept whatever the rest holds; checked every 8 keys). A pair
 /// evaluated to its end and still below keep_at is dropped.
 template <int D, class T>
@@ -227,16 +228,9 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
             for (int e = 0; e < D; ++e) xi[e] = p.x[i * D + e];
         }
         for (std::int64_t j = j0; j < j1; ++j) {
-          if (p.b[j] > 0 && row) {
-            double sq = 0;
-            for (int e = 0; e < d; ++e) {
-              const double u = (D > 0 ? xi[e] : p.x[i * d + e]) - p.y[j * d + e];
-              sq += u * u;
-            }
-            const double gj = double(p.g[j]);
-            best = fmax(best, (fi + gj) - p.cs * sq);
-            mag = fmax(mag, fabs(fi) + fabs(gj));
-          }
+          if (p.b[j] > 0 && row)
+            maxima_pair<D>(D > 0 ? xi : p.x + i * d, p.y + j * d, d, fi, double(p.g[j]), p.cs,
+                           &best, &mag);
           if (((j - j0) & 7) == 7 &&
               __any_sync(0xffffffffu, best + maxima_allowance(mag) >= p.keep_at)) {
             kept = true;
