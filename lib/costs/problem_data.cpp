@@ -34,6 +34,14 @@ double chunked_sum(std::int64_t count, const F& f) {
   return total;
 }
 
+/// The divisor of exact_weights (1 for an empty view or weights as given).
+template <class T>
+double weight_total(const VectorView<const T>& w, std::int64_t count, bool as_given) {
+  return w.data == nullptr || as_given ? 1.0 : chunked_sum(count, [&](std::int64_t i) {
+    return double(w[i]);
+  });
+}
+
 /// The weights in double: uniform 1/count for an empty view; normalized to mass 1 unless `as_given`
 /// (unbalanced problems use the caller's masses). Written by a parallel loop (the fresh pages
 /// fault on the host threads, not on one).
@@ -41,13 +49,93 @@ template <class T>
 detail::UninitVector<double> exact_weights(const VectorView<const T>& w, std::int64_t count,
                                            bool as_given) {
   detail::UninitVector<double> e(static_cast<std::size_t>(count));
-  auto weight = [&](std::int64_t i) { return double(w[i]); };
-  const double total = w.data == nullptr || as_given ? 1.0 : chunked_sum(count, weight);
+  const double total = weight_total(w, count, as_given);
   for_chunks(count, [&](int, std::int64_t b, std::int64_t end) {
     for (std::int64_t i = b; i < end; ++i)
       e[std::size_t(i)] = w.data == nullptr ? 1.0 / double(count) : double(w[i]) / total;
   });
   return e;
+}
+
+/// The clouds' bounding box: out's n, m, d, cost_scale, same_clouds, center and diameter.
+template <class T>
+void prepare_geometry(const Problem<T>& problem, PreparedProblem<T>* out) {
+  const SqEuclidean<T>& p = problem.features();
+  out->cost_scale = p.scale;
+  out->n = p.x.rows;
+  out->m = p.y.rows;
+  out->d = p.x.cols;
+  const std::int64_t d = out->d;
+  const std::int64_t grain = detail::row_grain(d);  // rows per chunk of the loops below
+  std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity());
+  std::vector<double> hi(std::size_t(d), -std::numeric_limits<double>::infinity());
+  auto extend = [&](const MatrixView<const T>& v) {
+    // Per-chunk extents (at most 1024 chunks), merged in chunk order.
+    std::vector<double> clo(std::size_t(detail::kMaxChunks * d), std::numeric_limits<double>::infinity());
+    std::vector<double> chi(std::size_t(detail::kMaxChunks * d), -std::numeric_limits<double>::infinity());
+    const int used = for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
+      double* l = clo.data() + std::int64_t(t) * d;
+      double* h = chi.data() + std::int64_t(t) * d;
+      // One coordinate at a time, its extent in registers (a chunk's rows stay in cache).
+      for (std::int64_t k = 0; k < d; ++k) {
+        double lk = l[k], hk = h[k];
+        for (std::int64_t i = b; i < e; ++i) {
+          const double c = double(v(i, k));
+          lk = std::min(lk, c);
+          hk = std::max(hk, c);
+        }
+        l[k] = lk;
+        h[k] = hk;
+      }
+    }, grain);
+    for (int t = 0; t < used; ++t)
+      for (std::int64_t k = 0; k < d; ++k) {
+        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], clo[std::size_t(t * d + k)]);
+        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], chi[std::size_t(t * d + k)]);
+      }
+  };
+  // One view as both sides (a self-problem): checked, bounded and copied once.
+  out->same_clouds = same_view(p.x, p.y) && same_view(problem.reference_x, problem.reference_y);
+  extend(p.x);
+  if (!same_view(p.x, p.y)) extend(p.y);
+  out->center.resize(std::size_t(d));
+  double diag2 = 0;
+  for (std::int64_t k = 0; k < d; ++k) {
+    out->center[std::size_t(k)] = 0.5 * (lo[std::size_t(k)] + hi[std::size_t(k)]);
+    diag2 += (hi[std::size_t(k)] - lo[std::size_t(k)]) * (hi[std::size_t(k)] - lo[std::size_t(k)]);
+  }
+  out->diameter = std::sqrt(diag2);
+}
+
+/// max_i |x~_i|^2 in double over the centred rows x~_ik = T(v_ik - center_k) (the stored copies'
+/// values, computed on the fly).
+template <class T>
+double max_centred_sq_norm(const MatrixView<const T>& v, const std::vector<double>& center) {
+  const std::int64_t d = v.cols;
+  std::vector<double> cmax(detail::kMaxChunks, 0.0);
+  const int used = for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
+    double m = 0;
+    for (std::int64_t i = b; i < e; ++i) {
+      double s2 = 0;
+      for (std::int64_t k = 0; k < d; ++k) {
+        const double c = double(T(double(v(i, k)) - center[std::size_t(k)]));
+        s2 += c * c;
+      }
+      m = std::max(m, s2);
+    }
+    cmax[std::size_t(t)] = m;
+  }, detail::row_grain(d));
+  double out = 0;
+  for (int t = 0; t < used; ++t) out = std::max(out, cmax[std::size_t(t)]);
+  return out;
+}
+
+/// sum_i of exact_weights' values (the same chunked sum, the values computed on the fly).
+template <class T>
+double weight_mass(const VectorView<const T>& w, std::int64_t count, double total) {
+  return chunked_sum(count, [&](std::int64_t i) {
+    return w.data == nullptr ? 1.0 / double(count) : double(w[i]) / total;
+  });
 }
 
 /// Host copy of a device matrix view (its rows x stride block, stride kept).
@@ -113,50 +201,9 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
     return prepare_problem_data(q);
   }
   PreparedProblem<T> out;
-  out.cost_scale = p.scale;
-  out.n = p.x.rows;
-  out.m = p.y.rows;
-  out.d = p.x.cols;
+  prepare_geometry(problem, &out);
   const std::int64_t d = out.d;
   const std::int64_t grain = detail::row_grain(d);  // rows per chunk of the loops below
-  std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity());
-  std::vector<double> hi(std::size_t(d), -std::numeric_limits<double>::infinity());
-  auto extend = [&](const MatrixView<const T>& v) {
-    // Per-chunk extents (at most 1024 chunks), merged in chunk order.
-    std::vector<double> clo(std::size_t(detail::kMaxChunks * d), std::numeric_limits<double>::infinity());
-    std::vector<double> chi(std::size_t(detail::kMaxChunks * d), -std::numeric_limits<double>::infinity());
-    const int used = for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
-      double* l = clo.data() + std::int64_t(t) * d;
-      double* h = chi.data() + std::int64_t(t) * d;
-      // One coordinate at a time, its extent in registers (a chunk's rows stay in cache).
-      for (std::int64_t k = 0; k < d; ++k) {
-        double lk = l[k], hk = h[k];
-        for (std::int64_t i = b; i < e; ++i) {
-          const double c = double(v(i, k));
-          lk = std::min(lk, c);
-          hk = std::max(hk, c);
-        }
-        l[k] = lk;
-        h[k] = hk;
-      }
-    }, grain);
-    for (int t = 0; t < used; ++t)
-      for (std::int64_t k = 0; k < d; ++k) {
-        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], clo[std::size_t(t * d + k)]);
-        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], chi[std::size_t(t * d + k)]);
-      }
-  };
-  // One view as both sides (a self-problem): checked, bounded and copied once.
-  out.same_clouds = same_view(p.x, p.y) && same_view(problem.reference_x, problem.reference_y);
-  extend(p.x);
-  if (!same_view(p.x, p.y)) extend(p.y);
-  out.center.resize(std::size_t(d));
-  double diag2 = 0;
-  for (std::int64_t k = 0; k < d; ++k) {
-    out.center[std::size_t(k)] = 0.5 * (lo[std::size_t(k)] + hi[std::size_t(k)]);
-    diag2 += (hi[std::size_t(k)] - lo[std::size_t(k)]) * (hi[std::size_t(k)] - lo[std::size_t(k)]);
-  }
-  out.diameter = std::sqrt(diag2);
   auto copy_centred = [&](const MatrixView<const T>& v, detail::UninitVector<T>* dst) {
     dst->resize(std::size_t(v.rows * d));
     for_chunks(v.rows, [&](int, std::int64_t b, std::int64_t e) {
@@ -200,23 +247,9 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   };
   out.la = logs(out.a, problem.a.data == nullptr);
   out.lb = logs(out.b, problem.b.data == nullptr);
-  for (const detail::UninitVector<T>* c : {&out.x, &out.y}) {
-    std::vector<double> cmax(detail::kMaxChunks, 0.0);
-    const int used = for_chunks(std::int64_t(c->size()) / std::max<std::int64_t>(d, 1),
-                                [&](int t, std::int64_t b, std::int64_t e) {
-                                  double m = 0;
-                                  for (std::int64_t i = b; i < e; ++i) {
-                                    double s2 = 0;
-                                    for (std::int64_t k = 0; k < d; ++k) {
-                                      const double v = double((*c)[std::size_t(i * d + k)]);
-                                      s2 += v * v;
-                                    }
-                                    m = std::max(m, s2);
-                                  }
-                                  cmax[std::size_t(t)] = m;
-                                }, grain);
-    for (int t = 0; t < used; ++t) out.max_sq_norm = std::max(out.max_sq_norm, cmax[std::size_t(t)]);
-  }
+  out.max_sq_norm = max_centred_sq_norm(p.x, out.center);
+  if (!out.same_clouds)
+    out.max_sq_norm = std::max(out.max_sq_norm, max_centred_sq_norm(p.y, out.center));
   // The certificate's copies: exact (a float converts to double exactly), uncentred.
   auto exact = [&](const MatrixView<const T>& v, const MatrixView<const double>& ref) {
     detail::UninitVector<double> e(std::size_t(v.rows * d));
@@ -245,7 +278,31 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   return out;
 }
 
+template <class T>
+PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem) {
+  validate(problem);
+  if (!scalars_preparable(problem))
+    throw InvalidArgument("prepare_problem_scalars: host views and a squared-Euclidean cost only");
+  const SqEuclidean<T>& p = problem.features();
+  PreparedProblem<T> out;
+  out.scalars_only = true;
+  prepare_geometry(problem, &out);
+  out.rho_a = problem.rho_a;
+  out.rho_b = problem.rho_b;
+  out.weight_total_a = weight_total(problem.a, out.n, problem.unbalanced());
+  out.weight_total_b = weight_total(problem.b, out.m, problem.unbalanced());
+  out.mass_a = weight_mass(problem.a, out.n, out.weight_total_a);
+  out.mass_b = weight_mass(problem.b, out.m, out.weight_total_b);
+  out.max_sq_norm = max_centred_sq_norm(p.x, out.center);
+  if (!out.same_clouds)
+    out.max_sq_norm = std::max(out.max_sq_norm, max_centred_sq_norm(p.y, out.center));
+  out.max_cost = p.scale * out.diameter * out.diameter;
+  return out;
+}
+
 template PreparedProblem<float> prepare_problem_data(const Problem<float>&);
 template PreparedProblem<double> prepare_problem_data(const Problem<double>&);
+template PreparedProblem<float> prepare_problem_scalars(const Problem<float>&);
+template PreparedProblem<double> prepare_problem_scalars(const Problem<double>&);
 
 }  // namespace kantor

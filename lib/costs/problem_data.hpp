@@ -41,6 +41,12 @@ struct PreparedProblem {
   // shape: a debiased divergence's self-problems): y and y_ref are left empty, x and x_ref serve
   // both sides, and an engine keeps one copy.
   bool same_clouds = false;
+  // prepare_problem_scalars: the scalars above only (n, m, d, center, diameter, cost_scale, rho,
+  // masses, max_sq_norm, max_cost, same_clouds); no copies. The engine builds its copies from the
+  // caller's views: x_ref = double(x), x = T(x_ref - center), a_ref = double(a) / weight_total_a
+  // (1 / n for an empty view), a = T(a_ref), la = log(a) (-inf for 0); the same for y and b.
+  bool scalars_only = false;
+  double weight_total_a = 1, weight_total_b = 1;
   const detail::UninitVector<T>& y_cloud() const { return same_clouds ? x : y; }
   const detail::UninitVector<double>& y_reference() const { return same_clouds ? x_ref : y_ref; }
 };
@@ -49,5 +55,27 @@ struct PreparedProblem {
 /// otherwise).
 template <class T>
 PreparedProblem<T> prepare_problem_data(const Problem<T>& problem);
+
+/// Validates and computes the scalars of prepare_problem_data (the same values, bit for bit)
+/// without its copies (PreparedProblem::scalars_only): for an engine that builds them from the
+/// caller's views on its own device (the CUDA engine: one upload of each view instead of the
+/// centred, float64 and weight copies). Host views and a squared-Euclidean cost only
+/// (InvalidArgument otherwise).
+template <class T>
+PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem);
+
+/// Whether prepare_problem_scalars takes the problem: every view in host memory, a
+/// squared-Euclidean cost.
+template <class T>
+bool scalars_preparable(const Problem<T>& problem) {
+  auto host = [](const void* data, MemorySpace space) {
+    return !data || space == MemorySpace::kHost;
+  };
+  const SqEuclidean<T>& p = problem.features();
+  return !problem.labels() && host(p.x.data, p.x.space) && host(p.y.data, p.y.space) &&
+         host(problem.a.data, problem.a.space) && host(problem.b.data, problem.b.space) &&
+         host(problem.reference_x.data, problem.reference_x.space) &&
+         host(problem.reference_y.data, problem.reference_y.space);
+}
 
 }  // namespace kantor

@@ -173,7 +173,8 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 // bound non-finite, and the oracle falls back to float64.
 //
 // Per pair (d = 3): 1 FADD, 3 FFMA, 1 MUFU, 1 FFMA for the sum (and, for the statistics of the
-// row side, s = f_i + g_j, c sq = s - z2 / L and two FMAs), against 13-17 instructions for the
+// row side, two FFMAs: sum term g_j and sum term z2; per tile pot = f_i sum term + sum term g_j
+// and cost = pot - sum term z2 / L), against 13-17 instructions for the
 // direct form (differences, squares, f + g, the product by L, the maximum) it replaced.
 constexpr int kFastKeys = 64;
 
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
   const float fi = row_ok ? p.query_pot[i] : 0.0f;
   const float alpha = row_ok ? float(L * ((double(fi) - fo) - c * x2)) : 0.0f;
   const double frow = row_ok ? fabs(double(fi) - fo) : 0.0;
-  const float inv_l = float(p.eps * 0.6931471805599453);  // 1 / L (the statistics only)
+  const double inv_l = p.eps * 0.6931471805599453;  // 1 / L (the statistics only)
   double sum = 0, cost = 0, pot = 0, weighted = 0, a_max = 0;
   constexpr FastCertificateModel kModel{4.01, 71.0, 0x1.0p-125, double(D) + 2.01, 0.0};
   const FastExposure exposure(kModel, D, c, p.eps);
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
         }
       }
       __syncthreads();
-      float ts = 0, tc = 0, tp = 0;
+      float ts = 0, tg = 0, tz = 0;
 #pragma unroll 8
       for (int jj = 0; jj < kFastKeys; ++jj) {
         float z2 = alpha + bet[jj];
@@ -270,15 +271,17 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
         const float term = wk[jj] * fast_exp2(z2);
         ts += term;
         if (kStats) {
-          const float s = fi + gk[jj];
-          tp = fmaf(term, s, tp);
-          tc = fmaf(term, fmaf(-z2, inv_l, s), tc);  // c sq = s - z2 / L
+          tg = fmaf(term, gk[jj], tg);
+          tz = fmaf(term, z2, tz);
         }
       }
       sum += double(ts);
       if (kStats) {
-        cost += double(tc);
-        pot += double(tp);
+        // The tile's sum_j term (f_i + g_j) and sum_j term c sq = sum_j term (f_i + g_j - z2 / L):
+        // two FMAs per pair (were four: s, its product, c sq and its product).
+        const double tile_pot = double(fi) * double(ts) + double(tg);
+        pot += tile_pot;
+        cost += tile_pot - double(tz) * inv_l;
       }
       double st = 0;
 #pragma unroll

@@ -90,6 +90,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class T>
+__global__ void centre_kernel(const T* __restrict__ src, std::int64_t rows, int d,
+                              const double* __restrict__ center, T* __restrict__ centred,
+                              double* __restrict__ ref) {
+  const std::int64_t total = rows * d;
+  for (std::int64_t e = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; e < total;
+       e += std::int64_t(gridDim.x) * kThreads) {
+    const double v = double(src[e]);
+    centred[e] = T(__dsub_rn(v, center[e % d]));
+    if (ref) ref[e] = v;
+  }
+}
+
+template <class T>
+__global__ void weights_kernel(const T* __restrict__ src, std::int64_t rows, double total,
+                               double* __restrict__ ref, T* __restrict__ w) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < rows;
+       i += std::int64_t(gridDim.x) * kThreads) {
+    const double r = src ? __ddiv_rn(double(src[i]), total) : __ddiv_rn(1.0, double(rows));
+    ref[i] = r;
+    w[i] = T(r);
+  }
+}
+
 }  // namespace
 
 template <class T, class U>
@@ -129,5 +153,30 @@ template void operand_norms<float, double>(const float*, std::int64_t, int, doub
                                            void*);
 template void operand_norms<double, double>(const double*, std::int64_t, int, double, double*,
                                             void*);
+
+template <class T>
+void operand_centre(const T* src, std::int64_t rows, int d, const double* center, T* centred,
+                    double* ref, void* stream) {
+  if (rows <= 0 || d <= 0) return;
+  centre_kernel<T><<<grid_for(rows * d), kThreads, 0, as_stream(stream)>>>(src, rows, d, center,
+                                                                           centred, ref);
+  KANTOR_CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+void operand_weights(const T* src, std::int64_t rows, double total, double* ref, T* w,
+                     void* stream) {
+  if (rows <= 0) return;
+  weights_kernel<T><<<grid_for(rows), kThreads, 0, as_stream(stream)>>>(src, rows, total, ref, w);
+  KANTOR_CUDA_CHECK_LAUNCH();
+}
+
+template void operand_centre<float>(const float*, std::int64_t, int, const double*, float*,
+                                    double*, void*);
+template void operand_centre<double>(const double*, std::int64_t, int, const double*, double*,
+                                     double*, void*);
+template void operand_weights<float>(const float*, std::int64_t, double, double*, float*, void*);
+template void operand_weights<double>(const double*, std::int64_t, double, double*, double*,
+                                      void*);
 
 }  // namespace kantor::cuda

@@ -33,4 +33,19 @@ void operand_split3(const float* src, std::int64_t rows, int d, float* dst, int 
 template <class T, class U>
 void operand_norms(const T* src, std::int64_t rows, int ld, double c, U* out, void* stream);
 
+/// From one upload of a cloud as the caller gave it (src, rows x d, T): centred (rows x d, T) =
+/// T(double(src_ik) - center_k) and, when ref is not null, ref (rows x d, double) = double(src_ik);
+/// center: d doubles in device memory. prepare_problem_data's arithmetic (exact conversions and
+/// one IEEE subtraction and rounding), so the copies are the host's bit for bit.
+template <class T>
+void operand_centre(const T* src, std::int64_t rows, int d, const double* center, T* centred,
+                    double* ref, void* stream);
+
+/// The weights from the caller's (src, rows; null: uniform): ref_i = double(src_i) / total
+/// (1 / rows when src is null) and w_i = T(ref_i), prepare_problem_data's arithmetic (one IEEE
+/// division and rounding).
+template <class T>
+void operand_weights(const T* src, std::int64_t rows, double total, double* ref, T* w,
+                     void* stream);
+
 }  // namespace kantor::cuda

@@ -117,8 +117,10 @@ class CudaOracle final : public OracleBase<T> {
   using Base::n_;
 
  public:
+  /// raw: the problem itself when prep is scalars only (prepare_problem_scalars): the copies are
+  /// built on the device from one upload of each of its views.
   CudaOracle(const Context& ctx, const PreparedProblem<T>& prep, Precision precision,
-             KernelChoice kernel)
+             KernelChoice kernel, const Problem<T>* raw = nullptr)
       : Base(prep, precision, BlockShape{cuda::kBlockRows, cuda::kBlockKeys}),
         ctx_(ctx),
         kernel_(kernel),
@@ -135,14 +137,76 @@ class CudaOracle final : public OracleBase<T> {
     center_ = prep.center;
     // One view for both clouds (a self-problem): the y-side copies are the x side's (ys() etc.).
     same_ = prep.same_clouds;
-    // The certificate's data: the caller's coordinates (uncentred, unrounded) and weights, double.
-    x_ref_ = upload(prep.x_ref);
-    if (!same_) y_ref_ = upload(prep.y_ref);  // empty when same_ (PreparedProblem)
-    a_ref_ = upload(prep.a_ref);
-    b_ref_ = upload(prep.b_ref);
+    // The centred clouds, on the device: every copy below is built from them
+    // (lib/cuda/operands.hpp; bf16 rounding and packing stay on the host).
+    Buffer<T> x_dense, y_dense;
+    if (prep.scalars_only) {
+      // From one upload of each of the caller's views: the centred clouds, the certificate's
+      // coordinates and the weights (and their logs) in both precisions, as prepare_problem_data
+      // computes them on the host (operand_centre, operand_weights).
+      if (!raw) throw InvalidArgument("CudaOracle: a scalars-only preparation needs the problem");
+      const SqEuclidean<T>& pf = raw->features();
+      const Buffer<double> center = upload(prep.center);
+      auto cloud = [&](const MatrixView<const T>& v, const MatrixView<const double>& ref,
+                       Buffer<T>* centred, Buffer<double>* exact) {
+        const Buffer<T> given = upload_rows(v);
+        *centred = Buffer<T>(ctx_, v.rows * d_);
+        if (ref.data) *exact = upload_rows(ref);
+        else *exact = Buffer<double>(ctx_, v.rows * d_);
+        // `given` is freed on return, in stream order after the kernel (or by a cudaFree that
+        // waits for the device).
+        cuda::operand_centre<T>(given.data(), v.rows, int(d_), center.data(), centred->data(),
+                                ref.data ? nullptr : exact->data(), stream_);
+      };
+      cloud(pf.x, raw->reference_x, &x_dense, &x_ref_);
+      if (!same_) cloud(pf.y, raw->reference_y, &y_dense, &y_ref_);
+      auto weights = [&](const VectorView<const T>& v, std::int64_t rows, double total,
+                         Buffer<double>* ref, Buffer<T>* w, Buffer<T>* logw) {
+        const Buffer<T> given = v.data ? upload_rows(MatrixView<const T>{v.data, rows, 1, 1,
+                                                                         MemorySpace::kHost})
+                                       : Buffer<T>();
+        *ref = Buffer<double>(ctx_, rows);
+        *w = Buffer<T>(ctx_, rows);
+        cuda::operand_weights<T>(v.data ? given.data() : nullptr, rows, total, ref->data(),
+                                 w->data(), stream_);
+        // The logs on the host, with the host's std::log (the copies stay the host path's bit
+        // for bit): one value for uniform weights, else one parallel pass.
+        if (!v.data) {
+          *logw = Buffer<T>(ctx_, rows);
+          ops_.fill(MatrixView<T>{logw->data(), rows, 1, 1, MemorySpace::kDevice},
+                    std::log(T(1.0 / double(rows))));
+          return;
+        }
+        detail::UninitVector<T> l(static_cast<std::size_t>(rows));
+        detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
+          for (std::int64_t i = b; i < e; ++i) {
+            const T wi = T(double(v[i]) / total);
+            l[std::size_t(i)] = wi > 0 ? std::log(wi) : -std::numeric_limits<T>::infinity();
+          }
+        });
+        *logw = upload(l);
+      };
+      weights(raw->a, n_, prep.weight_total_a, &a_ref_, &a_, &la_);
+      weights(raw->b, m_, prep.weight_total_b, &b_ref_, &b_, &lb_);
+      mass_ref_[0] = prep.mass_a;  // the same values' chunked sums
+      mass_ref_[1] = prep.mass_b;
+    } else {
+      // The certificate's data: the caller's coordinates (uncentred, unrounded) and weights,
+      // double.
+      x_ref_ = upload(prep.x_ref);
+      if (!same_) y_ref_ = upload(prep.y_ref);  // empty when same_ (PreparedProblem)
+      a_ref_ = upload(prep.a_ref);
+      b_ref_ = upload(prep.b_ref);
+      for (int s = 0; s < 2; ++s)
+        for (const double w : s == 0 ? prep.a_ref : prep.b_ref) mass_ref_[s] += w;
+      x_dense = upload(prep.x);
+      if (!same_) y_dense = upload(prep.y);
+      a_ = upload(prep.a);
+      b_ = upload(prep.b);
+      la_ = upload(prep.la);
+      lb_ = upload(prep.lb);
+    }
     cert_out_ = Buffer<double>(ctx_, 2 * cuda::kCertifyOutputs);
-    for (int s = 0; s < 2; ++s)
-      for (const double w : s == 0 ? prep.a_ref : prep.b_ref) mass_ref_[s] += w;
     if (prep.classes > 0) {
       // Labels, and the pair table c_w W per side (the g side reads W^T) in double (the
       // certificate), in the exact kernels' u units (/ c) and in the shifted form's (/ 2c).
@@ -175,10 +239,6 @@ class CudaOracle final : public OracleBase<T> {
                          : tensor_ == LseKernel::kBf16 ? Rounding::kBf16
                                                        : Rounding::kNone;
     ld_simt_ = cuda::simt_padded_dim(int(d_));
-    // The centred clouds, uploaded once; every copy below is built from them on the device
-    // (lib/cuda/operands.hpp; bf16 rounding and packing stay on the host).
-    const Buffer<T> x_dense = upload(prep.x);
-    const Buffer<T> y_dense = same_ ? Buffer<T>() : upload(prep.y);
     const T* xd = x_dense.data();
     const T* yd = same_ ? xd : y_dense.data();
     auto build = [&](const T* src, const detail::UninitVector<T>& host, std::int64_t rows, int ld,
@@ -203,10 +263,6 @@ class CudaOracle final : public OracleBase<T> {
       xs_values_ = build(xd, prep.x, n_, ld_simt_, Rounding::kNone);
       if (!same_) ys_values_ = build(yd, prep.y, m_, ld_simt_, Rounding::kNone);
     }
-    a_ = upload(prep.a);
-    b_ = upload(prep.b);
-    la_ = upload(prep.la);
-    lb_ = upload(prep.lb);
     const bool tensor_copies = !cuda::exact_layout(dense_.family);
     if (dense_.family == LseFamily::kGemmFp64) {
       // Float64 score blocks: double copies of the centred float data (exact conversions), c|x|^2
@@ -884,6 +940,22 @@ class CudaOracle final : public OracleBase<T> {
                        sizeof(U) * h.size());
     return buf;
   }
+  /// A host view's rows x cols values as one contiguous device array: one copy from the caller's
+  /// memory when its rows are contiguous, else packed on the host first.
+  template <class U>
+  Buffer<U> upload_rows(const MatrixView<const U>& v) {
+    const std::int64_t count = v.rows * v.cols;
+    if (v.stride == v.cols || v.rows <= 1) {
+      Buffer<U> buf(ctx_, count);
+      detail::copy_bytes(ctx_, buf.data(), MemorySpace::kDevice, v.data, MemorySpace::kHost,
+                         sizeof(U) * std::size_t(count));
+      return buf;
+    }
+    std::vector<U> packed(static_cast<std::size_t>(count));
+    for (std::int64_t i = 0; i < v.rows; ++i)
+      for (std::int64_t k = 0; k < v.cols; ++k) packed[std::size_t(i * v.cols + k)] = v(i, k);
+    return upload(packed);
+  }
   /// src (rows x d) as rows x ld bf16-rounded values (zero padding); the other roundings are
   /// built on the device (lib/cuda/operands.hpp).
   static std::vector<T> bf16_padded(const detail::UninitVector<T>& src, std::int64_t rows, int ld) {
@@ -1118,6 +1190,13 @@ std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>
     throw InvalidArgument("precision tf32 needs float data");
   if (precision == Precision::kBf16 && !std::is_same<T, float>::value)
     throw InvalidArgument("precision bf16 needs float data");
+  // A host problem with a squared-Euclidean cost: its copies are built on the device from one
+  // upload of each view (prepare_problem_scalars; at 2^20 points a side 32 MB uploaded instead of
+  // 104 MB of host-made copies). Labels and bf16 (rounded on the host) take the host path, as do
+  // device views (downloaded once for validation there).
+  if (scalars_preparable(problem) && precision != Precision::kBf16)
+    return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_scalars(problem), precision,
+                                           kernel, &problem);
   return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_data(problem), precision, kernel);
 }
 

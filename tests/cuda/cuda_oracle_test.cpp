@@ -13,6 +13,8 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kantor/buffer.hpp"
@@ -731,6 +733,83 @@ TEST(CudaSinkhorn, DeviceResidentProblemMatchesHost) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("problem.y"), std::string::npos) << e.what();
   }
+}
+
+// Host problems are built on the device from one upload of each view (prepare_problem_scalars,
+// lib/cuda/operands.hpp), device problems through the host's copies (prepare_problem_data): the
+// same problem either way must solve to the same bits, for every kind the first path takes
+// (uniform and masked weights, unbalanced weights as given, a reference for the certificate, one
+// cloud as both sides; float and double; fp32, tf32 and fp64).
+template <class T>
+void check_device_built_like_host(Precision precision) {
+  const Case c{130, 90, 3, 0.3, 0.0, true};
+  const HostData h = make_data(c, 777);
+  Cast<T> ht = cast<T>(h, c);
+  std::vector<double> rx(h.x), ry(h.y);
+  for (auto& v : rx) v += 1e-9;  // a reference that differs from the engine's coordinates
+  for (auto& v : ry) v -= 1e-9;
+  Context gpu({Backend::kCuda});
+  auto up = [&](const auto& v) {
+    using U = typename std::decay_t<decltype(v)>::value_type;
+    Buffer<U> b(gpu, std::int64_t(v.size()), MemorySpace::kDevice);
+    copy(gpu, host_vector<const U>(v.data(), std::int64_t(v.size())), b.view());
+    return b;
+  };
+  const Buffer<T> dx = up(ht.x), dy = up(ht.y), da = up(ht.a), db = up(ht.b);
+  const Buffer<double> drx = up(rx), dry = up(ry);
+  gpu.synchronize();
+  auto on_device = [&](Problem<T> p) {
+    SqEuclidean<T>& f = p.features();
+    const bool self = f.x.data == f.y.data;
+    f.x = {dx.data(), c.n, c.d, c.d, MemorySpace::kDevice};
+    f.y = self ? f.x : MatrixView<const T>{dy.data(), c.m, c.d, c.d, MemorySpace::kDevice};
+    if (p.a.data) p.a = {da.data(), c.n, MemorySpace::kDevice};
+    if (p.b.data) p.b = {db.data(), c.m, MemorySpace::kDevice};
+    if (p.reference_x.data) p.reference_x = {drx.data(), c.n, c.d, c.d, MemorySpace::kDevice};
+    if (p.reference_y.data) p.reference_y = {dry.data(), c.m, c.d, c.d, MemorySpace::kDevice};
+    return p;
+  };
+  std::vector<std::pair<std::string, Problem<T>>> kinds;
+  kinds.emplace_back("masked weights", ht.problem);
+  Problem<T> u = ht.problem;
+  u.a = {};
+  u.b = {};
+  kinds.emplace_back("uniform weights", u);
+  Problem<T> ub = ht.problem;
+  ub.rho_a = 0.7;
+  ub.rho_b = 1.5;
+  kinds.emplace_back("unbalanced", ub);
+  Problem<T> r = ht.problem;
+  r.reference_x = host_matrix<const double>(rx.data(), c.n, c.d);
+  r.reference_y = host_matrix<const double>(ry.data(), c.m, c.d);
+  kinds.emplace_back("reference", r);
+  Problem<T> self = u;
+  self.features().y = self.features().x;
+  kinds.emplace_back("one cloud", self);
+  SinkhornOptions o;
+  o.max_iterations = 25;
+  o.tolerance = 1e-300;
+  o.precision = precision;
+  for (const auto& [what, hp] : kinds) {
+    SCOPED_TRACE(what + " " + to_string(precision));
+    Potentials<T> ph, pd;
+    const SinkhornSummary sh = solve_sinkhorn(gpu, hp, o, &ph);
+    const SinkhornSummary sd = solve_sinkhorn(gpu, on_device(hp), o, &pd);
+    EXPECT_EQ(sh.iterations, sd.iterations);
+    EXPECT_EQ(sh.dual_cost, sd.dual_cost);
+    EXPECT_EQ(sh.primal_cost, sd.primal_cost);
+    EXPECT_EQ(sh.marginal_error, sd.marginal_error);
+    EXPECT_TRUE(std::isfinite(sh.dual_cost));
+    EXPECT_EQ(host_copy(gpu, ph.f), host_copy(gpu, pd.f));
+    EXPECT_EQ(host_copy(gpu, ph.g), host_copy(gpu, pd.g));
+  }
+}
+
+TEST(CudaSinkhorn, HostProblemsBuiltOnTheDeviceMatchTheHostPath) {
+  SKIP_WITHOUT_GPU();
+  check_device_built_like_host<float>(Precision::kFp32);
+  check_device_built_like_host<float>(Precision::kTf32);
+  check_device_built_like_host<double>(Precision::kFp64);
 }
 
 // bf16 against the unrounded inputs: bound tol_potentials(kBf16) = 2^-8 of the RMS cost (the
