@@ -211,8 +211,9 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("max-density", po::value(&o.max_density),
      "multiscale: densest kept fraction still run on block lists (default: the library's)")
     ("points-stage", po::value(&o.points_stage),
-     "multiscale: evaluate the screen's kept atom pairs on their points: auto (the CPU engine) | "
-     "on | off | engine (on, inside the engine's descent; not yet run on a GPU) (default auto)")
+     "multiscale: evaluate the screen's kept atom pairs on their points: auto (engine on CUDA, "
+     "on on the CPU) | on (over the host's pair lists) | off | engine (inside the engine's "
+     "descent) (default auto)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("kernel", po::value(&o.kernel),

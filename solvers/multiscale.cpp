@@ -495,19 +495,19 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // keeps 1.3-1.7x the exact tile-level pairs at 2^17 to 2^20 points): about one pass over the
     // kept pairs without exponentials, and a fifth to a third of every later pass and of the
     // certificate saved. The potentials are those of the mask (fb, gb are copies of f, g now).
-    // By default on the CPU engine only: on the CUDA engine the host's stage over
-    // atom_pair_maxima costs more than it saves (H100, sixteenth session: 2^20 points 1.30 s
-    // with it against 0.65-0.71 s without; its screen 0.8 s against 0.06 s; docs/multiscale.md).
+    // By default on every engine: on the CUDA engine inside its descent (PointsStage::kEngine;
+    // H100, seventeenth session: 2^20 points 0.464-0.469 s warm against 0.485-0.493 s without
+    // the stage, 2^17 0.057-0.060 s against 0.065-0.070 s), on the CPU engine over
+    // atom_pair_maxima on the host's lists (kOn; the host's stage over the CUDA engine's
+    // atom_pair_maxima costs more than it saves: 1.08-1.12 s at 2^20; docs/multiscale.md).
     const AtomPairMaxima maxima = [&](const std::vector<std::int32_t>& pairs, double stop_at,
                                       std::vector<double>* out) {
       oracle->atom_pair_maxima(f.data(), g.data(), shape.key_tile, pairs, stop_at, out);
     };
-    const bool points = mo.points_stage == PointsStage::kOn ||
-                        mo.points_stage == PointsStage::kEngine ||
-                        (mo.points_stage == PointsStage::kAuto && ctx.backend() == Backend::kCpu);
-    // Inside the engine's descent only when asked (PointsStage::kEngine): that kernel has not
-    // run on a GPU yet (CudaMultiscale.TheEnginePointsStageDropsTheHostsPairs is its test).
-    const bool engine_points = mo.points_stage == PointsStage::kEngine;
+    const bool points = mo.points_stage != PointsStage::kOff;
+    const bool engine_points = mo.points_stage == PointsStage::kEngine ||
+                               (mo.points_stage == PointsStage::kAuto &&
+                                ctx.backend() == Backend::kCuda);
     const AtomPairMaxima* on_points = points ? &maxima : nullptr;
     // A trial screen dropping more than this is rejected (the screen stops early when its box
     // stage alone drops more).

@@ -64,12 +64,11 @@ SolverKind parse_solver_kind(const std::string& s, const std::string& what = "so
 /// Whether the multiscale screen evaluates its kept atom pairs on their points
 /// (MultiscaleOptions::points_stage; docs/multiscale.md, step 4).
 enum class PointsStage {
-  kAuto,  ///< on the CPU engine; off on the CUDA engine (slower there: docs/multiscale.md)
+  kAuto,  ///< kEngine on the CUDA engine, kOn on the CPU engine
   kOn,    ///< on either engine, over the engine's atom_pair_maxima on the host's pair lists
   kOff,   ///< never: the box bound alone
   /// On, inside the engine's screen descent where it has one (the CUDA engine: a warp per kept
-  /// atom pair on the device; elsewhere as kOn). Opt-in: written in the sixteenth session and
-  /// not yet run on a GPU (docs/multiscale.md, "Points stage").
+  /// atom pair on the device; elsewhere as kOn).
   kEngine,
 };
 

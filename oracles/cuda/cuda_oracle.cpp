@@ -188,8 +188,6 @@ class CudaOracle final : public OracleBase<T> {
       };
       weights(raw->a, n_, prep.weight_total_a, &a_ref_, &a_, &la_);
       weights(raw->b, m_, prep.weight_total_b, &b_ref_, &b_, &lb_);
-      mass_ref_[0] = prep.mass_a;  // the same values' chunked sums
-      mass_ref_[1] = prep.mass_b;
     } else {
       // The certificate's data: the caller's coordinates (uncentred, unrounded) and weights,
       // double.
@@ -197,8 +195,6 @@ class CudaOracle final : public OracleBase<T> {
       if (!same_) y_ref_ = upload(prep.y_ref);  // empty when same_ (PreparedProblem)
       a_ref_ = upload(prep.a_ref);
       b_ref_ = upload(prep.b_ref);
-      for (int s = 0; s < 2; ++s)
-        for (const double w : s == 0 ? prep.a_ref : prep.b_ref) mass_ref_[s] += w;
       x_dense = upload(prep.x);
       if (!same_) y_dense = upload(prep.y);
       a_ = upload(prep.a);
@@ -207,6 +203,10 @@ class CudaOracle final : public OracleBase<T> {
       lb_ = upload(prep.lb);
     }
     cert_out_ = Buffer<double>(ctx_, 2 * cuda::kCertifyOutputs);
+    // The weights' totals in double (prepare_problem_data's chunked sums, the same on both
+    // paths).
+    mass_ref_[0] = prep.mass_a;
+    mass_ref_[1] = prep.mass_b;
     if (prep.classes > 0) {
       // Labels, and the pair table c_w W per side (the g side reads W^T) in double (the
       // certificate), in the exact kernels' u units (/ c) and in the shifted form's (/ 2c).
@@ -1165,7 +1165,7 @@ class CudaOracle final : public OracleBase<T> {
   Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data
   std::unique_ptr<cuda::CertifyGemm> cert_gemm_;  // d >= kCertifyGemmMinDim, built on first use
   bool same_ = false;  // one view for both clouds: the y-side copies are the x side's
-  double mass_ref_[2] = {0, 0};  // the sums of a_ref_ and b_ref_ (the fp32 bound's m_b)
+  double mass_ref_[2] = {0, 0};  // the sums of a_ref_ and b_ref_ (the certificates' m_b)
   int ld_simt_ = 0, ld_upd_ = 0;
   int class_splits_f_ = 0, class_splits_g_ = 0, class_splits_sym_ = 0;
   int splits_f_ = 1, splits_g_ = 1, splits_sym_ = 1;
