@@ -1,6 +1,10 @@
-// CUDA point-cloud oracle. Setup (once): prepare_problem_data on the host (validation, centring,
-// normalized weights, labels), then one upload of each centred cloud, from which the device builds
-// the kernels' copies (lib/cuda/operands.hpp: zero-padded, TF32-rounded, 3xTF32 splits, float64,
+// CUDA point-cloud oracle. Setup (once): a host problem with a squared-Euclidean cost (not bf16)
+// is validated and measured on the host (prepare_problem_scalars: bounds, centre, weight totals)
+// and each of its views uploaded once as given; the device centres the clouds and forms the
+// certificate's float64 copies and the weights (operand_centre, operand_weights: the host's
+// arithmetic, bit for bit). Other problems (labels, bf16, device views) take prepare_problem_data
+// on the host (validation, centring, normalized weights, labels) and one upload of each centred
+// cloud. From the centred clouds the device builds the kernels' copies (lib/cuda/operands.hpp: zero-padded, TF32-rounded, 3xTF32 splits, float64,
 // row norms; bf16 rounding stays on the host); one cloud given as both sides (a self-problem) is
 // stored once. Then log weights, the label pair tables in each kernel's units, and a workspace
 // sized for the largest split-K pass. The kernel
