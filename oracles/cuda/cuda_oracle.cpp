@@ -4,10 +4,10 @@
 // certificate's float64 copies and the weights (operand_centre, operand_weights: the host's
 // arithmetic, bit for bit). Other problems (labels, bf16, device views) take prepare_problem_data
 // on the host (validation, centring, normalized weights, labels) and one upload of each centred
-// cloud. From the centred clouds the device builds the kernels' copies (lib/cuda/operands.hpp: zero-padded, TF32-rounded, 3xTF32 splits, float64,
-// row norms; bf16 rounding stays on the host); one cloud given as both sides (a self-problem) is
-// stored once. Then log weights, the label pair tables in each kernel's units, and a workspace
-// sized for the largest split-K pass. The kernel
+// cloud. From the centred clouds the device builds the kernels' copies (lib/cuda/operands.hpp:
+// zero-padded, TF32-rounded, 3xTF32 splits, float64, row norms; bf16 rounding stays on the
+// host); one cloud given as both sides (a self-problem) is stored once. Then the label pair
+// tables in each kernel's units, and a workspace sized for the largest split-K pass. The kernel
 // family of the updates comes from the dispatch table (lib/cuda/dispatch.cpp). Passes:
 // lib/cuda/lse_params.hpp (conventions and policies), docs/cuda-engine.md (design); the vector
 // kernels of ops(): lib/cuda/vector_ops.hpp. Nothing here synchronizes; scalars are written as
@@ -146,8 +146,8 @@ class CudaOracle final : public OracleBase<T> {
     Buffer<T> x_dense, y_dense;
     if (prep.scalars_only) {
       // From one upload of each of the caller's views: the centred clouds, the certificate's
-      // coordinates and the weights (and their logs) in both precisions, as prepare_problem_data
-      // computes them on the host (operand_centre, operand_weights).
+      // coordinates and the weights in both precisions, as prepare_problem_data computes them
+      // on the host (operand_centre, operand_weights); the log weights on the host.
       if (!raw) throw InvalidArgument("CudaOracle: a scalars-only preparation needs the problem");
       const SqEuclidean<T>& pf = raw->features();
       const Buffer<double> center = upload(prep.center);
@@ -155,8 +155,7 @@ class CudaOracle final : public OracleBase<T> {
                        Buffer<T>* centred, Buffer<double>* exact) {
         const Buffer<T> given = upload_rows(v);
         *centred = Buffer<T>(ctx_, v.rows * d_);
-        if (ref.data) *exact = upload_rows(ref);
-        else *exact = Buffer<double>(ctx_, v.rows * d_);
+        *exact = ref.data ? upload_rows(ref) : Buffer<double>(ctx_, v.rows * d_);
         // `given` is freed on return, in stream order after the kernel (or by a cudaFree that
         // waits for the device).
         cuda::operand_centre<T>(given.data(), v.rows, int(d_), center.data(), centred->data(),
