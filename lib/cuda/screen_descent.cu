@@ -193,15 +193,23 @@ struct RefinePass {
 
 /// One block per block pair (grid-stride), its set bits dealt to the warps in turn; a warp takes
 /// its atom pair's rows 32 at a time (a lane a row) against every key, each pair by maxima_pair
-/// (lib/cuda/pair_maxima.cuh: the atom_pair_maxima kernel's arithmetic, the same maximum), and leaves as soon as the running maximum plus its
-/// allowance reaches keep_at (kept whatever the rest holds; checked every 8 keys). A pair
-/// evaluated to its end and still below keep_at is dropped.
+/// (lib/cuda/pair_maxima.cuh: the atom_pair_maxima kernel's arithmetic, the same maximum), and
+/// leaves as soon as the running maximum plus its allowance reaches keep_at (kept whatever the
+/// rest holds; checked every 8 keys). A pair evaluated to its end and still below keep_at is
+/// dropped. For d <= 3 and atoms of at most kStageKeys keys the warp first stages its atom's keys
+/// (coordinates and g; NaN for a key of zero weight, and f = NaN for a row of zero weight: fmax
+/// ignores a NaN operand, so such pairs leave best and mag as the skipped pairs did) in shared
+/// memory, read by broadcast in the pair loop (was: three global loads per key and lane); the
+/// launcher takes D = 0 (any d, keys read from global memory) for larger atoms.
+constexpr int kStageKeys = 64;
+
 template <int D, class T>
 __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T> p) {
   __shared__ double s_term[64];
   __shared__ unsigned long long s_clear;
+  constexpr int kW = D > 0 ? D + 1 : 1;  // a staged key: its D coordinates, then g
+  __shared__ double s_keys[kRefineWarps][D > 0 ? kStageKeys : 1][kW];
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const int d = D > 0 ? D : p.d;
   for (std::int64_t k = blockIdx.x; k < p.count; k += gridDim.x) {
     const std::uint64_t mask = p.masks[k];
     if (threadIdx.x == 0) s_clear = 0;
@@ -217,24 +225,46 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
       const std::int64_t i1 = min(p.n, i0 + p.atom), j1 = min(p.m, j0 + p.atom);
       double best = -HUGE_VAL, mag = 0;
       bool kept = false;
-      for (std::int64_t ib = i0; ib < i1 && !kept; ib += 32) {
-        const std::int64_t i = ib + lane;
-        const bool row = i < i1 && p.a[i] > 0;
-        double xi[D > 0 ? D : 1] = {};
-        double fi = 0;
-        if (row) {
-          fi = double(p.f[i]);
-          if (D > 0)
-            for (int e = 0; e < D; ++e) xi[e] = p.x[i * D + e];
+      if constexpr (D > 0) {
+        __syncwarp();  // the warp's previous atom pair is read
+        for (std::int64_t j = j0 + lane; j < j1; j += 32) {
+          double* sk = s_keys[warp][j - j0];
+          for (int e = 0; e < D; ++e) sk[e] = p.y[j * D + e];
+          sk[D] = p.b[j] > 0 ? double(p.g[j]) : __longlong_as_double(0x7ff8000000000000ll);
         }
-        for (std::int64_t j = j0; j < j1; ++j) {
-          if (p.b[j] > 0 && row)
-            maxima_pair<D>(D > 0 ? xi : p.x + i * d, p.y + j * d, d, fi, double(p.g[j]), p.cs,
-                           &best, &mag);
-          if (((j - j0) & 7) == 7 &&
-              __any_sync(0xffffffffu, best + maxima_allowance(mag) >= p.keep_at)) {
-            kept = true;
-            break;
+        __syncwarp();
+        const int nk = int(j1 - j0);
+        for (std::int64_t ib = i0; ib < i1 && !kept; ib += 32) {
+          const std::int64_t i = ib + lane;
+          const bool row = i < i1 && p.a[i] > 0;
+          double xi[D] = {};
+          const double fi = row ? double(p.f[i]) : __longlong_as_double(0x7ff8000000000000ll);
+          if (row)
+            for (int e = 0; e < D; ++e) xi[e] = p.x[i * D + e];
+          for (int jj = 0; jj < nk; ++jj) {
+            const double* sk = s_keys[warp][jj];
+            maxima_pair<D>(xi, sk, D, fi, sk[D], p.cs, &best, &mag);
+            if ((jj & 7) == 7 &&
+                __any_sync(0xffffffffu, best + maxima_allowance(mag) >= p.keep_at)) {
+              kept = true;
+              break;
+            }
+          }
+        }
+      } else {
+        for (std::int64_t ib = i0; ib < i1 && !kept; ib += 32) {
+          const std::int64_t i = ib + lane;
+          const bool row = i < i1 && p.a[i] > 0;
+          const double fi = row ? double(p.f[i]) : 0.0;
+          for (std::int64_t j = j0; j < j1; ++j) {
+            if (p.b[j] > 0 && row)
+              maxima_pair<0>(p.x + i * p.d, p.y + j * p.d, p.d, fi, double(p.g[j]), p.cs, &best,
+                             &mag);
+            if (((j - j0) & 7) == 7 &&
+                __any_sync(0xffffffffu, best + maxima_allowance(mag) >= p.keep_at)) {
+              kept = true;
+              break;
+            }
           }
         }
       }
@@ -521,7 +551,7 @@ void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stre
       refine_kernel<decltype(D)::value, T><<<blocks, kRefineWarps * 32, 0, st>>>(r);
       KANTOR_CUDA_CHECK_LAUNCH();
     };
-    by_dim(in.d, [&](auto D) {
+    by_dim(q.atom <= kStageKeys ? in.d : 0, [&](auto D) {
       if (q.f32)
         launch(D, q.f32, q.g32);
       else

@@ -737,7 +737,8 @@ TEST(CudaSinkhorn, DeviceResidentProblemMatchesHost) {
 
 // Host problems are built on the device from one upload of each view (prepare_problem_scalars,
 // lib/cuda/operands.hpp), device problems through the host's copies (prepare_problem_data): the
-// same problem either way must solve to the same bits, for every kind the first path takes
+// same problem either way must solve to the same bits (the certificate to its atomics' order),
+// for every kind the first path takes
 // (uniform and masked weights, unbalanced weights as given, a reference for the certificate, one
 // cloud as both sides; float and double; fp32, tf32 and fp64).
 template <class T>
@@ -798,7 +799,9 @@ void check_device_built_like_host(Precision precision) {
     EXPECT_EQ(sh.iterations, sd.iterations);
     EXPECT_EQ(sh.dual_cost, sd.dual_cost);
     EXPECT_EQ(sh.primal_cost, sd.primal_cost);
-    EXPECT_EQ(sh.marginal_error, sd.marginal_error);
+    // The certificate's sums end in double atomics (lib/cuda/certify.cu): their order, and so
+    // the last bits, vary from run to run; everything else is bitwise.
+    EXPECT_NEAR(sh.marginal_error, sd.marginal_error, 1e-12 * sh.marginal_error);
     EXPECT_TRUE(std::isfinite(sh.dual_cost));
     EXPECT_EQ(host_copy(gpu, ph.f), host_copy(gpu, pd.f));
     EXPECT_EQ(host_copy(gpu, ph.g), host_copy(gpu, pd.g));
