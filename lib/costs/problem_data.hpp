@@ -43,8 +43,9 @@ struct PreparedProblem {
   bool same_clouds = false;
   // prepare_problem_scalars: the scalars above only (n, m, d, center, diameter, cost_scale, rho,
   // masses, max_sq_norm, max_cost, same_clouds); no copies. The engine builds its copies from the
-  // caller's views: x_ref = double(x), x = T(x_ref - center), a_ref = double(a) / weight_total_a
-  // (1 / n for an empty view), a = T(a_ref), la = log(a) (-inf for 0); the same for y and b.
+  // caller's views: x = T(double(x) - center), x_ref = the reference when given, else double(x),
+  // a_ref = double(a) / weight_total_a (1 / n for an empty view), a = T(a_ref), la = log(a)
+  // (-inf for 0); the same for y and b.
   bool scalars_only = false;
   double weight_total_a = 1, weight_total_b = 1;
   const detail::UninitVector<T>& y_cloud() const { return same_clouds ? x : y; }
