@@ -52,7 +52,7 @@ detail::UninitVector<double> exact_weights(const VectorView<const T>& w, std::in
   const double total = weight_total(w, count, as_given);
   for_chunks(count, [&](int, std::int64_t b, std::int64_t end) {
     for (std::int64_t i = b; i < end; ++i)
-      e[std::size_t(i)] = w.data == nullptr ? 1.0 / double(count) : double(w[i]) / total;
+      e[std::size_t(i)] = exact_weight(w, i, count, total);
   });
   return e;
 }
@@ -133,9 +133,7 @@ double max_centred_sq_norm(const MatrixView<const T>& v, const std::vector<doubl
 /// sum_i of exact_weights' values (the same chunked sum, the values computed on the fly).
 template <class T>
 double weight_mass(const VectorView<const T>& w, std::int64_t count, double total) {
-  return chunked_sum(count, [&](std::int64_t i) {
-    return w.data == nullptr ? 1.0 / double(count) : double(w[i]) / total;
-  });
+  return chunked_sum(count, [&](std::int64_t i) { return exact_weight(w, i, count, total); });
 }
 
 /// Host copy of a device matrix view (its rows x stride block, stride kept).
@@ -233,15 +231,13 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
   auto logs = [](const detail::UninitVector<T>& w, bool uniform) {
     detail::UninitVector<T> l(w.size());
     // Uniform weights (an empty view): every entry is the same value, and so is its log.
-    const T same = uniform && !w.empty() ? std::log(w[0]) : T(0);
+    const T same = uniform && !w.empty() ? log_weight(w[0]) : T(0);
     for_chunks(std::int64_t(w.size()), [&](int, std::int64_t b, std::int64_t e) {
       if (uniform) {
         std::fill(l.begin() + b, l.begin() + e, same);
         return;
       }
-      for (std::int64_t i = b; i < e; ++i)
-        l[std::size_t(i)] = w[std::size_t(i)] > 0 ? std::log(w[std::size_t(i)])
-                                                  : -std::numeric_limits<T>::infinity();
+      for (std::int64_t i = b; i < e; ++i) l[std::size_t(i)] = log_weight(w[std::size_t(i)]);
     });
     return l;
   };

@@ -5,7 +5,9 @@
 // labels and of the scaled table c_w W (double).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "kantor/problem.hpp"
@@ -64,6 +66,21 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem);
 /// (InvalidArgument otherwise).
 template <class T>
 PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem);
+
+/// prepare_problem_data's normalized weight of point i (a_ref_i): 1 / count for an empty view,
+/// else double(w_i) / total (total: the weights' sum, or 1 for weights as given).
+template <class T>
+double exact_weight(const VectorView<const T>& w, std::int64_t i, std::int64_t count,
+                    double total) {
+  return w.data == nullptr ? 1.0 / double(count) : double(w[i]) / total;
+}
+
+/// The log of an engine weight, -inf for a zero weight (a masked point: every engine's pass
+/// treats -inf as a masked key, never as a NaN source).
+template <class T>
+T log_weight(T w) {
+  return w > 0 ? std::log(w) : -std::numeric_limits<T>::infinity();
+}
 
 /// Whether prepare_problem_scalars takes the problem: every view in host memory, a
 /// squared-Euclidean cost.

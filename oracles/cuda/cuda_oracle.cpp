@@ -177,15 +177,13 @@ class CudaOracle final : public OracleBase<T> {
         if (!v.data) {
           *logw = Buffer<T>(ctx_, rows);
           ops_.fill(MatrixView<T>{logw->data(), rows, 1, 1, MemorySpace::kDevice},
-                    std::log(T(1.0 / double(rows))));
+                    log_weight(T(exact_weight(v, 0, rows, total))));
           return;
         }
         detail::UninitVector<T> l(static_cast<std::size_t>(rows));
         detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
-          for (std::int64_t i = b; i < e; ++i) {
-            const T wi = T(double(v[i]) / total);
-            l[std::size_t(i)] = wi > 0 ? std::log(wi) : -std::numeric_limits<T>::infinity();
-          }
+          for (std::int64_t i = b; i < e; ++i)
+            l[std::size_t(i)] = log_weight(T(exact_weight(v, i, rows, total)));
         });
         *logw = upload(l);
       };

@@ -156,6 +156,9 @@ inline void check_fp32_certificate(const Context& ctx, bool small_only = false) 
     EXPECT_LE(std::fabs(c32.computed - ref.error), c32.slack + ref.slack) << what;
     EXPECT_NEAR(c32.plan_mass, c64.plan_mass, 1e-5 * (1 + c64.plan_mass)) << what;
     EXPECT_NEAR(c32.plan_cost, c64.plan_cost, 1e-5 * (1 + std::fabs(c64.plan_cost))) << what;
+    EXPECT_NEAR(c32.plan_potentials, c64.plan_potentials,
+                1e-5 * (1 + std::fabs(c64.plan_potentials)))
+        << what;
     // Tight where the row blocks are compact (sorted points): near tiles have S ~ 0.3, so
     // a_t ~ u 8.3 * 0.3 / 0.01 ~ 1.5e-5 per side.
     if (sh.tight) {
