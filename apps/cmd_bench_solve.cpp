@@ -78,6 +78,8 @@ int run(const Options& o) {
     double seconds;
   };
   std::vector<Phase> phases;
+  // --phases also records the finest level's iterations (residual, certificate) for the JSON.
+  so.record_iterations = o.phases;
   if (o.phases)
     so.multiscale.phase_timer = [&phases](const char* name, std::int64_t n, double seconds) {
       phases.push_back({name, n, seconds});
@@ -172,6 +174,21 @@ int run(const Options& o) {
         << ", \"n\": " << phases[k].n << ", \"seconds\": " << phases[k].seconds << "}";
     a << "]";
     j.add_raw("phases", a.str());
+    // The last run's iteration records: [iteration, engine residual, certified error or null].
+    std::ostringstream r;
+    r.precision(17);
+    r << "[";
+    for (std::size_t k = 0; k < s.records.size(); ++k) {
+      const IterationRecord& ir = s.records[k];
+      r << (k ? ", " : "") << "[" << ir.iteration << ", " << ir.marginal_error << ", ";
+      if (std::isfinite(ir.certified_error))
+        r << ir.certified_error;
+      else
+        r << "null";
+      r << "]";
+    }
+    r << "]";
+    j.add_raw("records", r.str());
     if (!o.json)
       for (const Phase& ph : phases)
         std::fprintf(stderr, "phase %-12s n=%-10lld %9.3f ms\n", ph.name.c_str(),
@@ -223,7 +240,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("verify", po::bool_switch(&o.verify), "multiscale: dense float64 check of the result")
     ("phases", po::bool_switch(&o.phases),
      "multiscale: time each phase of each level in the last run, the device synchronized at "
-     "every boundary (JSON \"phases\"; on stderr without --json)")
+     "every boundary (JSON \"phases\"; on stderr without --json), and record the finest "
+     "level's iterations (JSON \"records\")")
     ("output-mask", po::value(&o.mask_path), "multiscale: draw the last solve's block mask (.svg)")
     ("json", po::bool_switch(&o.json), "print one JSON object");
   // clang-format on

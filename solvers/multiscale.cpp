@@ -285,6 +285,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   std::vector<double> lo, hi, mid(static_cast<std::size_t>(d));
   joint_bounds(xr.data, n, yr.data, m, d, threads, &lo, &hi);
   for (int a = 0; a < d; ++a) mid[std::size_t(a)] = 0.5 * (lo[std::size_t(a)] + hi[std::size_t(a)]);
+  phase.end("copies");
   // A coarse level's points are the cells of its caller, runs of the caller's Morton-sorted
   // points: already in hierarchical order, and kept in it (identity), so that the block lists it
   // returns index the caller's cells. (Sorted again by the cells' centroids, 55-85% of the cells
@@ -306,6 +307,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi,
                  ctx.backend() == Backend::kCuda ? &sorter : nullptr);  // CPU: no second key pass
   }
+  phase.end("sort");
   const std::vector<double> wa = host_weights(ctx, problem.a, n, problem.unbalanced());
   const std::vector<double> wb = host_weights(ctx, problem.b, m, problem.unbalanced());
   // One gather per side in Morton order (its reads are random; one pass reads every array at

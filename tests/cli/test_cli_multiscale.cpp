@@ -81,8 +81,9 @@ TEST_F(CliMultiscaleTest, BenchSolveWritesOneJsonObject) {
   EXPECT_EQ(eng["dual_cost"].num, j["dual_cost"].num);
 }
 
-// --phases: the last run's phase timings as a JSON array, the finest level's in order (order
-// first, results last), adding up to no more than the run; absent without the option.
+// --phases: the last run's phase timings as a JSON array, the finest level's in order (copies
+// first, results last), adding up to no more than the run, and its finest level's iteration
+// records (the last one certified); both absent without the option.
 TEST_F(CliMultiscaleTest, BenchSolvePhasesTimeTheLastRun) {
   const Json j = run_json("bench solve --backend cpu --n 2048 --d 2 --epsilon 0.005 --tolerance "
                           "1e-2 --repeats 2 --phases");
@@ -96,13 +97,21 @@ TEST_F(CliMultiscaleTest, BenchSolvePhasesTimeTheLastRun) {
     sum += p["seconds"].num;
   }
   ASSERT_FALSE(finest.empty());
-  EXPECT_EQ(finest.front(), "order");
+  EXPECT_EQ(finest.front(), "copies");
   EXPECT_EQ(finest.back(), "results");
+  ASSERT_EQ(j["records"].kind, Json::kArray);
+  ASSERT_FALSE(j["records"].items.empty());
+  const Json& last = j["records"].items.back();
+  ASSERT_EQ(last.items.size(), 3u);
+  EXPECT_GT(last.items[1].num, 0.0);                           // the engine's residual
+  EXPECT_EQ(last.items[2].num, j["marginal_error"].num);      // the certificate that ended it
   for (const char* name : {"coarse", "lift", "engine", "screen", "iteration", "certificate"})
     EXPECT_NE(std::find(finest.begin(), finest.end(), name), finest.end()) << name;
   EXPECT_LE(sum, j["warm_s_median"].num * 1.001 + 1e-4);
-  EXPECT_FALSE(run_json("bench solve --backend cpu --n 2048 --d 2 --epsilon 0.005 --tolerance "
-                        "1e-2 --repeats 1").has("phases"));
+  const Json plain = run_json("bench solve --backend cpu --n 2048 --d 2 --epsilon 0.005 "
+                              "--tolerance 1e-2 --repeats 1");
+  EXPECT_FALSE(plain.has("phases"));
+  EXPECT_FALSE(plain.has("records"));
 }
 
 TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {

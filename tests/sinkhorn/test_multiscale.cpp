@@ -869,14 +869,15 @@ TEST(Multiscale, PhaseTimerReportsEveryLevelsPhases) {
   for (const auto& [phase, n] : seen) (n == 4096 ? points : cells).push_back(phase);
   ASSERT_FALSE(points.empty());
   ASSERT_FALSE(cells.empty());  // the 512-cell level (the dense 64 has no phases)
-  const std::vector<std::string> head = {"order", "coarsen", "coarse", "lift setup", "lift",
-                                         "engine", "potentials", "hierarchies", "screen"};
+  const std::vector<std::string> head = {"copies", "sort",       "order",       "coarsen",
+                                         "coarse", "lift setup", "lift",        "engine",
+                                         "potentials", "hierarchies", "screen"};
   ASSERT_GE(points.size(), head.size() + 4);
   EXPECT_EQ(std::vector<std::string>(points.begin(), points.begin() + head.size()), head);
   EXPECT_EQ(points.back(), "results");
   EXPECT_EQ(std::count(points.begin(), points.end(), "iteration"), s.fine_updates / 2);
   EXPECT_GE(std::count(points.begin(), points.end(), "certificate"), 1);
-  EXPECT_EQ(cells.front(), "order");
+  EXPECT_EQ(cells.front(), "copies");
   EXPECT_EQ(cells.back(), "results");
   // The cells' level is reported before the points' "coarse" phase that holds it.
   EXPECT_LT(std::find(seen.begin(), seen.end(), std::make_pair(std::string("results"),
