@@ -187,18 +187,31 @@ struct Moments {
 
 // The least-squares gradient of cell k from its moments (0 when degenerate); any gradient gives
 // a valid bound, because the residual above the model is measured or bounded, not assumed.
-void fit_gradient(const Moments& M, std::int64_t k, int d, double* grad) {
+// kD > 0: fixed-size matrices (no heap allocation per cell: with the dynamic ones the host
+// threads spent their time in malloc); kD = 0: any d.
+template <int kD>
+void fit_gradient_impl(const Moments& M, std::int64_t k, int d, double* grad) {
+  using Mat = Eigen::Matrix<double, kD == 0 ? Eigen::Dynamic : kD, kD == 0 ? Eigen::Dynamic : kD>;
+  using Vec = Eigen::Matrix<double, kD == 0 ? Eigen::Dynamic : kD, 1>;
   for (int a = 0; a < d; ++a) grad[a] = 0;
   if (M.cnt[std::size_t(k)] < 2) return;
-  Eigen::Map<const Eigen::MatrixXd> S(M.scatter.data() + k * d * d, d, d);
-  Eigen::Map<const Eigen::VectorXd> r(M.cross.data() + k * d, d);
-  Eigen::MatrixXd A = S;
+  Mat A = Eigen::Map<const Mat>(M.scatter.data() + k * d * d, d, d);
+  const Eigen::Map<const Vec> r(M.cross.data() + k * d, d);
   const double tr = A.trace();
   if (!(tr > 0)) return;
   A.diagonal().array() += 1e-9 * tr / d;
-  const Eigen::VectorXd g = A.ldlt().solve(r);
+  const Vec g = A.ldlt().solve(r);
   if (g.allFinite())
     for (int a = 0; a < d; ++a) grad[a] = g[a];
+}
+
+void fit_gradient(const Moments& M, std::int64_t k, int d, double* grad) {
+  switch (d) {
+    case 1: return fit_gradient_impl<1>(M, k, d, grad);
+    case 2: return fit_gradient_impl<2>(M, k, d, grad);
+    case 3: return fit_gradient_impl<3>(M, k, d, grad);
+    default: return fit_gradient_impl<0>(M, k, d, grad);
+  }
 }
 
 // Level 0: boxes, moments, models and exact residuals from the points of cell k.
@@ -321,15 +334,18 @@ void merge_cell(const CellLevel& C, const Moments& MC, int d, CellLevel* L, Mome
     }
     const double tot = cnt + n2, wgt = cnt * n2 / tot;
     const double df = MC.fmean[std::size_t(c)] - fmean;
-    std::vector<double> dl(static_cast<std::size_t>(d));
-    for (int a = 0; a < d; ++a) dl[std::size_t(a)] = m2[a] - mean[a];
+    // The mean's shift, on the stack for d <= 8 (a heap vector per merge was most of the level's
+    // time on many threads).
+    double dl_small[8];
+    std::vector<double> dl_big(d > 8 ? std::size_t(d) : 0);
+    double* dl = d > 8 ? dl_big.data() : dl_small;
+    for (int a = 0; a < d; ++a) dl[a] = m2[a] - mean[a];
     for (int a = 0; a < d; ++a) {
-      r[a] += MC.cross[std::size_t(c * d + a)] + wgt * dl[std::size_t(a)] * df;
+      r[a] += MC.cross[std::size_t(c * d + a)] + wgt * dl[a] * df;
       for (int b2 = 0; b2 < d; ++b2)
-        S[a * d + b2] += MC.scatter[std::size_t(c * d * d + a * d + b2)] +
-                         wgt * dl[std::size_t(a)] * dl[std::size_t(b2)];
+        S[a * d + b2] += MC.scatter[std::size_t(c * d * d + a * d + b2)] + wgt * dl[a] * dl[b2];
     }
-    for (int a = 0; a < d; ++a) mean[a] += dl[std::size_t(a)] * n2 / tot;
+    for (int a = 0; a < d; ++a) mean[a] += dl[a] * n2 / tot;
     fmean += df * n2 / tot;
     cnt = tot;
   }
@@ -415,12 +431,15 @@ Hierarchy build_hierarchy(const double* x, const double* w, const double* pot, s
                  : d == 2 ? fit_atom<2>
                  : d == 3 ? fit_atom<3>
                           : fit_atom<0>;
-      detail::parallel_for(L.count, threads,
-                           [&](std::int64_t k) { fit(x, w, pot, n, d, &L, &M, k); });
+      // Ranges of cells per task: one atomic claim per range instead of per cell.
+      detail::parallel_ranges(L.count, threads, 256, [&](std::int64_t kb, std::int64_t ke) {
+        for (std::int64_t k = kb; k < ke; ++k) fit(x, w, pot, n, d, &L, &M, k);
+      });
     } else {
       const CellLevel& C = h.levels.back();
-      detail::parallel_for(L.count, threads,
-                           [&](std::int64_t k) { merge_cell(C, below, d, &L, &M, k); });
+      detail::parallel_ranges(L.count, threads, 512, [&](std::int64_t kb, std::int64_t ke) {
+        for (std::int64_t k = kb; k < ke; ++k) merge_cell(C, below, d, &L, &M, k);
+      });
     }
     pack(&L, d);
     const std::int64_t count = L.count;
