@@ -101,8 +101,11 @@ HostRows<U> host_rows(const Context& ctx, const MatrixView<const U>& v) {
 template <class T>
 std::vector<double> host_weights(const Context& ctx, const VectorView<const T>& w, std::int64_t n,
                                  bool as_given) {
-  std::vector<double> out(std::size_t(n), 1.0);
-  if (w.size > 0) {
+  // Uniform: 1 / n each (the value the general path computes, 1.0 / (a sum of n ones), without
+  // three passes over n doubles).
+  if (w.size == 0) return std::vector<double>(std::size_t(n), 1.0 / double(n));
+  std::vector<double> out(static_cast<std::size_t>(n));
+  {
     const std::vector<T> h = to_host(ctx, w);
     for (std::int64_t i = 0; i < n; ++i) out[std::size_t(i)] = double(h[std::size_t(i)]);
   }
@@ -300,9 +303,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   } else {
     // The keys' sort on the engine where it has one (the CUDA engine's radix sort: the same
     // permutation, without the host's 8 passes over 2^21 pairs at 2^20 points a side).
-    const KeySorter sorter = [&](std::vector<std::uint64_t>* keys,
-                                 std::vector<std::int64_t>* values, int bits) {
-      return detail::device_sort_pairs(ctx, keys, values, bits);
+    const KeySorter sorter = [&](const std::vector<std::uint64_t>& keys, int bits,
+                                 std::vector<std::int64_t>* order) {
+      return detail::device_sort_order(ctx, keys, bits, order);
     };
     morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi,
                  ctx.backend() == Backend::kCuda ? &sorter : nullptr);  // CPU: no second key pass

@@ -105,14 +105,11 @@ void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t
     if (sorter) {
       // The engine's sort (the same stable order of the same keys).
       std::vector<std::uint64_t> k(static_cast<std::size_t>(rows));
-      out->resize(std::size_t(rows));
       detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {
-        for (std::int64_t i = c * kChunk; i < std::min(rows, (c + 1) * kChunk); ++i) {
+        for (std::int64_t i = c * kChunk; i < std::min(rows, (c + 1) * kChunk); ++i)
           k[std::size_t(i)] = key_of(p, i);
-          (*out)[std::size_t(i)] = i;
-        }
       });
-      if ((*sorter)(&k, out, std::max(1, bits * axes))) return;
+      if ((*sorter)(k, std::max(1, bits * axes), out)) return;
     }
     std::vector<std::pair<std::uint64_t, std::int64_t>> keys(static_cast<std::size_t>(rows));
     detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {

@@ -25,10 +25,10 @@ void joint_bounds(const double* x, std::int64_t n, const double* y, std::int64_t
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
                   std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
                   int threads);
-/// Sorts pairs (keys[i], values[i]) by the keys' low `bits` bits, stably, on an engine
-/// (detail::device_sort_pairs); false when it has no sort (nothing changed).
-using KeySorter =
-    std::function<bool(std::vector<std::uint64_t>*, std::vector<std::int64_t>*, int bits)>;
+/// The permutation that sorts keys by their low `bits` bits, stably, on an engine
+/// (detail::device_sort_order); false when it has no sort (nothing changed).
+using KeySorter = std::function<bool(const std::vector<std::uint64_t>& keys, int bits,
+                                     std::vector<std::int64_t>* order)>;
 
 /// The same on a joint bounding box the caller already has (joint_bounds); with `sorter`, the
 /// keys are sorted by it where it can (the same permutation: a stable sort of the same keys).

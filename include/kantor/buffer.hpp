@@ -21,11 +21,12 @@ void fill_bytes(const Context& ctx, void* dst, MemorySpace space, int value, std
 void check_same_size(std::int64_t src, std::int64_t dst);  // throws InvalidArgument
 [[noreturn]] void check_non_negative_size(std::int64_t size);  // throws InvalidArgument
 [[noreturn]] void throw_too_large(std::int64_t size, std::size_t element_bytes);  // OutOfMemory
-/// Sorts the pairs (keys[i], values[i]) by the keys' low `bits` bits (1..64), stably, on the
-/// context's device (CUDA: a radix sort); returns false, changing nothing, on a CPU context (the
-/// caller sorts on the host). Synchronizes.
-bool device_sort_pairs(const Context& ctx, std::vector<std::uint64_t>* keys,
-                       std::vector<std::int64_t>* values, int bits);
+/// The permutation that sorts `keys` by their low `bits` bits (1..64), stably, computed on the
+/// context's device (CUDA: a radix sort; only the keys go up and only the permutation comes
+/// back): (*order)[k] is the index of the k-th smallest key. Returns false, changing nothing, on
+/// a CPU context (the caller sorts on the host). Synchronizes.
+bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& keys, int bits,
+                       std::vector<std::int64_t>* order);
 }  // namespace detail
 
 /// Owning array of `size` T in `space`. Move-only. The Context must outlive the buffer.

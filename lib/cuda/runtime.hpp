@@ -42,11 +42,12 @@ void pool_free(void* p, void* stream) noexcept;
 void memcpy_async(void* dst, const void* src, std::size_t bytes, int kind, void* stream);
 void memset_async(void* dst, int value, std::size_t bytes, void* stream);
 
-/// Stable radix sort of `count` (key, value) pairs by the keys' low `bits` bits (CUB): the
-/// workspace it needs, and the sort on `stream` (device arrays; in and out distinct).
-std::size_t sort_pairs_temp_bytes(std::int64_t count, int bits);
-void sort_pairs(void* temp, std::size_t temp_bytes, const std::uint64_t* keys_in,
-                std::uint64_t* keys_out, const std::int64_t* values_in, std::int64_t* values_out,
+/// Stable radix sort of `count` keys by their low `bits` bits (CUB), returning the permutation:
+/// the workspace it needs, and the sort on `stream` (device arrays, all distinct): `order` gets
+/// the input index of each sorted key, `keys_out` the sorted keys and `scratch` the identity.
+std::size_t sort_order_temp_bytes(std::int64_t count, int bits);
+void sort_order(void* temp, std::size_t temp_bytes, const std::uint64_t* keys_in,
+                std::uint64_t* keys_out, std::int64_t* scratch, std::int64_t* order,
                 std::int64_t count, int bits, void* stream);
 
 /// CUDA events (opaque cudaEvent_t) for stream-ordered timing.

@@ -1,5 +1,5 @@
-// Stable radix sort of (uint64 key, int64 value) pairs on the device (CUB), for
-// detail::device_sort_pairs (lib/runtime/buffer.cpp): the multiscale solver's Morton order.
+// Stable radix sort of uint64 keys on the device (CUB), returning the permutation, for
+// detail::device_sort_order (lib/runtime/buffer.cpp): the multiscale solver's Morton order.
 #include <cuda_runtime.h>
 
 #include <cub/cub.cuh>
@@ -9,8 +9,16 @@
 #include "lib/cuda/runtime.hpp"
 
 namespace kantor::cuda {
+namespace {
 
-std::size_t sort_pairs_temp_bytes(std::int64_t count, int bits) {
+__global__ void iota_kernel(std::int64_t* out, std::int64_t count) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < count) out[i] = i;
+}
+
+}  // namespace
+
+std::size_t sort_order_temp_bytes(std::int64_t count, int bits) {
   std::size_t bytes = 0;
   KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
       nullptr, bytes, static_cast<const std::uint64_t*>(nullptr),
@@ -19,12 +27,16 @@ std::size_t sort_pairs_temp_bytes(std::int64_t count, int bits) {
   return bytes;
 }
 
-void sort_pairs(void* temp, std::size_t temp_bytes, const std::uint64_t* keys_in,
-                std::uint64_t* keys_out, const std::int64_t* values_in, std::int64_t* values_out,
+void sort_order(void* temp, std::size_t temp_bytes, const std::uint64_t* keys_in,
+                std::uint64_t* keys_out, std::int64_t* scratch, std::int64_t* order,
                 std::int64_t count, int bits, void* stream) {
-  KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, values_in,
-                                                  values_out, count, 0, bits,
-                                                  static_cast<cudaStream_t>(stream)));
+  const auto st = static_cast<cudaStream_t>(stream);
+  if (count <= 0) return;
+  // The identity on the device: nothing to upload beside the keys.
+  iota_kernel<<<unsigned((count + 255) / 256), 256, 0, st>>>(scratch, count);
+  KANTOR_CUDA_CHECK_LAUNCH();
+  KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out, scratch,
+                                                  order, count, 0, bits, st));
 }
 
 }  // namespace kantor::cuda

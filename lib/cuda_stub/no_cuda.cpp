@@ -27,8 +27,8 @@ void* pool_malloc(std::size_t, void*, void*) { not_compiled(); }
 void pool_free(void*, void*) noexcept {}
 void memcpy_async(void*, const void*, std::size_t, int, void*) { not_compiled(); }
 void memset_async(void*, int, std::size_t, void*) { not_compiled(); }
-std::size_t sort_pairs_temp_bytes(std::int64_t, int) { not_compiled(); }
-void sort_pairs(void*, std::size_t, const std::uint64_t*, std::uint64_t*, const std::int64_t*,
+std::size_t sort_order_temp_bytes(std::int64_t, int) { not_compiled(); }
+void sort_order(void*, std::size_t, const std::uint64_t*, std::uint64_t*, std::int64_t*,
                 std::int64_t*, std::int64_t, int, void*) {
   not_compiled();
 }

@@ -64,30 +64,27 @@ void fill_bytes(const Context& ctx, void* dst, MemorySpace space, int value, std
     cuda::memset_async(dst, value, bytes, ctx.cuda_stream());
 }
 
-bool device_sort_pairs(const Context& ctx, std::vector<std::uint64_t>* keys,
-                       std::vector<std::int64_t>* values, int bits) {
+bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& keys, int bits,
+                       std::vector<std::int64_t>* order) {
   if (ctx.backend() != Backend::kCuda) return false;
-  if (keys->size() != values->size())
-    throw InvalidArgument("device_sort_pairs: " + std::to_string(keys->size()) + " keys but " +
-                          std::to_string(values->size()) + " values");
   if (bits < 1 || bits > 64)
-    throw InvalidArgument("device_sort_pairs: bits must be in [1, 64], got " + std::to_string(bits));
-  const std::int64_t count = std::int64_t(keys->size());
-  if (count < 2) return true;
+    throw InvalidArgument("device_sort_order: bits must be in [1, 64], got " + std::to_string(bits));
+  const std::int64_t count = std::int64_t(keys.size());
+  order->resize(keys.size());
+  if (count < 2) {
+    if (count == 1) (*order)[0] = 0;
+    return true;
+  }
   Buffer<std::uint64_t> kin(ctx, count), kout(ctx, count);
-  Buffer<std::int64_t> vin(ctx, count), vout(ctx, count);
-  copy_bytes(ctx, kin.data(), MemorySpace::kDevice, keys->data(), MemorySpace::kHost,
-             sizeof(std::uint64_t) * keys->size());
-  copy_bytes(ctx, vin.data(), MemorySpace::kDevice, values->data(), MemorySpace::kHost,
-             sizeof(std::int64_t) * values->size());
-  const std::size_t temp_bytes = cuda::sort_pairs_temp_bytes(count, bits);
+  Buffer<std::int64_t> scratch(ctx, count), out(ctx, count);
+  copy_bytes(ctx, kin.data(), MemorySpace::kDevice, keys.data(), MemorySpace::kHost,
+             sizeof(std::uint64_t) * keys.size());
+  const std::size_t temp_bytes = cuda::sort_order_temp_bytes(count, bits);
   Buffer<std::uint8_t> temp(ctx, std::int64_t(std::max<std::size_t>(temp_bytes, 1)));
-  cuda::sort_pairs(temp.data(), temp_bytes, kin.data(), kout.data(), vin.data(), vout.data(),
+  cuda::sort_order(temp.data(), temp_bytes, kin.data(), kout.data(), scratch.data(), out.data(),
                    count, bits, ctx.cuda_stream());
-  copy_bytes(ctx, keys->data(), MemorySpace::kHost, kout.data(), MemorySpace::kDevice,
-             sizeof(std::uint64_t) * keys->size());
-  copy_bytes(ctx, values->data(), MemorySpace::kHost, vout.data(), MemorySpace::kDevice,
-             sizeof(std::int64_t) * values->size());
+  copy_bytes(ctx, order->data(), MemorySpace::kHost, out.data(), MemorySpace::kDevice,
+             sizeof(std::int64_t) * keys.size());
   return true;
 }
 

@@ -1189,7 +1189,7 @@ void check_engine_descent(Backend backend) {
   }
 }
 
-// Morton order with the keys sorted by an engine (detail::device_sort_pairs) against the host's
+// Morton order with the keys sorted by an engine (detail::device_sort_order) against the host's
 // radix sort: the same permutation (both stable on the same keys), on clouds with many exact
 // duplicates in d = 1 (52-bit keys), 3 (63) and 64 (one bit a axis); the CPU engine has no sort.
 void check_device_morton(Backend backend) {
@@ -1197,9 +1197,9 @@ void check_device_morton(Backend backend) {
   co.backend = backend;
   const Context ctx(co);
   bool used = false;
-  const multiscale::KeySorter sorter = [&](std::vector<std::uint64_t>* keys,
-                                           std::vector<std::int64_t>* values, int bits) {
-    used = detail::device_sort_pairs(ctx, keys, values, bits);
+  const multiscale::KeySorter sorter = [&](const std::vector<std::uint64_t>& keys, int bits,
+                                           std::vector<std::int64_t>* order) {
+    used = detail::device_sort_order(ctx, keys, bits, order);
     return used;
   };
   Rng rng(41);
@@ -1218,16 +1218,22 @@ void check_device_morton(Backend backend) {
     EXPECT_EQ(ex, hx) << "d = " << d;
     EXPECT_EQ(ey, hy) << "d = " << d;
   }
-  std::vector<std::uint64_t> k = {3, 1, 2};
-  std::vector<std::int64_t> v = {0, 1, 2};
+  // Small cases: ties stable, only the low bits count, one key, none.
+  const std::vector<std::uint64_t> k = {3, 1, 2, 0x101, 1};
+  std::vector<std::int64_t> v = {7};
   if (backend == Backend::kCpu) {
-    EXPECT_FALSE(detail::device_sort_pairs(ctx, &k, &v, 8));
-    EXPECT_EQ(k, (std::vector<std::uint64_t>{3, 1, 2}));
+    EXPECT_FALSE(detail::device_sort_order(ctx, k, 8, &v));
+    EXPECT_EQ(v, (std::vector<std::int64_t>{7}));
   } else {
-    EXPECT_TRUE(detail::device_sort_pairs(ctx, &k, &v, 8));
-    EXPECT_EQ(v, (std::vector<std::int64_t>{1, 2, 0}));
-    v.pop_back();
-    EXPECT_THROW(detail::device_sort_pairs(ctx, &k, &v, 8), InvalidArgument);
+    EXPECT_TRUE(detail::device_sort_order(ctx, k, 8, &v));
+    EXPECT_EQ(v, (std::vector<std::int64_t>{1, 3, 4, 2, 0}));
+    EXPECT_TRUE(detail::device_sort_order(ctx, k, 9, &v));
+    EXPECT_EQ(v, (std::vector<std::int64_t>{1, 4, 2, 0, 3}));
+    EXPECT_TRUE(detail::device_sort_order(ctx, {5}, 8, &v));
+    EXPECT_EQ(v, (std::vector<std::int64_t>{0}));
+    EXPECT_TRUE(detail::device_sort_order(ctx, {}, 8, &v));
+    EXPECT_TRUE(v.empty());
+    EXPECT_THROW(detail::device_sort_order(ctx, k, 65, &v), InvalidArgument);
   }
 }
 
