@@ -11,14 +11,20 @@ namespace kantor::cuda {
 /// whose rounding lib/core/certificate.hpp bounds (maxima_allowance(mag) above best). xi and yj
 /// hold the pair's d coordinates (D = d unrolled, or 0 for a run-time d).
 template <int D>
-__device__ __forceinline__ void maxima_pair(const double* xi, const double* yj, int d, double fi,
-                                            double gj, double cs, double* best, double* mag) {
+__device__ __forceinline__ void maxima_pair_best(const double* xi, const double* yj, int d,
+                                                 double fi, double gj, double cs, double* best) {
   double sq = 0;
   for (int e = 0; e < (D > 0 ? D : d); ++e) {
     const double u = xi[e] - yj[e];
     sq += u * u;
   }
   *best = fmax(*best, (fi + gj) - cs * sq);
+}
+
+template <int D>
+__device__ __forceinline__ void maxima_pair(const double* xi, const double* yj, int d, double fi,
+                                            double gj, double cs, double* best, double* mag) {
+  maxima_pair_best<D>(xi, yj, d, fi, gj, cs, best);
   *mag = fmax(*mag, fabs(fi) + fabs(gj));
 }
 

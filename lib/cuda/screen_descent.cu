@@ -207,8 +207,10 @@ template <int D, class T>
 __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T> p) {
   __shared__ double s_term[64];
   __shared__ unsigned long long s_clear;
-  constexpr int kW = D > 0 ? D + 1 : 1;  // a staged key: its D coordinates, then g
-  __shared__ double s_keys[kRefineWarps][D > 0 ? kStageKeys : 1][kW];
+  // A staged key: its D coordinates, then g, padded to an even count and read as double2 words
+  // (two 16-byte loads a pair at d = 3 instead of four 8-byte ones).
+  constexpr int kW = D > 0 ? (D + 2) / 2 * 2 : 2;
+  __shared__ __align__(16) double s_keys[kRefineWarps][D > 0 ? kStageKeys : 1][kW];
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   for (std::int64_t k = blockIdx.x; k < p.count; k += gridDim.x) {
     const std::uint64_t mask = p.masks[k];
@@ -227,11 +229,19 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
       bool kept = false;
       if constexpr (D > 0) {
         __syncwarp();  // the warp's previous atom pair is read
+        // The largest |g_j| of the atom's keys of positive weight (fmax skips the NaNs): a row's
+        // mag is then max_j fl(|f_i| + |g_j|) = fl(|f_i| + max_j |g_j|) (rounding is monotone),
+        // taken once per row instead of two float64 operations per pair; the same values, so the
+        // same decisions and dropped mass as maxima_pair's running mag (an early keep can only
+        // come sooner, when the unhoisted test would have kept the pair by its end anyway).
+        double gabs = -HUGE_VAL;
         for (std::int64_t j = j0 + lane; j < j1; j += 32) {
           double* sk = s_keys[warp][j - j0];
           for (int e = 0; e < D; ++e) sk[e] = p.y[j * D + e];
           sk[D] = p.b[j] > 0 ? double(p.g[j]) : __longlong_as_double(0x7ff8000000000000ll);
+          gabs = fmax(gabs, fabs(sk[D]));
         }
+        for (int o = 16; o > 0; o >>= 1) gabs = fmax(gabs, __shfl_xor_sync(0xffffffffu, gabs, o));
         __syncwarp();
         const int nk = int(j1 - j0);
         for (std::int64_t ib = i0; ib < i1 && !kept; ib += 32) {
@@ -241,9 +251,16 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
           const double fi = row ? double(p.f[i]) : __longlong_as_double(0x7ff8000000000000ll);
           if (row)
             for (int e = 0; e < D; ++e) xi[e] = p.x[i * D + e];
+          mag = fmax(mag, fabs(fi) + gabs);
           for (int jj = 0; jj < nk; ++jj) {
-            const double* sk = s_keys[warp][jj];
-            maxima_pair<D>(xi, sk, D, fi, sk[D], p.cs, &best, &mag);
+            double sk[kW];
+#pragma unroll
+            for (int w = 0; w < kW / 2; ++w) {
+              const double2 q = reinterpret_cast<const double2*>(s_keys[warp][jj])[w];
+              sk[2 * w] = q.x;
+              sk[2 * w + 1] = q.y;
+            }
+            maxima_pair_best<D>(xi, sk, D, fi, sk[D], p.cs, &best);
             if ((jj & 7) == 7 &&
                 __any_sync(0xffffffffu, best + maxima_allowance(mag) >= p.keep_at)) {
               kept = true;
