@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kantor/problem.hpp"
-#include "lib/core/uninit_vector.hpp"
+#include "kantor/uninit_vector.hpp"
 
 namespace kantor {
 

@@ -180,11 +180,8 @@ constexpr int kFastKeys = 64;
 
 template <int D, bool kStats>
 __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifySide<float> p) {
-  // Per staged key, packed in float4 words so that the pair loop reads it with kWords broadcast
-  // loads (separate arrays took D + 3 loads per pair, which left the kernel issue-bound): floats
-  // 0 .. D-1 gamma_jk = 2 c L eta_jk, D beta_j, D + 1 the weight b_j, D + 2 the potential g_j.
-  constexpr int kWords = (D + 3 + 3) / 4;
-  __shared__ float4 kv[kFastKeys][kWords];
+  __shared__ float gam[D][kFastKeys];  // gamma_jk = 2 c L eta_jk
+  __shared__ float bet[kFastKeys], wk[kFastKeys], gk[kFastKeys];
   __shared__ unsigned rj[D], ri[D];  // largest |coordinate| per axis, as float bits
   __shared__ unsigned gmax;  // largest |g_j + f_o| of the tile, rounded up to float, as bits
   __shared__ double o[D], fo_s;
@@ -240,9 +237,6 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
       if (t < kFastKeys) {
         const std::int64_t gj = j0 + t;
         const double w = gj < ke ? p.key_w[gj] : 0.0;
-        float v[4 * kWords];
-#pragma unroll
-        for (int k = 0; k < 4 * kWords; ++k) v[k] = 0.0f;
         if (w > 0) {
           double e2 = 0;
           float e[D];
@@ -251,38 +245,33 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
             e[k] = float(p.keys[gj * D + k] - o[k]);
             e2 += double(e[k]) * double(e[k]);
             atomicMax(&rj[k], __float_as_uint(fabsf(e[k])));
-            v[k] = float(2.0 * c * L * double(e[k]));
+            gam[k][t] = float(2.0 * c * L * double(e[k]));
           }
           const float g = p.key_pot[gj];
-          v[D] = float(L * ((double(g) + fo) - c * e2));
+          bet[t] = float(L * ((double(g) + fo) - c * e2));
           atomicMax(&gmax, __float_as_uint(__double2float_ru(fabs(double(g) + fo))));
-          v[D + 1] = float(w);
-          v[D + 2] = g;
+          gk[t] = g;
+          wk[t] = float(w);
         } else {
           // Masked or padding key: its term is 0 * 2^-3e38 = 0 (its potential may be inf).
-          v[D] = -3.0e38f;
-        }
 #pragma unroll
-        for (int q = 0; q < kWords; ++q)
-          kv[t][q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+          for (int k = 0; k < D; ++k) gam[k][t] = 0.0f;
+          bet[t] = -3.0e38f;
+          gk[t] = 0.0f;
+          wk[t] = 0.0f;
+        }
       }
       __syncthreads();
       float ts = 0, tg = 0, tz = 0;
 #pragma unroll 8
       for (int jj = 0; jj < kFastKeys; ++jj) {
-        float v[4 * kWords];
+        float z2 = alpha + bet[jj];
 #pragma unroll
-        for (int q = 0; q < kWords; ++q) {
-          const float4 w4 = kv[jj][q];
-          v[4 * q] = w4.x, v[4 * q + 1] = w4.y, v[4 * q + 2] = w4.z, v[4 * q + 3] = w4.w;
-        }
-        float z2 = alpha + v[D];
-#pragma unroll
-        for (int k = 0; k < D; ++k) z2 = fmaf(xi[k], v[k], z2);
-        const float term = v[D + 1] * fast_exp2(z2);
+        for (int k = 0; k < D; ++k) z2 = fmaf(xi[k], gam[k][jj], z2);
+        const float term = wk[jj] * fast_exp2(z2);
         ts += term;
         if (kStats) {
-          tg = fmaf(term, v[D + 2], tg);
+          tg = fmaf(term, gk[jj], tg);
           tz = fmaf(term, z2, tz);
         }
       }

@@ -1,8 +1,10 @@
 // A std::vector whose resize does not zero its new elements (default-initialization: trivially
-// constructible T stays uninitialized). For the setup's large host copies, which a parallel loop
-// writes completely right after: zero-filling them first was one serial pass over fresh memory,
-// and with the page faults it took, the largest share of the setup of large clouds (perf,
-// prepare_problem_data at 60,000 x 784: memset and clear_page ~35%).
+// constructible T stays uninitialized). For large host copies that a parallel loop writes
+// completely right after (the engines' setup, the multiscale solver's sorted copies): zero-filling
+// them first was one serial pass over fresh memory, and with the page faults it took, the largest
+// share of the setup of large clouds (perf, prepare_problem_data at 60,000 x 784: memset and
+// clear_page ~35%). Internal (namespace detail): public so that the solvers, which see only
+// include/, share it with lib/.
 #pragma once
 
 #include <memory>
