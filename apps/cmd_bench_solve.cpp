@@ -174,21 +174,9 @@ int run(const Options& o) {
         << ", \"n\": " << phases[k].n << ", \"seconds\": " << phases[k].seconds << "}";
     a << "]";
     j.add_raw("phases", a.str());
-    // The last run's iteration records: [iteration, engine residual, certified error or null].
-    std::ostringstream r;
-    r.precision(17);
-    r << "[";
-    for (std::size_t k = 0; k < s.records.size(); ++k) {
-      const IterationRecord& ir = s.records[k];
-      r << (k ? ", " : "") << "[" << ir.iteration << ", " << ir.marginal_error << ", ";
-      if (std::isfinite(ir.certified_error))
-        r << ir.certified_error;
-      else
-        r << "null";
-      r << "]";
-    }
-    r << "]";
-    j.add_raw("records", r.str());
+    // The last run's finest-level iteration records (17 digits: the last certified error reads
+    // back equal to marginal_error).
+    j.add_raw("records", records_json(s.records, 17));
     if (!o.json)
       for (const Phase& ph : phases)
         std::fprintf(stderr, "phase %-12s n=%-10lld %9.3f ms\n", ph.name.c_str(),

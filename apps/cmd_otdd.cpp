@@ -539,22 +539,7 @@ int cmd_otdd(const std::vector<std::string>& args) {
     if (conv && conv->divergence) {
       // The cross problem's checks: [iteration, seconds, eps, residual, certificate or null,
       // dual cost].
-      std::ostringstream rs;
-      rs.precision(9);
-      rs << "[";
-      bool first = true;
-      for (const IterationRecord& r : conv->divergence->xy.records) {
-        rs << (first ? "" : ",") << "[" << r.iteration << "," << r.seconds << "," << r.epsilon
-           << "," << r.marginal_error << ",";
-        if (std::isfinite(r.certified_error))
-          rs << r.certified_error;
-        else
-          rs << "null";
-        rs << "," << r.dual_cost << "]";
-        first = false;
-      }
-      rs << "]";
-      o.add_raw("converged_records", rs.str());
+      o.add_raw("converged_records", records_json(conv->divergence->xy.records, 9));
       o.add("converged_iterations_xy", conv->divergence->xy.iterations)
           .add("converged_iterations_xx", conv->divergence->xx.iterations)
           .add("converged_iterations_yy", conv->divergence->yy.iterations);

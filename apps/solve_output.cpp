@@ -10,6 +10,7 @@
 #include "kantor/error.hpp"
 #include "kantor/io.hpp"
 #include "kantor/oracle.hpp"
+#include "kantor/sinkhorn.hpp"
 
 namespace kantor::cli {
 
@@ -77,6 +78,30 @@ void check_outputs(const std::vector<std::pair<std::string, std::string>>& outpu
 // The block mask of a multiscale solve (rows: source points, columns: target points, both in
 /// Morton order) as an SVG raster of at most 240 x 240 pixels, each shaded by the fraction of its
 /// tiles that the truncated passes scan.
+std::string records_json(const std::vector<IterationRecord>& records, int digits) {
+  std::ostringstream rs;
+  rs.precision(digits);
+  auto number = [&](double v) {
+    if (std::isfinite(v))
+      rs << v;
+    else
+      rs << "null";
+  };
+  rs << "[";
+  for (std::size_t k = 0; k < records.size(); ++k) {
+    const IterationRecord& r = records[k];
+    rs << (k ? ", " : "") << "[" << r.iteration << ", " << r.seconds << ", " << r.epsilon << ", ";
+    number(r.marginal_error);
+    rs << ", ";
+    number(r.certified_error);
+    rs << ", ";
+    number(r.dual_cost);
+    rs << "]";
+  }
+  rs << "]";
+  return rs.str();
+}
+
 std::string mask_svg(const BlockList& list, std::int64_t n, std::int64_t m, double kept,
                      const std::string& title) {
   const std::int64_t rt = (n + list.row_tile - 1) / list.row_tile;

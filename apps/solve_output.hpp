@@ -9,6 +9,7 @@
 
 namespace kantor {
 struct BlockList;
+struct IterationRecord;
 }
 
 namespace kantor::cli {
@@ -18,6 +19,11 @@ namespace kantor::cli {
 /// pixels, each shaded by the fraction of its tiles that the truncated passes scan.
 std::string mask_svg(const BlockList& list, std::int64_t n, std::int64_t m, double kept,
                      const std::string& title);
+
+/// A solve's iteration records as a JSON array of [iteration, seconds, eps, engine residual,
+/// certified error or null, dual cost or null] (`digits` significant digits): `kantor otdd`'s
+/// converged_records and `kantor bench solve --phases`'s records.
+std::string records_json(const std::vector<IterationRecord>& records, int digits);
 
 struct PotentialPaths {
   std::string f, g;

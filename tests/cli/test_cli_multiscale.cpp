@@ -102,9 +102,11 @@ TEST_F(CliMultiscaleTest, BenchSolvePhasesTimeTheLastRun) {
   ASSERT_EQ(j["records"].kind, Json::kArray);
   ASSERT_FALSE(j["records"].items.empty());
   const Json& last = j["records"].items.back();
-  ASSERT_EQ(last.items.size(), 3u);
-  EXPECT_GT(last.items[1].num, 0.0);                           // the engine's residual
-  EXPECT_EQ(last.items[2].num, j["marginal_error"].num);      // the certificate that ended it
+  ASSERT_EQ(last.items.size(), 6u);  // iteration, seconds, eps, residual, certificate, dual cost
+  EXPECT_EQ(last.items[0].num, j["iterations"].num);
+  EXPECT_EQ(last.items[2].num, j["epsilon"].num);
+  EXPECT_GT(last.items[3].num, 0.0);                       // the engine's residual
+  EXPECT_EQ(last.items[4].num, j["marginal_error"].num);  // the certificate that ended it
   for (const char* name : {"coarse", "lift", "engine", "screen", "iteration", "certificate"})
     EXPECT_NE(std::find(finest.begin(), finest.end(), name), finest.end()) << name;
   EXPECT_LE(sum, j["warm_s_median"].num * 1.001 + 1e-4);

@@ -88,6 +88,9 @@ TEST_F(CliOtddTest, BothModesMatchTheLibraryAndWriteTheTableAndHeatmap) {
   EXPECT_NEAR(j["distance_converged"].num, conv, 1e-12 * std::abs(conv));
   EXPECT_EQ(j["distance"].num, j["distance_converged"].num);
   EXPECT_TRUE(j["converged"].b);
+  // The cross problem's checks (records_json, shared with bench solve): six fields each.
+  ASSERT_FALSE(j["converged_records"].items.empty());
+  for (const Json& r : j["converged_records"].items) EXPECT_EQ(r.items.size(), 6u);
   ASSERT_EQ(j["classes_source"].items.size(), 3u);
   ASSERT_EQ(j["classes_target"].items.size(), 2u);
   EXPECT_EQ(j["classes_target"].items[1].num, 8);
