@@ -178,8 +178,12 @@ __global__ void __launch_bounds__(kRows) certify_side_kernel(const CertifySide<T
 // direct form (differences, squares, f + g, the product by L, the maximum) it replaced.
 constexpr int kFastKeys = 64;
 
-template <int D, bool kStats>
-__global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifySide<float> p) {
+// R rows per thread (kRows / R threads a block): each staged key is read from shared memory once
+// for R pairs, and the tile's bookkeeping (three barriers, the staging) is shared by R rows.
+template <int D, bool kStats, int R>
+__global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const CertifySide<float> p) {
+  constexpr int kT = kRows / R;  // threads a block; thread t owns rows t, t + kT, ...
+  static_assert(kT >= kFastKeys && kT > D, "one staged key a thread at most");
   __shared__ float gam[D][kFastKeys];  // gamma_jk = 2 c L eta_jk
   __shared__ float bet[kFastKeys], wk[kFastKeys], gk[kFastKeys];
   __shared__ unsigned rj[D], ri[D];  // largest |coordinate| per axis, as float bits
@@ -187,7 +191,6 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
   __shared__ double o[D], fo_s;
   const int t = threadIdx.x;
   const std::int64_t row0 = std::int64_t(blockIdx.x) * kRows;
-  const std::int64_t i = row0 + t;
   if (t < D) {
     o[t] = p.queries[row0 * D + t];
     ri[t] = 0;
@@ -209,20 +212,26 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
   const double fo = fo_s;
   const double c = p.cost_scale;
   const double L = 1.4426950408889634 / p.eps;
-  const bool row_ok = i < p.nq && p.query_w[i < p.nq ? i : 0] > 0;
-  float xi[D];
-  double x2 = 0;
-#pragma unroll
-  for (int k = 0; k < D; ++k) {
-    xi[k] = row_ok ? float(p.queries[i * D + k] - o[k]) : 0.0f;
-    x2 += double(xi[k]) * double(xi[k]);
-    if (row_ok) atomicMax(&ri[k], __float_as_uint(fabsf(xi[k])));
-  }
-  const float fi = row_ok ? p.query_pot[i] : 0.0f;
-  const float alpha = row_ok ? float(L * ((double(fi) - fo) - c * x2)) : 0.0f;
-  const double frow = row_ok ? fabs(double(fi) - fo) : 0.0;
   const double inv_l = p.eps * 0.6931471805599453;  // 1 / L (the statistics only)
-  double sum = 0, cost = 0, pot = 0, weighted = 0, a_max = 0;
+  bool row_ok[R];
+  float xi[R][D], fi[R], alpha[R];
+  double frow[R], sum[R], cost[R], pot[R], weighted[R], a_max[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::int64_t i = row0 + t + r * kT;
+    row_ok[r] = i < p.nq && p.query_w[i < p.nq ? i : 0] > 0;
+    double x2 = 0;
+#pragma unroll
+    for (int k = 0; k < D; ++k) {
+      xi[r][k] = row_ok[r] ? float(p.queries[i * D + k] - o[k]) : 0.0f;
+      x2 += double(xi[r][k]) * double(xi[r][k]);
+      if (row_ok[r]) atomicMax(&ri[k], __float_as_uint(fabsf(xi[r][k])));
+    }
+    fi[r] = row_ok[r] ? p.query_pot[i] : 0.0f;
+    alpha[r] = row_ok[r] ? float(L * ((double(fi[r]) - fo) - c * x2)) : 0.0f;
+    frow[r] = row_ok[r] ? fabs(double(fi[r]) - fo) : 0.0;
+    sum[r] = cost[r] = pot[r] = weighted[r] = a_max[r] = 0;
+  }
   constexpr FastCertificateModel kModel{4.01, 71.0, 0x1.0p-125, double(D) + 2.01, 0.0};
   const FastExposure exposure(kModel, D, c, p.eps);
   const KeyRanges kr(p, blockIdx.x);
@@ -262,57 +271,78 @@ __global__ void __launch_bounds__(kRows) certify_side_fast_kernel(const CertifyS
         }
       }
       __syncthreads();
-      float ts = 0, tg = 0, tz = 0;
+      float ts[R], tg[R], tz[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) ts[r] = tg[r] = tz[r] = 0;
 #pragma unroll 8
       for (int jj = 0; jj < kFastKeys; ++jj) {
-        float z2 = alpha + bet[jj];
+        const float b = bet[jj], w = wk[jj];
+        float gm[D];
 #pragma unroll
-        for (int k = 0; k < D; ++k) z2 = fmaf(xi[k], gam[k][jj], z2);
-        const float term = wk[jj] * fast_exp2(z2);
-        ts += term;
-        if (kStats) {
-          tg = fmaf(term, gk[jj], tg);
-          tz = fmaf(term, z2, tz);
+        for (int k = 0; k < D; ++k) gm[k] = gam[k][jj];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          float z2 = alpha[r] + b;
+#pragma unroll
+          for (int k = 0; k < D; ++k) z2 = fmaf(xi[r][k], gm[k], z2);
+          const float term = w * fast_exp2(z2);
+          ts[r] += term;
+          if (kStats) {
+            tg[r] = fmaf(term, gk[jj], tg[r]);
+            tz[r] = fmaf(term, z2, tz[r]);
+          }
         }
-      }
-      sum += double(ts);
-      if (kStats) {
-        // The tile's sum_j term (f_i + g_j) and sum_j term c sq = sum_j term (f_i + g_j - z2 / L):
-        // two FMAs per pair (were four: s, its product, c sq and its product).
-        const double tile_pot = double(fi) * double(ts) + double(tg);
-        pot += tile_pot;
-        cost += tile_pot - double(tz) * inv_l;
       }
       double st = 0;
 #pragma unroll
       for (int k = 0; k < D; ++k) {
-        const double r = double(__uint_as_float(ri[k])) + double(__uint_as_float(rj[k]));
-        st += r * r;
+        const double rr = double(__uint_as_float(ri[k])) + double(__uint_as_float(rj[k]));
+        st += rr * rr;
       }
-      const double at = exposure(st, frow + double(__uint_as_float(gmax)));
-      weighted += double(ts) * at;
-      a_max = fmax(a_max, at);
+      const double gm_tile = double(__uint_as_float(gmax));
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        sum[r] += double(ts[r]);
+        if (kStats) {
+          // The tile's sum_j term (f_i + g_j) and sum_j term c sq = sum_j term (f_i + g_j -
+          // z2 / L): two FMAs per pair (were four: s, its product, c sq and its product).
+          const double tile_pot = double(fi[r]) * double(ts[r]) + double(tg[r]);
+          pot[r] += tile_pot;
+          cost[r] += tile_pot - double(tz[r]) * inv_l;
+        }
+        const double at = exposure(st, frow[r] + gm_tile);
+        weighted[r] += double(ts[r]) * at;
+        a_max[r] = fmax(a_max[r], at);
+      }
     }
   }
   CertificateSide s;
-  if (row_ok) {
-    const double wi = p.query_w[i];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (!row_ok[r]) continue;
+    const double wi = p.query_w[row0 + t + r * kT];
     CertificateRow row;
-    row.sum = sum;
-    row.cost = cost;
-    row.pot = pot;
-    certificate_row(wi, double(fi), p.rho_inv, row, &s);
-    s.extra = fast_row_slack(kModel, wi, sum, weighted, a_max, 0.0, p.key_mass, double(p.nk));
+    row.sum = sum[r];
+    row.cost = cost[r];
+    row.pot = pot[r];
+    certificate_row(wi, double(fi[r]), p.rho_inv, row, &s);
+    s.extra += fast_row_slack(kModel, wi, sum[r], weighted[r], a_max[r], 0.0, p.key_mass,
+                              double(p.nk));
   }
   add_side(s, p.out);
 }
 
+// Rows per thread of the fp32 certificate: 2 (two rows share each staged key's reads and the
+// tile's barriers).
+constexpr int kFastRowsPerThread = 2;
+
 template <int D>
 void launch_fast_dim(const CertifySide<float>& p, unsigned blocks, cudaStream_t stream) {
+  constexpr int R = kFastRowsPerThread;
   if (p.stats)
-    certify_side_fast_kernel<D, true><<<blocks, kRows, 0, stream>>>(p);
+    certify_side_fast_kernel<D, true, R><<<blocks, kRows / R, 0, stream>>>(p);
   else
-    certify_side_fast_kernel<D, false><<<blocks, kRows, 0, stream>>>(p);
+    certify_side_fast_kernel<D, false, R><<<blocks, kRows / R, 0, stream>>>(p);
 }
 
 void launch_fast(const CertifySide<float>& p, unsigned blocks, cudaStream_t stream) {
