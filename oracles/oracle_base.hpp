@@ -7,6 +7,7 @@
 // implements only its passes (lib/cpu/row_pass, lib/cuda/lse_*).
 #pragma once
 
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -42,6 +43,23 @@ class OracleBase : public Oracle<T> {
   }
   Certificate certify_kept(double eps, const T* f, const T* g, double target) override {
     return certify_decided(eps, f, g, true, target);
+  }
+  bool certify_next_applies() const override {
+    return fp32_certificate_applies() && rho_inv(0) == 0;
+  }
+  Certificate certify_kept_next(double eps, const T* f, const T* g, double target,
+                                T* f_next) override {
+    if (!(target > 0) || !certify_next_applies() || !f_next)
+      return certify_decided(eps, f, g, true, target);
+    // A try: the fp32 certificate as it comes, decided or not (its bound is an upper bound
+    // either way, and a try that fails only costs the caller an iteration); float64 only where
+    // the fp32 bound is not finite.
+    Certificate c = certify_pass(eps, f, g, true, true, f_next, target);
+    c.fp32 = true;
+    if (c.rows_only || std::isfinite(c.bound)) return c;
+    Certificate d = certify_pass(eps, f, g, true, false);
+    d.next_written = c.next_written;
+    return d;
   }
 
   void set_block_lists(const BlockList* f_side, const BlockList* g_side) override {
@@ -117,8 +135,31 @@ class OracleBase : public Oracle<T> {
   virtual void block_lists_changed() = 0;
   /// The engine's certificate passes over every pair (kept = false) or the current block lists
   /// (kept = true), in float64, or (fp32 = true) by its fp32 path (docs/numerics.md, "The fp32
-  /// certificate"); fp32 is asked for only where fp32_certificate_applies().
-  virtual Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32) = 0;
+  /// certificate"); fp32 is asked for only where fp32_certificate_applies(). With f_next (fp32,
+  /// balanced row side only): the row side also writes f_next_i = f_i - eps ln S_i for its rows
+  /// of positive weight and sets next_written when every such S_i is positive and finite (a row
+  /// whose S_i is not makes the row side's bound +inf); when the row side's computed error
+  /// exceeds rows_stop the column side is skipped (rows_only, bound +inf).
+  virtual Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32,
+                                   T* f_next = nullptr,
+                                   double rows_stop = std::numeric_limits<double>::infinity()) = 0;
+  /// The rows-only result of certify_pass (the column side skipped).
+  static Certificate rows_only_certificate(const CertificateSide& rows, bool next_written) {
+    Certificate c;
+    c.computed = rows.error;
+    c.bound = std::numeric_limits<double>::infinity();
+    c.plan_mass = rows.mass;
+    c.plan_cost = rows.cost;
+    c.plan_potentials = rows.potentials;
+    c.rows_only = true;
+    c.next_written = next_written;
+    return c;
+  }
+  /// Whether a row side's sums let its f_next stand (every S_i positive and finite: the side
+  /// adds +inf to `extra` otherwise).
+  static bool next_usable(const CertificateSide& rows) {
+    return std::isfinite(rows.error) && std::isfinite(rows.extra);
+  }
   /// The fp32 path's domain: fp32 potentials, a squared-Euclidean cost, d <= 6.
   bool fp32_certificate_applies() const {
     return sizeof(T) == 4 && classes_ == 0 && d_ <= kFastCertificateMaxDim;

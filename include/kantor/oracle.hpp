@@ -30,6 +30,11 @@ struct Certificate {
   /// Evaluated by an engine's fp32 path (Oracle::certify with a target): `computed` and the
   /// plan values come from float32 terms, `slack` includes that path's rounding bound.
   bool fp32 = false;
+  /// Oracle::certify_kept_next: the row side's update was written to f_next.
+  bool next_written = false;
+  /// Oracle::certify_kept_next: the row side alone exceeded the target, the column side was not
+  /// evaluated; `computed` holds the row side's error, `bound` is +inf (no certificate).
+  bool rows_only = false;
 };
 
 /// A block-sparse key schedule for one direction of the passes (rows = that direction's queries:
@@ -247,6 +252,26 @@ class Oracle {
   }
   /// certify_kept() with a decision target, as certify(eps, f, g, target).
   virtual Certificate certify_kept(double eps, const T* f, const T* g, double target) = 0;
+  /// certify_kept(eps, f, g, target) whose row side also serves as the next f update of the
+  /// alternating loop, where the engine's fp32 path runs (balanced sides, every row of positive
+  /// weight: the caller's duty; rows of zero weight are left as they are): it sums
+  /// S_i = sum_j b_j exp((f_i + g_j - C_ij) / eps) over the f-side list for the certificate anyway,
+  /// and writes f_next_i = f_i - eps ln S_i (update_f from g, unrelaxed, through the same list,
+  /// evaluated on the caller's coordinates) when every S_i is positive and finite
+  /// (Certificate::next_written). When the row side's error alone exceeds `target`, the column
+  /// side is skipped (Certificate::rows_only, bound +inf): a failed try then costs about one
+  /// update. The fp32 certificate is returned whether or not it decides (an upper bound all the
+  /// same), the float64 passes only where its bound is not finite. Engines without that path
+  /// return certify_kept(eps, f, g, target), nothing written. f_next must not alias f or g.
+  /// Synchronizes.
+  virtual Certificate certify_kept_next(double eps, const T* f, const T* g, double target,
+                                        T* f_next) {
+    (void)f_next;
+    return certify_kept(eps, f, g, target);
+  }
+  /// Whether certify_kept_next can write f_next here (then it does unless a row sum is not
+  /// positive and finite).
+  virtual bool certify_next_applies() const { return false; }
 
   /// The multiscale screen's second stage (docs/multiscale.md): `pairs` holds K pairs (I, J) of
   /// atoms of `atom` points (x points [I atom, min(n, (I + 1) atom)), y points likewise; 2 K

@@ -127,7 +127,9 @@ struct IterationRecord {
   double marginal_error = 0;   ///< the engine's residual: L1 marginal error of its own passes
   /// The certificate (an upper bound of the true L1 marginal error on the caller's coordinates)
   /// when this check evaluated one, else NaN. Evaluated once the residual meets the tolerance
-  /// at the target eps, and at every check after a certificate failed.
+  /// at the target eps, and at every check after a certificate failed (the multiscale solver's
+  /// finest level: from twice the tolerance where the certificate's row side also makes the next
+  /// f update, docs/multiscale.md; a try stopped after its row side has none).
   double certified_error = std::numeric_limits<double>::quiet_NaN();
   double seconds = 0;          ///< wall time since the solve started
   /// The dual cost <a, f> + <b, g> of the potentials at this check (no extra pass). For an

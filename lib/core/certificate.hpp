@@ -178,6 +178,17 @@ KANTOR_HOST_DEVICE inline double fast_row_slack(const FastCertificateModel& mode
   return w * (weighted + zterm * zpos * row_sum + c0) / (1 - rho) * (1 + 1e-6);
 }
 
+/// Oracle::certify_kept_next, one row of positive weight: its row sum S = sum_j b_j exp((f + g_j
+/// - C_ij) / eps) gives update_f's value from g, *next = f - eps ln S (rounded once to T). Returns
+/// 0, or +inf when S is not positive and finite (*next untouched): the side's `extra` then makes
+/// its bound +inf, and its updates are not used.
+template <class T>
+KANTOR_HOST_DEVICE inline double next_update(double f, double sum, double eps, T* next) {
+  if (!(sum > 0) || !(sum < HUGE_VAL)) return HUGE_VAL;
+  *next = T(f - eps * log(sum));
+  return 0.0;
+}
+
 /// 2^z in float for the CPU's fp32 certificate (branch-free: compilers vectorize loops that call
 /// it): k = round(z) by the 1.5 2^23 shift, r = z - k exactly (|r| <= 1/2), 2^r by the degree-7
 /// Taylor polynomial of e^(r ln 2) by Horner (truncation below 1e-8 relative), scaled by 2^k

@@ -328,6 +328,9 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
     certificate_row(wi, double(fi[r]), p.rho_inv, row, &s);
     s.extra += fast_row_slack(kModel, wi, sum[r], weighted[r], a_max[r], 0.0, p.key_mass,
                               double(p.nk));
+    // The update (certify_kept_next) on the row side only, which runs with statistics.
+    if (kStats && p.next)
+      s.extra += next_update(double(fi[r]), sum[r], p.eps, p.next + row0 + t + r * kT);
   }
   add_side(s, p.out);
 }

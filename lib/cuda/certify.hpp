@@ -48,6 +48,11 @@ struct CertifySide {
   bool stats = true;
   /// The sum of the key side's weights (the fp32 bound's term for negative exponents).
   double key_mass = 1;
+  /// The fp32 path with statistics only (the row side of Oracle::certify_kept_next): each row
+  /// of positive weight also writes
+  /// next[i] = p_i - eps ln S_i (next_update, lib/core/certificate.hpp); a row whose S_i is not
+  /// positive and finite adds +inf to out[8]. Null = nothing written.
+  T* next = nullptr;
 };
 
 /// Doubles per side in CertifySide::out.

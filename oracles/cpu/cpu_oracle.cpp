@@ -260,15 +260,22 @@ class CpuOracle final : public OracleBase<T> {
     });
   }
 
-  Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32) override {
+  Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32, T* f_next,
+                           double rows_stop) override {
     const BlockList* l0 = kept ? this->block_list(0) : nullptr;
     const BlockList* l1 = kept ? this->block_list(1) : nullptr;
-    const auto side = fp32 ? &CpuOracle::certify_side_fast : &CpuOracle::certify_side;
+    if (!fp32) f_next = nullptr;  // the float64 side writes no update
     const CertificateSide rows =
-        (this->*side)(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0);
+        fp32 ? certify_side_fast(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0, f_next)
+             : certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0);
+    const bool next = f_next && this->next_usable(rows);
+    if (rows.error > rows_stop) return this->rows_only_certificate(rows, next);
     const CertificateSide cols =
-        (this->*side)(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
-    return certificate_bound(rows, cols, n(), m(), dim(), eps);
+        fp32 ? certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1)
+             : certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
+    Certificate c = certificate_bound(rows, cols, n(), m(), dim(), eps);
+    c.next_written = next;
+    return c;
   }
 
  private:
@@ -279,7 +286,8 @@ class CpuOracle final : public OracleBase<T> {
   CertificateSide certify_side_fast(int side, double eps, const std::vector<double>& q,
                                     const std::vector<double>& k, const std::vector<double>& wq,
                                     const std::vector<double>& wk, const T* pq, const T* pk,
-                                    std::int64_t nq, std::int64_t nk, const BlockList* list) {
+                                    std::int64_t nq, std::int64_t nk, const BlockList* list,
+                                    T* next = nullptr) {
     constexpr int kC = int(kCertChunk), kMaxD = kFastCertificateMaxDim;
     constexpr FastCertificateModel kModel{8.31, 100.0, 0x1.0p-125};
     const int d = int(dim());
@@ -400,6 +408,7 @@ class CpuOracle final : public OracleBase<T> {
         certificate_row(w, double(pq[i0 + r]), rho_inv, row, &s);
         s.extra += fast_row_slack(kModel, w, row.sum, weighted[std::size_t(r)], a_max,
                                   double(zmax[std::size_t(r)]), key_mass, double(nk));
+        if (next) s.extra += next_update(double(pq[i0 + r]), row.sum, eps, next + i0 + r);
       }
       part[std::size_t(blk)] = s;
     });

@@ -653,7 +653,8 @@ class CudaOracle final : public OracleBase<T> {
 
   // The certificate over every pair, or (kept) over the pairs of the current block lists; fast =
   // the fp32 path (lib/cuda/certify.cu).
-  Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fast) override {
+  Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fast, T* f_next,
+                           double rows_stop) override {
     constexpr int kOut = cuda::kCertifyOutputs;
     cuda::memset_async(cert_out_.data(), 0, 2 * kOut * sizeof(double), stream_);
     cuda::CertifySide<T> rows;
@@ -673,6 +674,7 @@ class CudaOracle final : public OracleBase<T> {
     rows.fast = fast;
     rows.stats = true;
     rows.key_mass = mass_ref_[1];
+    rows.next = fast ? f_next : nullptr;  // the float64 sides write no update
     if (this->label_cost()) {
       rows.query_labels = labels_x_.data();
       rows.key_labels = labels_y_.data();
@@ -690,6 +692,7 @@ class CudaOracle final : public OracleBase<T> {
     cols.rho_inv = this->rho_inv(1);
     cols.stats = false;
     cols.key_mass = mass_ref_[0];
+    cols.next = nullptr;
     if (kept) {
       for (int s = 0; s < 2; ++s) {
         const BlockList* l = this->block_list(s);
@@ -711,26 +714,36 @@ class CudaOracle final : public OracleBase<T> {
       cert_gemm_->run(rows, cols);
     } else {
       cuda::launch_certify_side(rows, stream_);
+      if (rows_stop < HUGE_VAL) {
+        // The row side alone decides a failed try (certify_kept_next): the columns only after.
+        const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
+        const CertificateSide r = side_of(h, 0);
+        if (r.error > rows_stop)
+          return this->rows_only_certificate(r, rows.next && this->next_usable(r));
+      }
       cuda::launch_certify_side(cols, stream_);
     }
     const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
-    auto side = [&](int o) {
-      CertificateSide sd;
-      sd.error = h[std::size_t(o)];
-      sd.mass = h[std::size_t(o + 1)];
-      sd.weighted_t = h[std::size_t(o + 2)];
-      std::memcpy(&sd.max_t, &h[std::size_t(o + 3)], sizeof(double));
-      sd.cost = h[std::size_t(o + 4)];
-      sd.potentials = h[std::size_t(o + 5)];
-      sd.weight = h[std::size_t(o + 6)];
-      sd.target_exposure = h[std::size_t(o + 7)];
-      sd.extra = h[std::size_t(o + 8)];
-      return sd;
-    };
-    return certificate_bound(side(0), side(kOut), n_, m_, d_, eps);
+    Certificate c = certificate_bound(side_of(h, 0), side_of(h, kOut), n_, m_, d_, eps);
+    c.next_written = rows.next && this->next_usable(side_of(h, 0));
+    return c;
   }
 
  private:
+  /// One side's sums from the downloaded outputs (offset o: 0 rows, kCertifyOutputs columns).
+  static CertificateSide side_of(const std::vector<double>& h, int o) {
+    CertificateSide sd;
+    sd.error = h[std::size_t(o)];
+    sd.mass = h[std::size_t(o + 1)];
+    sd.weighted_t = h[std::size_t(o + 2)];
+    std::memcpy(&sd.max_t, &h[std::size_t(o + 3)], sizeof(double));
+    sd.cost = h[std::size_t(o + 4)];
+    sd.potentials = h[std::size_t(o + 5)];
+    sd.weight = h[std::size_t(o + 6)];
+    sd.target_exposure = h[std::size_t(o + 7)];
+    sd.extra = h[std::size_t(o + 8)];
+    return sd;
+  }
   cuda::PassTraits traits(bool block_list) const {
     cuda::PassTraits t;
     t.precision = precision_;
