@@ -47,19 +47,28 @@ class OracleBase : public Oracle<T> {
   bool certify_next_applies() const override {
     return fp32_certificate_applies() && rho_inv(0) == 0;
   }
-  Certificate certify_kept_next(double eps, const T* f, const T* g, double target,
-                                T* f_next) override {
+  bool update_g_certified_applies() const override {
+    return fp32_certificate_applies() && rho_inv(1) == 0;
+  }
+  Certificate certify_kept_next(double eps, const T* f, const T* g, double target, T* f_next,
+                                const CertificateSide* cols) override {
     if (!(target > 0) || !certify_next_applies() || !f_next)
       return certify_decided(eps, f, g, true, target);
     // A try: the fp32 certificate as it comes, decided or not (its bound is an upper bound
     // either way, and a try that fails only costs the caller an iteration); float64 only where
     // the fp32 bound is not finite.
-    Certificate c = certify_pass(eps, f, g, true, true, f_next, target);
+    Certificate c = certify_pass(eps, f, g, true, true, f_next, target, cols);
     c.fp32 = true;
     if (c.rows_only || std::isfinite(c.bound)) return c;
     Certificate d = certify_pass(eps, f, g, true, false);
     d.next_written = c.next_written;
     return d;
+  }
+  bool update_g_certified(double eps, const T* f, const T* g, double relax, T* g_next,
+                          CertificateSide* old_pair, CertificateSide* new_pair) override {
+    if (!update_g_certified_applies() || !g_next) return false;
+    column_pass(eps, f, g, relax, g_next, old_pair, new_pair);
+    return std::isfinite(new_pair->extra) && std::isfinite(new_pair->error);
   }
 
   void set_block_lists(const BlockList* f_side, const BlockList* g_side) override {
@@ -140,9 +149,15 @@ class OracleBase : public Oracle<T> {
   /// of positive weight and sets next_written when every such S_i is positive and finite (a row
   /// whose S_i is not makes the row side's bound +inf); when the row side's computed error
   /// exceeds rows_stop the column side is skipped (rows_only, bound +inf).
+  /// With cols (fp32, kept): the column side is not evaluated, *cols stands for it.
   virtual Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32,
                                    T* f_next = nullptr,
-                                   double rows_stop = std::numeric_limits<double>::infinity()) = 0;
+                                   double rows_stop = std::numeric_limits<double>::infinity(),
+                                   const CertificateSide* cols = nullptr) = 0;
+  /// update_g_certified's pass: the fp32 column side over the g-side list (every column when
+  /// none) with g_next_j = g_j - relax eps ln S_j and both pairs' sides (next_update).
+  virtual void column_pass(double eps, const T* f, const T* g, double relax, T* g_next,
+                           CertificateSide* old_pair, CertificateSide* new_pair) = 0;
   /// The rows-only result of certify_pass (the column side skipped).
   static Certificate rows_only_certificate(const CertificateSide& rows, bool next_written) {
     Certificate c;

@@ -622,6 +622,13 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   Buffer<T> next_f(ctx, with_next ? n : 0);
   bool f_ready = false;
   int failed_tries = 0;
+  // And its column side as the g update (Oracle::update_g_certified; every column of positive
+  // weight): the column side of the pair it makes comes with it, so a try runs its row side only.
+  const bool g_certified = with_next && oracle->update_g_certified_applies() &&
+                           std::all_of(bp.begin(), bp.end(), [](double v) { return v > 0; });
+  Buffer<T> next_g(ctx, g_certified ? m : 0);
+  CertificateSide cols_old, cols_new;
+  bool have_cols = false;  // cols_new is the column side of the current (f, g)
   int grew = 0, plain_run = 0, relax_run = 0, since_change = 0;
   double relax_cap = kMaxLevelRelaxation, change_norm = HUGE_VAL;
   double run_start = 0;
@@ -660,12 +667,20 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       ++s.fine_updates;
     }
     f_ready = false;
-    if (w != 1) ops.axpby(1.0, as_matrix(g), 0.0, as_matrix(prev_g, false));
-    oracle->update_g(T(eps), f.data(), g.data(), scalars.data());
-    if (w != 1) ops.axpby(1 - w, as_matrix(prev_g), w, as_matrix(g, false));
+    have_cols = g_certified && with_next &&
+                oracle->update_g_certified(eps, f.data(), g.data(), w, next_g.data(), &cols_old,
+                                           &cols_new);
+    if (have_cols) {
+      ops.axpby(1.0, as_matrix(next_g), 0.0, as_matrix(g, false));
+      residual = cols_old.error;  // the column error of (f, g_old), as update_g's residual
+    } else {
+      if (w != 1) ops.axpby(1.0, as_matrix(g), 0.0, as_matrix(prev_g, false));
+      oracle->update_g(T(eps), f.data(), g.data(), scalars.data());
+      if (w != 1) ops.axpby(1 - w, as_matrix(prev_g), w, as_matrix(g, false));
+      residual = to_host(ctx, scalars.cview())[0];
+    }
     ++fine_iterations;
     ++s.fine_updates;
-    residual = to_host(ctx, scalars.cview())[0];
     phase.end("iteration");
     // Automatic over-relaxation, on the residual divided by the factor that made it (a relaxed
     // step moves the potentials w times the plain correction, so the raw residual jumps with
@@ -769,12 +784,14 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         oracle->set_block_lists(&sc.f_side, &sc.g_side);
         phase.end("lists");
         ++s.mask_rebuilds;
+        have_cols = false;  // of the old lists
       } else {
         const auto t_cert = Clock::now();
         tail = 2 * sc.dropped_mass * std::exp(drift / eps);
         // The decision is kept-pair bound + tail <= tolerance: the engine may decide it in fp32.
         const double target = std::max(0.0, s.tolerance - tail);
-        cert = with_next ? oracle->certify_kept_next(eps, f.data(), g.data(), target, next_f.data())
+        cert = with_next ? oracle->certify_kept_next(eps, f.data(), g.data(), target,
+                                                     next_f.data(), have_cols ? &cols_new : nullptr)
                          : oracle->certify_kept(eps, f.data(), g.data(), target);
         seconds_cert += seconds_since(t_cert);
         phase.end("certificate");

@@ -37,6 +37,27 @@ struct Certificate {
   bool rows_only = false;
 };
 
+/// What one side of a certificate accumulates (lib/core/certificate.hpp computes the bound from
+/// two of them), over the rows i of that side (queries) and all keys j.
+struct CertificateSide {
+  double error = 0;       ///< sum_i |r_i - w_i|, r_i = w_i sum_j v_j exp(z_ij) (computed)
+  double mass = 0;        ///< sum_i r_i
+  double weighted_t = 0;  ///< sum_ij P_ij t_ij, t_ij = |f_i| + |g_j| + C_ij (rounding exposure)
+  double max_t = 0;       ///< max_ij t_ij over pairs of positive weight
+  /// Plan statistics from the same sums (not part of the bound): sum_ij P_ij C_ij and
+  /// sum_ij P_ij (p_i + p_j), P the plan as evaluated here.
+  double cost = 0;
+  double potentials = 0;
+  double weight = 0;           ///< sum_i w_i (rows of positive weight)
+  /// sum_i target_i (|p_i| / rho + 2): the rounding exposure of the KL-relaxed targets
+  /// w_i exp(-p_i / rho) (0 for a strict side).
+  double target_exposure = 0;
+  /// An engine's own rounding bound for a side it evaluated outside this header's float64 model
+  /// (the CUDA engine's fp32 certificate, lib/cuda/certify.cu): added to the side's slack as it
+  /// is. Such a side reports weighted_t = max_t = 0 (its exposure is inside `extra`).
+  double extra = 0;
+};
+
 /// A block-sparse key schedule for one direction of the passes (rows = that direction's queries:
 /// x for the f side, y for the g side). Row tile r (rows [r row_tile, (r+1) row_tile)) scans
 /// only the keys of its runs p in [run_ptr[r], run_ptr[r+1]): key tiles [runs[2p], runs[2p+1]),
@@ -263,15 +284,31 @@ class Oracle {
   /// update. The fp32 certificate is returned whether or not it decides (an upper bound all the
   /// same), the float64 passes only where its bound is not finite. Engines without that path
   /// return certify_kept(eps, f, g, target), nothing written. f_next must not alias f or g.
-  /// Synchronizes.
+  /// `cols`: the column side of (f, g) already evaluated (update_g_certified's new_pair for
+  /// exactly these f and g): only the row side runs. Synchronizes.
   virtual Certificate certify_kept_next(double eps, const T* f, const T* g, double target,
-                                        T* f_next) {
+                                        T* f_next, const CertificateSide* cols = nullptr) {
     (void)f_next;
+    (void)cols;
     return certify_kept(eps, f, g, target);
   }
   /// Whether certify_kept_next can write f_next here (then it does unless a row sum is not
-  /// positive and finite).
+  /// positive and finite), and update_g_certified can run (a strict b side too).
   virtual bool certify_next_applies() const { return false; }
+  virtual bool update_g_certified_applies() const { return false; }
+  /// update_g through the certificate's column side, where update_g_certified_applies() (every
+  /// column of positive weight: the caller's duty): sums S_j = sum_i a_i exp((f_i + g_j - C_ij)
+  /// / eps) over the g-side list on the caller's coordinates, writes
+  /// g_next_j = g_j - relax eps ln S_j (update_g, relaxed by `relax`; g_next must not alias f or
+  /// g), and returns the column sides of the certificates of (f, g) (*old_pair: its error is the
+  /// update's residual) and of (f, g_next) (*new_pair, for certify_kept_next(f, g_next, ...)).
+  /// Returns false, nothing usable written, where it does not apply or an S_j is not positive
+  /// and finite (then update_g). Synchronizes.
+  virtual bool update_g_certified(double eps, const T* f, const T* g, double relax, T* g_next,
+                                  CertificateSide* old_pair, CertificateSide* new_pair) {
+    (void)eps, (void)f, (void)g, (void)relax, (void)g_next, (void)old_pair, (void)new_pair;
+    return false;
+  }
 
   /// The multiscale screen's second stage (docs/multiscale.md): `pairs` holds K pairs (I, J) of
   /// atoms of `atom` points (x points [I atom, min(n, (I + 1) atom)), y points likewise; 2 K

@@ -23,25 +23,7 @@
 
 namespace kantor {
 
-/// What one side's pass accumulates, over the rows i of that side (queries) and all keys j.
-struct CertificateSide {
-  double error = 0;       ///< sum_i |r_i - w_i|, r_i = w_i sum_j v_j exp(z_ij) (computed)
-  double mass = 0;        ///< sum_i r_i
-  double weighted_t = 0;  ///< sum_ij P_ij t_ij, t_ij = |f_i| + |g_j| + C_ij (rounding exposure)
-  double max_t = 0;       ///< max_ij t_ij over pairs of positive weight
-  /// Plan statistics from the same sums (not part of the bound): sum_ij P_ij C_ij and
-  /// sum_ij P_ij (p_i + p_j), P the plan as evaluated here.
-  double cost = 0;
-  double potentials = 0;
-  double weight = 0;           ///< sum_i w_i (rows of positive weight)
-  /// sum_i target_i (|p_i| / rho + 2): the rounding exposure of the KL-relaxed targets
-  /// w_i exp(-p_i / rho) (0 for a strict side).
-  double target_exposure = 0;
-  /// An engine's own rounding bound for a side it evaluated outside this header's float64 model
-  /// (the CUDA engine's fp32 certificate, lib/cuda/certify.cu): added to the side's slack as it
-  /// is. Such a side reports weighted_t = max_t = 0 (its exposure is inside `extra`).
-  double extra = 0;
-};
+// CertificateSide (what one side's pass accumulates) lives in kantor/oracle.hpp.
 
 /// One row's running sums over its keys (certificate_pair adds to it, certificate_row folds it).
 struct CertificateRow {
@@ -178,17 +160,6 @@ KANTOR_HOST_DEVICE inline double fast_row_slack(const FastCertificateModel& mode
   return w * (weighted + zterm * zpos * row_sum + c0) / (1 - rho) * (1 + 1e-6);
 }
 
-/// Oracle::certify_kept_next, one row of positive weight: its row sum S = sum_j b_j exp((f + g_j
-/// - C_ij) / eps) gives update_f's value from g, *next = f - eps ln S (rounded once to T). Returns
-/// 0, or +inf when S is not positive and finite (*next untouched): the side's `extra` then makes
-/// its bound +inf, and its updates are not used.
-template <class T>
-KANTOR_HOST_DEVICE inline double next_update(double f, double sum, double eps, T* next) {
-  if (!(sum > 0) || !(sum < HUGE_VAL)) return HUGE_VAL;
-  *next = T(f - eps * log(sum));
-  return 0.0;
-}
-
 /// 2^z in float for the CPU's fp32 certificate (branch-free: compilers vectorize loops that call
 /// it): k = round(z) by the 1.5 2^23 shift, r = z - k exactly (|r| <= 1/2), 2^r by the degree-7
 /// Taylor polynomial of e^(r ln 2) by Horner (truncation below 1e-8 relative), scaled by 2^k
@@ -306,6 +277,35 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double p, double rho_in
   side->max_t = row.max_t > side->max_t ? row.max_t : side->max_t;
   side->cost += w * row.cost;
   side->potentials += w * row.pot;
+}
+
+/// The certificate side as the next potential update (Oracle::certify_kept_next's row side,
+/// Oracle::update_g_certified's column side), one row of positive weight and strict marginal:
+/// its sum S = sum_j v_j exp((p + p_j - C_ij) / eps) gives the relaxed update
+/// *next = p - relax eps ln S (rounded once to T; relax = 1: update_f / update_g's value). With
+/// `side`, the row's share of the side of the new pair (*next against the same keys) is added to
+/// it: the new row sum is S phi, phi = exp((*next - p) / eps) exactly as stored, and its rounding
+/// bound `slack` (the old row's w |S - S^| bound) times phi, plus 1e-14 of the row's new mass for
+/// phi's own rounding in double. Returns 0, or +inf when S is not positive and finite (*next
+/// untouched, +inf added to side->extra): the side's bound is then +inf and its updates unusable.
+template <class T>
+KANTOR_HOST_DEVICE inline double next_update(double p, double sum, double eps, double relax,
+                                             double w, double slack, T* next,
+                                             CertificateSide* side) {
+  if (!(sum > 0) || !(sum < HUGE_VAL)) {
+    if (side) side->extra += HUGE_VAL;
+    return HUGE_VAL;
+  }
+  const T v = T(p - relax * eps * log(sum));
+  *next = v;
+  if (side) {
+    const double phi = exp((double(v) - p) / eps);
+    CertificateRow row;
+    row.sum = sum * phi;
+    certificate_row(w, double(v), 0.0, row, side);
+    side->extra += slack * phi + 1e-14 * w * row.sum;
+  }
+  return 0.0;
 }
 
 /// The bound from the two sides' sums (n rows, m columns, dimension d, target eps).

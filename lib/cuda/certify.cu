@@ -180,8 +180,9 @@ constexpr int kFastKeys = 64;
 
 // R rows per thread (kRows / R threads a block): each staged key is read from shared memory once
 // for R pairs, and the tile's bookkeeping (three barriers, the staging) is shared by R rows.
-template <int D, bool kStats, int R>
+template <int D, bool kStats, int R, bool kNext>
 __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const CertifySide<float> p) {
+  static_assert(!(kStats && kNext), "the update with the new pair's side: the column side");
   constexpr int kT = kRows / R;  // threads a block; thread t owns rows t, t + kT, ...
   static_assert(kT >= kFastKeys && kT > D, "one staged key a thread at most");
   __shared__ float gam[D][kFastKeys];  // gamma_jk = 2 c L eta_jk
@@ -316,7 +317,7 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
       }
     }
   }
-  CertificateSide s;
+  CertificateSide s, s_next;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (!row_ok[r]) continue;
@@ -326,13 +327,20 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
     row.cost = cost[r];
     row.pot = pot[r];
     certificate_row(wi, double(fi[r]), p.rho_inv, row, &s);
-    s.extra += fast_row_slack(kModel, wi, sum[r], weighted[r], a_max[r], 0.0, p.key_mass,
-                              double(p.nk));
-    // The update (certify_kept_next) on the row side only, which runs with statistics.
+    const double slack = fast_row_slack(kModel, wi, sum[r], weighted[r], a_max[r], 0.0,
+                                        p.key_mass, double(p.nk));
+    s.extra += slack;
+    // The updates: certify_kept_next's on the row side (which runs with statistics),
+    // update_g_certified's with the new pair's side on the column side (kNext).
     if (kStats && p.next)
-      s.extra += next_update(double(fi[r]), sum[r], p.eps, p.next + row0 + t + r * kT);
+      s.extra += next_update(double(fi[r]), sum[r], p.eps, 1.0, wi, slack,
+                             p.next + row0 + t + r * kT, static_cast<CertificateSide*>(nullptr));
+    if (kNext)
+      s.extra += next_update(double(fi[r]), sum[r], p.eps, p.relax, wi, slack,
+                             p.next + row0 + t + r * kT, &s_next);
   }
   add_side(s, p.out);
+  if (kNext) add_side(s_next, p.out_next);
 }
 
 // Rows per thread of the fp32 certificate: 2 (two rows share each staged key's reads and the
@@ -343,9 +351,11 @@ template <int D>
 void launch_fast_dim(const CertifySide<float>& p, unsigned blocks, cudaStream_t stream) {
   constexpr int R = kFastRowsPerThread;
   if (p.stats)
-    certify_side_fast_kernel<D, true, R><<<blocks, kRows / R, 0, stream>>>(p);
+    certify_side_fast_kernel<D, true, R, false><<<blocks, kRows / R, 0, stream>>>(p);
+  else if (p.out_next && p.next)
+    certify_side_fast_kernel<D, false, R, true><<<blocks, kRows / R, 0, stream>>>(p);
   else
-    certify_side_fast_kernel<D, false, R><<<blocks, kRows / R, 0, stream>>>(p);
+    certify_side_fast_kernel<D, false, R, false><<<blocks, kRows / R, 0, stream>>>(p);
 }
 
 void launch_fast(const CertifySide<float>& p, unsigned blocks, cudaStream_t stream) {

@@ -53,6 +53,11 @@ struct CertifySide {
   /// next[i] = p_i - eps ln S_i (next_update, lib/core/certificate.hpp); a row whose S_i is not
   /// positive and finite adds +inf to out[8]. Null = nothing written.
   T* next = nullptr;
+  /// The column side as Oracle::update_g_certified (fp32 path without statistics): with
+  /// out_next, next[j] = p_j - relax eps ln S_j, and the side of the new pair (next against the
+  /// same keys) accumulated into out_next (kCertifyOutputs doubles, zeroed first).
+  double relax = 1;
+  double* out_next = nullptr;
 };
 
 /// Doubles per side in CertifySide::out.

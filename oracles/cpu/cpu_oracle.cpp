@@ -261,21 +261,28 @@ class CpuOracle final : public OracleBase<T> {
   }
 
   Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fp32, T* f_next,
-                           double rows_stop) override {
+                           double rows_stop, const CertificateSide* given) override {
     const BlockList* l0 = kept ? this->block_list(0) : nullptr;
     const BlockList* l1 = kept ? this->block_list(1) : nullptr;
-    if (!fp32) f_next = nullptr;  // the float64 side writes no update
+    if (!fp32) f_next = nullptr, given = nullptr;  // the float64 sides write no update
     const CertificateSide rows =
         fp32 ? certify_side_fast(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0, f_next)
              : certify_side(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(), m(), l0);
     const bool next = f_next && this->next_usable(rows);
     if (rows.error > rows_stop) return this->rows_only_certificate(rows, next);
     const CertificateSide cols =
-        fp32 ? certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1)
-             : certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
+        given  ? *given
+        : fp32 ? certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1)
+               : certify_side(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(), l1);
     Certificate c = certificate_bound(rows, cols, n(), m(), dim(), eps);
     c.next_written = next;
     return c;
+  }
+  void column_pass(double eps, const T* f, const T* g, double relax, T* g_next,
+                   CertificateSide* old_pair, CertificateSide* new_pair) override {
+    *new_pair = CertificateSide();
+    *old_pair = certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(),
+                                  this->block_list(1), g_next, relax, new_pair);
   }
 
  private:
@@ -287,7 +294,8 @@ class CpuOracle final : public OracleBase<T> {
                                     const std::vector<double>& k, const std::vector<double>& wq,
                                     const std::vector<double>& wk, const T* pq, const T* pk,
                                     std::int64_t nq, std::int64_t nk, const BlockList* list,
-                                    T* next = nullptr) {
+                                    T* next = nullptr, double relax = 1.0,
+                                    CertificateSide* next_side = nullptr) {
     constexpr int kC = int(kCertChunk), kMaxD = kFastCertificateMaxDim;
     constexpr FastCertificateModel kModel{8.31, 100.0, 0x1.0p-125};
     const int d = int(dim());
@@ -297,7 +305,8 @@ class CpuOracle final : public OracleBase<T> {
     double key_mass = 0;
     for (const double w : wk) key_mass += w;
     const double rho_inv = this->rho_inv(side);
-    std::vector<CertificateSide> part(static_cast<std::size_t>(blocks));
+    std::vector<CertificateSide> part(static_cast<std::size_t>(blocks)),
+        next_part(static_cast<std::size_t>(next_side ? blocks : 0));
     pool_.run(blocks, [&](std::int64_t blk) {
       const std::int64_t i0 = blk * block, i1 = std::min(nq, i0 + block);
       const std::int64_t rows = i1 - i0;
@@ -406,23 +415,30 @@ class CpuOracle final : public OracleBase<T> {
         row.cost = cost[std::size_t(r)];
         row.pot = pot[std::size_t(r)];
         certificate_row(w, double(pq[i0 + r]), rho_inv, row, &s);
-        s.extra += fast_row_slack(kModel, w, row.sum, weighted[std::size_t(r)], a_max,
-                                  double(zmax[std::size_t(r)]), key_mass, double(nk));
-        if (next) s.extra += next_update(double(pq[i0 + r]), row.sum, eps, next + i0 + r);
+        const double slack = fast_row_slack(kModel, w, row.sum, weighted[std::size_t(r)], a_max,
+                                            double(zmax[std::size_t(r)]), key_mass, double(nk));
+        s.extra += slack;
+        if (next)
+          s.extra += next_update(double(pq[i0 + r]), row.sum, eps, relax, w, slack, next + i0 + r,
+                                 next_side ? &next_part[std::size_t(blk)] : nullptr);
       }
       part[std::size_t(blk)] = s;
     });
-    CertificateSide total;
-    for (const CertificateSide& s : part) {
-      total.error += s.error;
-      total.mass += s.mass;
-      total.cost += s.cost;
-      total.potentials += s.potentials;
-      total.weight += s.weight;
-      total.target_exposure += s.target_exposure;
-      total.extra += s.extra;
-    }
-    return total;
+    auto fold = [](const std::vector<CertificateSide>& parts) {
+      CertificateSide total;
+      for (const CertificateSide& s : parts) {
+        total.error += s.error;
+        total.mass += s.mass;
+        total.cost += s.cost;
+        total.potentials += s.potentials;
+        total.weight += s.weight;
+        total.target_exposure += s.target_exposure;
+        total.extra += s.extra;
+      }
+      return total;
+    };
+    if (next_side) *next_side = fold(next_part);
+    return fold(part);
   }
 
   static constexpr std::int64_t kCertChunk = 64;

@@ -203,7 +203,7 @@ class CudaOracle final : public OracleBase<T> {
       la_ = upload(prep.la);
       lb_ = upload(prep.lb);
     }
-    cert_out_ = Buffer<double>(ctx_, 2 * cuda::kCertifyOutputs);
+    cert_out_ = Buffer<double>(ctx_, 3 * cuda::kCertifyOutputs);  // rows, columns, new pair
     // The weights' totals in double (prepare_problem_data's chunked sums, the same on both
     // paths).
     mass_ref_[0] = prep.mass_a;
@@ -654,10 +654,51 @@ class CudaOracle final : public OracleBase<T> {
   // The certificate over every pair, or (kept) over the pairs of the current block lists; fast =
   // the fp32 path (lib/cuda/certify.cu).
   Certificate certify_pass(double eps, const T* f, const T* g, bool kept, bool fast, T* f_next,
-                           double rows_stop) override {
+                           double rows_stop, const CertificateSide* given) override {
+    if (!fast) given = nullptr;
+    cuda::CertifySide<T> rows, cols;
+    certify_sides(eps, f, g, kept, fast, &rows, &cols);
+    rows.next = fast ? f_next : nullptr;  // the float64 sides write no update
     constexpr int kOut = cuda::kCertifyOutputs;
-    cuda::memset_async(cert_out_.data(), 0, 2 * kOut * sizeof(double), stream_);
-    cuda::CertifySide<T> rows;
+    const bool lists = rows.run_ptr || cols.run_ptr;
+    if (!fast && !lists && d_ >= cuda::kCertifyGemmMinDim) {
+      // Wide clouds: both sides from float64 DGEMM score blocks (lib/cuda/certify.hpp), the
+      // expansion's rounding inside the bound. H200, 50k x 50k (docs/benchmarks.md, tenth
+      // session): d = 64 139 -> 77 ms, d = 512 1385 -> 116 ms, d = 784 2083 -> 138 ms.
+      if (!cert_gemm_)
+        cert_gemm_ = std::make_unique<cuda::CertifyGemm>(stream_, x_ref_.data(), y_ref(), n_, m_,
+                                                         int(d_));
+      cert_gemm_->run(rows, cols);
+    } else {
+      cuda::launch_certify_side(rows, stream_);
+      if (rows_stop < HUGE_VAL || given) {
+        // The row side alone decides a failed try (certify_kept_next): the columns only after.
+        const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
+        const CertificateSide r = side_of(h, 0);
+        if (r.error > rows_stop)
+          return this->rows_only_certificate(r, rows.next && this->next_usable(r));
+        if (given) {
+          Certificate c = certificate_bound(r, *given, n_, m_, d_, eps);
+          c.next_written = rows.next && this->next_usable(r);
+          return c;
+        }
+      }
+      cuda::launch_certify_side(cols, stream_);
+    }
+    const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
+    Certificate c = certificate_bound(side_of(h, 0), side_of(h, kOut), n_, m_, d_, eps);
+    c.next_written = rows.next && this->next_usable(side_of(h, 0));
+    return c;
+  }
+
+ private:
+  /// Both certificate sides' parameters (outputs zeroed: rows, columns, the new pair's side).
+  void certify_sides(double eps, const T* f, const T* g, bool kept, bool fast,
+                     cuda::CertifySide<T>* rows_out, cuda::CertifySide<T>* cols_out) {
+    constexpr int kOut = cuda::kCertifyOutputs;
+    cuda::memset_async(cert_out_.data(), 0, 3 * kOut * sizeof(double), stream_);
+    cuda::CertifySide<T>& rows = *rows_out;
+    rows = cuda::CertifySide<T>();
     rows.queries = x_ref_.data();
     rows.keys = y_ref();
     rows.query_w = a_ref_.data();
@@ -674,14 +715,14 @@ class CudaOracle final : public OracleBase<T> {
     rows.fast = fast;
     rows.stats = true;
     rows.key_mass = mass_ref_[1];
-    rows.next = fast ? f_next : nullptr;  // the float64 sides write no update
     if (this->label_cost()) {
       rows.query_labels = labels_x_.data();
       rows.key_labels = labels_y_.data();
       rows.pair = pair_ref_[0].data();
       rows.classes = int(this->classes_);
     }
-    cuda::CertifySide<T> cols = rows;
+    cuda::CertifySide<T>& cols = *cols_out;
+    cols = rows;
     std::swap(cols.queries, cols.keys);
     std::swap(cols.query_w, cols.key_w);
     std::swap(cols.query_pot, cols.key_pot);
@@ -703,33 +744,20 @@ class CudaOracle final : public OracleBase<T> {
         side.key_tile = int(l->key_tile);
       }
     }
-    const bool lists = rows.run_ptr || cols.run_ptr;
-    if (!fast && !lists && d_ >= cuda::kCertifyGemmMinDim) {
-      // Wide clouds: both sides from float64 DGEMM score blocks (lib/cuda/certify.hpp), the
-      // expansion's rounding inside the bound. H200, 50k x 50k (docs/benchmarks.md, tenth
-      // session): d = 64 139 -> 77 ms, d = 512 1385 -> 116 ms, d = 784 2083 -> 138 ms.
-      if (!cert_gemm_)
-        cert_gemm_ = std::make_unique<cuda::CertifyGemm>(stream_, x_ref_.data(), y_ref(), n_, m_,
-                                                         int(d_));
-      cert_gemm_->run(rows, cols);
-    } else {
-      cuda::launch_certify_side(rows, stream_);
-      if (rows_stop < HUGE_VAL) {
-        // The row side alone decides a failed try (certify_kept_next): the columns only after.
-        const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
-        const CertificateSide r = side_of(h, 0);
-        if (r.error > rows_stop)
-          return this->rows_only_certificate(r, rows.next && this->next_usable(r));
-      }
-      cuda::launch_certify_side(cols, stream_);
-    }
-    const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
-    Certificate c = certificate_bound(side_of(h, 0), side_of(h, kOut), n_, m_, d_, eps);
-    c.next_written = rows.next && this->next_usable(side_of(h, 0));
-    return c;
   }
-
- private:
+  void column_pass(double eps, const T* f, const T* g, double relax, T* g_next,
+                   CertificateSide* old_pair, CertificateSide* new_pair) override {
+    constexpr int kOut = cuda::kCertifyOutputs;
+    cuda::CertifySide<T> rows, cols;
+    certify_sides(eps, f, g, true, true, &rows, &cols);
+    cols.next = g_next;
+    cols.relax = relax;
+    cols.out_next = cert_out_.data() + 2 * kOut;
+    cuda::launch_certify_side(cols, stream_);
+    const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
+    *old_pair = side_of(h, kOut);
+    *new_pair = side_of(h, 2 * kOut);
+  }
   /// One side's sums from the downloaded outputs (offset o: 0 rows, kCertifyOutputs columns).
   static CertificateSide side_of(const std::vector<double>& h, int o) {
     CertificateSide sd;

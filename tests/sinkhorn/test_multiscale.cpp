@@ -769,6 +769,51 @@ void check_certify_next(Backend backend) {
   EXPECT_GT(row_error, 1e-9) << "a row side that is not trivially exact";
   EXPECT_TRUE(r.next_written);
   EXPECT_EQ(to_host(ctx, again.cview()), nh);
+  // update_g_certified: g's update through the certificate's column side (relaxed too), the
+  // residual of (f, g), and the column side of (f, g_next) that certify_kept_next then takes as
+  // given: its bound is an upper bound of the float64 kept-pair error of the new pair and
+  // agrees with the certificate that evaluates both sides.
+  ASSERT_TRUE(oracle->update_g_certified_applies());
+  const std::vector<char> kg = block_list_mask(gl.run_ptr, gl.runs, 128, 64, m, n, true);
+  // g moved off its update by up to 0.05 eps: a residual well above the fp32 noise.
+  Buffer<float> gp(ctx, m);
+  std::vector<float> gph(gh);
+  for (std::int64_t j = 0; j < m; ++j) gph[std::size_t(j)] += float(0.05 * eps * std::sin(double(j)));
+  copy(ctx, VectorView<const float>{gph.data(), m, MemorySpace::kHost}, gp.view());
+  for (const double relax : {1.0, 1.5}) {
+    SCOPED_TRACE(relax);
+    Buffer<float> gn(ctx, m), fn(ctx, n), fn2(ctx, n);
+    CertificateSide old_pair, new_pair;
+    ASSERT_TRUE(oracle->update_g_certified(eps, f.data(), gp.data(), relax, gn.data(),
+                                           &old_pair, &new_pair));
+    const std::vector<float> gnh = to_host(ctx, gn.cview());
+    double gworst = 0, col_error = 0;
+    for (std::int64_t j = 0; j < m; ++j) {
+      std::vector<double> t;
+      for (std::int64_t i = 0; i < n; ++i)
+        if (kg[std::size_t(i * m + j)])
+          t.push_back(std::log(dp.a[std::size_t(i)]) + (double(f0[std::size_t(i)]) - dp.cost(i, j)) / eps);
+      const double gt = -eps * dense_lse(t);  // T(f)_j
+      const double old_g = double(gph[std::size_t(j)]);
+      col_error += dp.b[std::size_t(j)] * std::fabs(std::expm1((old_g - gt) / eps));
+      const double want = old_g + relax * (gt - old_g);
+      gworst = std::max(gworst, std::fabs(double(gnh[std::size_t(j)]) - want) /
+                                    (relax * eps * 1e-5 + 4 * std::fabs(want) * 0x1.0p-24));
+    }
+    EXPECT_LE(gworst, 1.0) << "worst g update error in units of its allowance";
+    EXPECT_GT(col_error, 1e-3);
+    EXPECT_NEAR(old_pair.error, col_error, old_pair.extra) << "the update's residual";
+    EXPECT_LT(old_pair.extra, 0.1 * col_error);  // the comparison above is not vacuous
+    const Certificate given =
+        oracle->certify_kept_next(eps, f.data(), gn.data(), 1.0, fn.data(), &new_pair);
+    const Certificate both = oracle->certify_kept_next(eps, f.data(), gn.data(), 1.0, fn2.data());
+    const Certificate exact = oracle->certify_kept(eps, f.data(), gn.data(), 0.0);  // float64
+    ASSERT_TRUE(given.fp32 && both.fp32 && !exact.fp32);
+    EXPECT_GE(given.bound, exact.computed);
+    EXPECT_NEAR(given.computed, both.computed, given.slack + both.slack);
+    EXPECT_NEAR(given.computed, exact.computed, given.slack + exact.slack);
+    EXPECT_EQ(to_host(ctx, fn.cview()), to_host(ctx, fn2.cview()));
+  }
   // A row whose sum underflows (f_0 far below its c-transform): no usable update, a finite
   // (float64) bound all the same.
   std::vector<float> fh = to_host(ctx, f.cview());
@@ -780,10 +825,9 @@ void check_certify_next(Backend backend) {
   EXPECT_TRUE(std::isfinite(u.bound));
   EXPECT_GE(u.bound, dp.a[0]) << "row 0 carries no mass: error a_0 at least";
   // Float64 potentials: no fp32 path, nothing written.
-  const Problem<double> pd64 = make_point_data<double>(d, uniform_cloud(rng, n, d),
-                                                       squeezed_cloud(rng, m, d), {}, {}, eps)
-                                   .problem();
-  auto o64 = make_oracle(ctx, pd64, Precision::kFp64);
+  const PointData<double> pd64 = make_point_data<double>(d, uniform_cloud(rng, n, d),
+                                                         squeezed_cloud(rng, m, d), {}, {}, eps);
+  auto o64 = make_oracle(ctx, pd64.problem(), Precision::kFp64);
   EXPECT_FALSE(o64->certify_next_applies());
   Buffer<double> f64(ctx, n), g64(ctx, m), n64(ctx, n);
   const std::vector<double> z64(std::size_t(std::max(n, m)), 0.0), mark(std::size_t(n), 7.0);
