@@ -639,6 +639,24 @@ TEST(MultiscaleOracle, AtomPairMaximaBoundTheTrueMaximumTightly) {
   check_atom_pair_maxima(Backend::kCpu);
 }
 
+// Block lists (row tiles of 128, key tiles of 64) keeping every other key tile, from the row
+// tile's own parity: the f side (n rows, m keys) and the g side (m rows, n keys).
+void every_other_key_tile(std::int64_t n, std::int64_t m, BlockList* fl, BlockList* gl) {
+  for (BlockList* l : {fl, gl}) {
+    const std::int64_t rows = l == fl ? n : m, keys = l == fl ? m : n;
+    l->row_tile = 128;
+    l->key_tile = 64;
+    l->run_ptr.push_back(0);
+    for (std::int64_t r = 0; r < (rows + 127) / 128; ++r) {
+      for (std::int32_t t = std::int32_t(r % 2); t < std::int32_t((keys + 63) / 64); t += 2) {
+        l->runs.push_back(t);
+        l->runs.push_back(t + 1);
+      }
+      l->run_ptr.push_back(std::int64_t(l->runs.size() / 2));
+    }
+  }
+}
+
 TEST(MultiscaleOracle, KeptCertificateIsTheFloat64SumOverTheKeptPairs) {
   Rng rng(5);
   const std::int64_t n = 300, m = 260, d = 3;
@@ -654,21 +672,8 @@ TEST(MultiscaleOracle, KeptCertificateIsTheFloat64SumOverTheKeptPairs) {
   const Certificate all = oracle->certify(0.02, f.data(), g.data());
   const Certificate none_listed = oracle->certify_kept(0.02, f.data(), g.data());
   EXPECT_EQ(all.computed, none_listed.computed) << "no lists: every pair";
-  // Lists keeping every other key tile.
   BlockList fl, gl;
-  for (BlockList* l : {&fl, &gl}) {
-    const std::int64_t rows = l == &fl ? n : m, keys = l == &fl ? m : n;
-    l->row_tile = 128;
-    l->key_tile = 64;
-    l->run_ptr.push_back(0);
-    for (std::int64_t r = 0; r < (rows + 127) / 128; ++r) {
-      for (std::int32_t t = std::int32_t(r % 2); t < std::int32_t((keys + 63) / 64); t += 2) {
-        l->runs.push_back(t);
-        l->runs.push_back(t + 1);
-      }
-      l->run_ptr.push_back(std::int64_t(l->runs.size() / 2));
-    }
-  }
+  every_other_key_tile(n, m, &fl, &gl);
   oracle->set_block_lists(&fl, &gl);
   const Certificate kept = oracle->certify_kept(0.02, f.data(), g.data());
   DenseProblem dp = pd.dense();
@@ -692,6 +697,22 @@ TEST(MultiscaleOracle, KeptCertificateIsTheFloat64SumOverTheKeptPairs) {
   EXPECT_NE(kept.computed, all.computed);
 }
 
+// The c-transform over a block list's pairs in float64 (an independent reference): for side 0,
+// row i's -eps ln sum_j b_j exp((p_j - C_ij) / eps) over the pairs of mask (n x m, (i, j) at
+// i m + j); for side 1, column j's over a_i and p_i.
+double listed_c_transform(const DenseProblem& dp, const std::vector<char>& mask,
+                          const std::vector<float>& p, int side, std::int64_t q, double eps) {
+  const std::int64_t n = dp.n, m = dp.m;
+  std::vector<double> t;
+  for (std::int64_t k = 0; k < (side == 0 ? m : n); ++k) {
+    const std::int64_t i = side == 0 ? q : k, j = side == 0 ? k : q;
+    if (!mask[std::size_t(i * m + j)]) continue;
+    const double w = side == 0 ? dp.b[std::size_t(j)] : dp.a[std::size_t(i)];
+    t.push_back(std::log(w) + (double(p[std::size_t(k)]) - dp.cost(i, j)) / eps);
+  }
+  return -eps * dense_lse(t);
+}
+
 // Oracle::certify_kept_next on `backend`: its certificate is certify_kept's fp32 one, its update
 // the float64 c-transform of g over the f-side list (independent reference on the host), a try
 // whose row side exceeds the target stops there (rows only, the same update), a row whose sum
@@ -712,21 +733,8 @@ void check_certify_next(Backend backend) {
   const std::vector<float> zf(std::size_t(n), 0.0f), zg(std::size_t(m), 0.0f);
   copy(ctx, VectorView<const float>{zf.data(), n, MemorySpace::kHost}, f.view());
   copy(ctx, VectorView<const float>{zg.data(), m, MemorySpace::kHost}, g.view());
-  // Lists keeping every other key tile (a row tile's own parity).
   BlockList fl, gl;
-  for (BlockList* l : {&fl, &gl}) {
-    const std::int64_t rows = l == &fl ? n : m, keys = l == &fl ? m : n;
-    l->row_tile = 128;
-    l->key_tile = 64;
-    l->run_ptr.push_back(0);
-    for (std::int64_t r = 0; r < (rows + 127) / 128; ++r) {
-      for (std::int32_t t = std::int32_t(r % 2); t < std::int32_t((keys + 63) / 64); t += 2) {
-        l->runs.push_back(t);
-        l->runs.push_back(t + 1);
-      }
-      l->run_ptr.push_back(std::int64_t(l->runs.size() / 2));
-    }
-  }
+  every_other_key_tile(n, m, &fl, &gl);
   oracle->set_block_lists(&fl, &gl);
   for (int it = 0; it < 40; ++it) {  // near the truncated problem's solution: sums close to 1
     oracle->update_f(float(eps), g.data(), f.data(), nullptr);
@@ -748,11 +756,7 @@ void check_certify_next(Backend backend) {
   const std::vector<char> kf = block_list_mask(fl.run_ptr, fl.runs, 128, 64, n, m, false);
   double worst = 0, row_error = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    std::vector<double> t;
-    for (std::int64_t j = 0; j < m; ++j)
-      if (kf[std::size_t(i * m + j)])
-        t.push_back(std::log(dp.b[std::size_t(j)]) + (double(gh[std::size_t(j)]) - dp.cost(i, j)) / eps);
-    const double exact = -eps * dense_lse(t);
+    const double exact = listed_c_transform(dp, kf, gh, 0, i, eps);
     // The row side's term: a_i |S_i - 1|, S_i = exp((f_i - exact) / eps).
     row_error += dp.a[std::size_t(i)] * std::fabs(std::expm1((double(f0[std::size_t(i)]) - exact) / eps));
     // fp32 rounding of the result plus the fp32 sums' error (~1e-6 relative: 1e-6 eps).
@@ -789,11 +793,7 @@ void check_certify_next(Backend backend) {
     const std::vector<float> gnh = to_host(ctx, gn.cview());
     double gworst = 0, col_error = 0;
     for (std::int64_t j = 0; j < m; ++j) {
-      std::vector<double> t;
-      for (std::int64_t i = 0; i < n; ++i)
-        if (kg[std::size_t(i * m + j)])
-          t.push_back(std::log(dp.a[std::size_t(i)]) + (double(f0[std::size_t(i)]) - dp.cost(i, j)) / eps);
-      const double gt = -eps * dense_lse(t);  // T(f)_j
+      const double gt = listed_c_transform(dp, kg, f0, 1, j, eps);  // T(f)_j
       const double old_g = double(gph[std::size_t(j)]);
       col_error += dp.b[std::size_t(j)] * std::fabs(std::expm1((old_g - gt) / eps));
       const double want = old_g + relax * (gt - old_g);
