@@ -624,8 +624,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   int failed_tries = 0;
   // And its column side as the g update (Oracle::update_g_certified; every column of positive
   // weight): the column side of the pair it makes comes with it, so a try runs its row side only.
-  const bool g_certified = with_next && oracle->update_g_certified_applies() &&
-                           std::all_of(bp.begin(), bp.end(), [](double v) { return v > 0; });
+  bool g_certified = with_next && oracle->update_g_certified_applies() &&
+                     std::all_of(bp.begin(), bp.end(), [](double v) { return v > 0; });
   Buffer<T> next_g(ctx, g_certified ? m : 0);
   CertificateSide cols_old, cols_new;
   bool have_cols = false;  // cols_new is the column side of the current (f, g)
@@ -674,6 +674,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       ops.axpby(1.0, as_matrix(next_g), 0.0, as_matrix(g, false));
       residual = cols_old.error;  // the column error of (f, g_old), as update_g's residual
     } else {
+      // A column sum out of range (update_g_certified declined): the engine's passes from now.
+      if (g_certified && with_next) g_certified = false;
       if (w != 1) ops.axpby(1.0, as_matrix(g), 0.0, as_matrix(prev_g, false));
       oracle->update_g(T(eps), f.data(), g.data(), scalars.data());
       if (w != 1) ops.axpby(1 - w, as_matrix(prev_g), w, as_matrix(g, false));
