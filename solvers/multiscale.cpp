@@ -395,7 +395,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   SinkhornSummary s;
   s.solver = "multiscale";
   SinkhornSummary coarse_summary;
-  double seconds_lift = 0;
+  double seconds_lift = 0, seconds_lift_oracles = 0;
   Buffer<T> f(ctx, n), g(ctx, m);
   if (warm) {
     std::vector<double> fi = download(ctx, pot->f), gi = download(ctx, pot->g);
@@ -448,6 +448,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const auto t_lift = Clock::now();
     auto lift_f = make_oracle(ctx, fx, precision);
     auto lift_g = make_oracle(ctx, gy, precision);
+    seconds_lift_oracles = seconds_since(t_lift);
     if (!coarse_lists[0].run_ptr.empty()) {
       const BlockList lf = lift_list(coarse_lists[0], n, mo.cell_points, lift_f->block_shape(), threads);
       const BlockList lg = lift_list(coarse_lists[1], m, mo.cell_points, lift_g->block_shape(), threads);
@@ -507,7 +508,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   std::vector<double> fb = download(ctx, f), gb = download(ctx, g);  // the mask's potentials
   phase.end("potentials");
   Screen sc;
-  double seconds_screen = 0, screen_theta = 0;
+  double seconds_screen = 0, screen_theta = 0, seconds_descent = 0;
   int screen_retries = 0;
   auto build_mask = [&]() {
     const auto t_screen = Clock::now();
@@ -549,8 +550,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                 double keep_at, double e, int bx, int by, bool on_pts,
                                 bool box_masks, ScreenDescent* r) {
       const ScreenPoints<T> sp{f.data(), g.data(), shape.key_tile, box_masks};
-      return oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by,
-                                    on_pts && engine_points ? &sp : nullptr, r);
+      const auto t_descent = Clock::now();
+      const bool used = oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by,
+                                               on_pts && engine_points ? &sp : nullptr, r);
+      seconds_descent += seconds_since(t_descent);
+      return used;
     };
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
                 theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent);
@@ -915,9 +919,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     os << std::setprecision(3) << s.solver_note << (s.solver_note.empty() ? "" : "; ") << n
        << " x " << m << " points: " << fine_iterations << " iterations, " << 100 * s.kept_fraction
        << "% kept (theta " << screen_theta << (screen_retries ? ", after a retry" : "")
-       << "); seconds: order " << t_setup << ", lift " << seconds_lift << ", engine "
-       << seconds_engine << ", screen "
-       << seconds_screen << ", passes "
+       << "); seconds: order " << t_setup << ", lift " << seconds_lift << " (oracles "
+       << seconds_lift_oracles << "), engine " << seconds_engine << ", screen " << seconds_screen
+       << " (engine descent " << seconds_descent << "), passes "
        << s.seconds_iterations - (seconds_screen - first_screen) - seconds_cert
        << ", certificates " << seconds_cert << " (" << level_certs << ", " << fp32_certs
        << " in fp32), values "
