@@ -281,6 +281,12 @@ class CpuOracle final : public OracleBase<T> {
   void column_pass(double eps, const T* f, const T* g, double relax, T* g_next,
                    CertificateSide* old_pair, CertificateSide* new_pair) override {
     *new_pair = CertificateSide();
+    // Guard: the fp32 side's domain (update_g_certified_applies says it holds).
+    if (dim() > kFastCertificateMaxDim || !this->fp32_certificate_applies()) {
+      *old_pair = CertificateSide();
+      new_pair->extra = HUGE_VAL;
+      return;
+    }
     *old_pair = certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(),
                                   this->block_list(1), g_next, relax, new_pair);
   }

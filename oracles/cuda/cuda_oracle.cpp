@@ -753,6 +753,12 @@ class CudaOracle final : public OracleBase<T> {
     cols.next = g_next;
     cols.relax = relax;
     cols.out_next = cert_out_.data() + 2 * kOut;
+    // Guard: only the fp32 kernel writes the update (update_g_certified_applies says it runs).
+    if (!cuda::certify_fast_applies(cols)) {
+      *old_pair = *new_pair = CertificateSide();
+      new_pair->extra = HUGE_VAL;
+      return;
+    }
     cuda::launch_certify_side(cols, stream_);
     const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
     *old_pair = side_of(h, kOut);
