@@ -758,7 +758,8 @@ void check_certify_next(Backend backend) {
   for (std::int64_t i = 0; i < n; ++i) {
     const double exact = listed_c_transform(dp, kf, gh, 0, i, eps);
     // The row side's term: a_i |S_i - 1|, S_i = exp((f_i - exact) / eps).
-    row_error += dp.a[std::size_t(i)] * std::fabs(std::expm1((double(f0[std::size_t(i)]) - exact) / eps));
+    const double fi = double(f0[std::size_t(i)]);
+    row_error += dp.a[std::size_t(i)] * std::fabs(std::expm1((fi - exact) / eps));
     // fp32 rounding of the result plus the fp32 sums' error (~1e-6 relative: 1e-6 eps).
     const double err = std::fabs(double(nh[std::size_t(i)]) - exact);
     worst = std::max(worst, err / (eps * 1e-5 + 4 * std::fabs(exact) * 0x1.0p-24));
@@ -782,7 +783,8 @@ void check_certify_next(Backend backend) {
   // g moved off its update by up to 0.05 eps: a residual well above the fp32 noise.
   Buffer<float> gp(ctx, m);
   std::vector<float> gph(gh);
-  for (std::int64_t j = 0; j < m; ++j) gph[std::size_t(j)] += float(0.05 * eps * std::sin(double(j)));
+  for (std::int64_t j = 0; j < m; ++j)
+    gph[std::size_t(j)] += float(0.05 * eps * std::sin(double(j)));
   copy(ctx, VectorView<const float>{gph.data(), m, MemorySpace::kHost}, gp.view());
   for (const double relax : {1.0, 1.5}) {
     SCOPED_TRACE(relax);
