@@ -75,9 +75,6 @@ void check_outputs(const std::vector<std::pair<std::string, std::string>>& outpu
   }
 }
 
-// The block mask of a multiscale solve (rows: source points, columns: target points, both in
-/// Morton order) as an SVG raster of at most 240 x 240 pixels, each shaded by the fraction of its
-/// tiles that the truncated passes scan.
 std::string records_json(const std::vector<IterationRecord>& records, int digits) {
   std::ostringstream rs;
   rs.precision(digits);
@@ -102,6 +99,9 @@ std::string records_json(const std::vector<IterationRecord>& records, int digits
   return rs.str();
 }
 
+// The block mask of a multiscale solve (rows: source points, columns: target points, both in
+/// Morton order) as an SVG raster of at most 240 x 240 pixels, each shaded by the fraction of its
+/// tiles that the truncated passes scan.
 std::string mask_svg(const BlockList& list, std::int64_t n, std::int64_t m, double kept,
                      const std::string& title) {
   const std::int64_t rt = (n + list.row_tile - 1) / list.row_tile;

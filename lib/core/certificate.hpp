@@ -284,9 +284,10 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double p, double rho_in
 /// its sum S = sum_j v_j exp((p + p_j - C_ij) / eps) gives the relaxed update
 /// *next = p - relax eps ln S (rounded once to T; relax = 1: update_f / update_g's value). With
 /// `side`, the row's share of the side of the new pair (*next against the same keys) is added to
-/// it: the new row sum is S phi, phi = exp((*next - p) / eps) exactly as stored, and its rounding
-/// bound `slack` (the old row's w |S - S^| bound) times phi, plus 1e-14 of the row's new mass for
-/// phi's own rounding in double. Returns 0, or +inf when S is not positive and finite (*next
+/// it: the new row sum is S phi, phi = exp(a), a = (*next - p) / eps from the stored value, and
+/// its rounding bound `slack` (the old row's w |S - S^| bound) times phi, plus (1e-14 + 1e-15 |a|)
+/// of the row's new mass for phi's own rounding in double (a's subtraction and division, 2^-52
+/// |a|, exp's ulp and the product: below 4.5e-16 (|a| + 2)). Returns 0, or +inf when S is not positive and finite (*next
 /// untouched, +inf added to side->extra): the side's bound is then +inf and its updates unusable.
 template <class T>
 KANTOR_HOST_DEVICE inline double next_update(double p, double sum, double eps, double relax,
@@ -299,11 +300,12 @@ KANTOR_HOST_DEVICE inline double next_update(double p, double sum, double eps, d
   const T v = T(p - relax * eps * log(sum));
   *next = v;
   if (side) {
-    const double phi = exp((double(v) - p) / eps);
+    const double a = (double(v) - p) / eps;
+    const double phi = exp(a);
     CertificateRow row;
     row.sum = sum * phi;
     certificate_row(w, double(v), 0.0, row, side);
-    side->extra += slack * phi + 1e-14 * w * row.sum;
+    side->extra += slack * phi + (1e-14 + 1e-15 * fabs(a)) * w * row.sum;
   }
   return 0.0;
 }

@@ -282,7 +282,7 @@ class CpuOracle final : public OracleBase<T> {
                    CertificateSide* old_pair, CertificateSide* new_pair) override {
     *new_pair = CertificateSide();
     // Guard: the fp32 side's domain (update_g_certified_applies says it holds).
-    if (dim() > kFastCertificateMaxDim || !this->fp32_certificate_applies()) {
+    if (!this->fp32_certificate_applies()) {
       *old_pair = CertificateSide();
       new_pair->extra = HUGE_VAL;
       return;
