@@ -8,6 +8,7 @@
 #include <string>
 
 #include "kantor/error.hpp"
+#include "kantor/host_parallel.hpp"
 #include "lib/core/for_chunks.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/problem.hpp"
@@ -63,15 +64,34 @@ double check_weights(const VectorView<const T>& w, std::int64_t expected, const 
     throw InvalidArgument(std::string("problem.") + name + ": null data for " +
                           std::to_string(w.size) + " weights (leave the view empty for uniform)");
   if (w.space != MemorySpace::kHost) return std::nan("");
+  // Fixed chunks of 2^16 weights on the host threads (the total is the same for any thread
+  // count): each chunk's sum and its first bad weight; then the first chunk with one, so that
+  // the message names the first bad weight, as a serial scan would.
+  constexpr std::int64_t kChunk = std::int64_t(1) << 16;
+  const std::int64_t chunks = (w.size + kChunk - 1) / kChunk;
+  std::vector<double> part(static_cast<std::size_t>(chunks), 0.0);
+  std::vector<std::int64_t> bad(static_cast<std::size_t>(chunks), -1);
+  detail::host_parallel(chunks, 0, [&](std::int64_t c) {
+    double sum = 0;
+    for (std::int64_t i = c * kChunk; i < std::min(w.size, (c + 1) * kChunk); ++i) {
+      const double v = double(w[i]);
+      if (!std::isfinite(v) || v < 0) {
+        bad[std::size_t(c)] = i;
+        return;
+      }
+      sum += v;
+    }
+    part[std::size_t(c)] = sum;
+  });
   double total = 0;
-  for (std::int64_t i = 0; i < w.size; ++i) {
-    const double v = double(w[i]);
-    if (!std::isfinite(v) || v < 0) {
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    if (const std::int64_t i = bad[std::size_t(c)]; i >= 0) {
       std::ostringstream os;
-      os << "problem." << name << ": weight " << i << " is " << v << " (expected finite and >= 0)";
+      os << "problem." << name << ": weight " << i << " is " << double(w[i])
+         << " (expected finite and >= 0)";
       throw InvalidArgument(os.str());
     }
-    total += v;
+    total += part[std::size_t(c)];
   }
   if (!(total > 0))
     throw InvalidArgument(std::string("problem.") + name + ": total mass is 0 (all weights zero)");

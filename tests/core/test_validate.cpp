@@ -127,6 +127,44 @@ TEST(ProblemValidation, AcceptsValidProblems) {
   EXPECT_THROW(validate(pf), InvalidArgument);
 }
 
+// Weights are checked in chunks on the host threads: the message still names the first bad
+// weight when later chunks hold others (a bad weight in the last chunk is found too), and the
+// total (the balance check) does not depend on the thread count.
+TEST(ProblemValidation, NamesTheFirstBadWeightOfManyChunks) {
+  const std::int64_t n = 300000;  // 5 chunks of 2^16
+  std::vector<double> x(static_cast<std::size_t>(n), 0.5), a(static_cast<std::size_t>(n), 1.0);
+  Problem<double> p;
+  p.features().x = host_matrix<const double>(x.data(), n, 1);
+  p.features().y = p.features().x;
+  p.epsilon = 0.1;
+  p.a = host_vector<const double>(a.data(), n);
+  p.b = p.a;
+  EXPECT_NO_THROW(validate(p));
+  auto message = [&]() -> std::string {
+    try {
+      validate(p);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  a[std::size_t(n - 1)] = -1;
+  EXPECT_NE(message().find("weight 299999 is -1"), std::string::npos) << message();
+  a[250000] = nan;
+  a[70000] = -3;
+  EXPECT_NE(message().find("weight 70000 is -3"), std::string::npos) << message();
+  a[1] = inf;
+  EXPECT_NE(message().find("weight 1 is inf"), std::string::npos) << message();
+  // Balanced to 1e-6: one weight 0.2 heavier in 300000 (6.7e-7 relative) passes, 0.4 does not.
+  std::vector<double> b(a.size(), 1.0);
+  std::fill(a.begin(), a.end(), 1.0);
+  b[123456] = 1.2;
+  p.b = host_vector<const double>(b.data(), n);
+  EXPECT_NO_THROW(validate(p));
+  b[123456] = 1.4;
+  EXPECT_NE(message().find("different total mass"), std::string::npos) << message();
+}
+
 // LabelAugmented costs: every defect of labels and table is named (field and value).
 TEST(ProblemValidation, LabelAugmentedDefectsAreNamed) {
   Arrays arrays;
