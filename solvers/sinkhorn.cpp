@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -419,10 +420,8 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
                      : 1.0;
   s.relaxation = omega;
   const bool relaxing = auto_relax || omega != 1.0;
-  Buffer<T> relax_f, relax_g, best_f, best_g;  // the old potentials of a step; the best check's
+  Buffer<T> best_f, best_g;  // the potentials of the best check
   if (relaxing) {
-    relax_f = Buffer<T>(ctx, s.n);
-    relax_g = Buffer<T>(ctx, s.m);
     best_f = Buffer<T>(ctx, s.n);
     best_g = Buffer<T>(ctx, s.m);
   }
@@ -474,28 +473,56 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
     const double eps_now = eps;
     last_eps = eps_now;
     const T e = T(eps);
-    if (options.schedule == Schedule::kAlternating && !annealing && relaxing) {
-      // Over-relaxed half steps: h <- (1 - w) h_old + w T(h'). The residual of a check is the
-      // row error of the pair before the f step plus the column error after it (both vanish at
-      // the fixed point; plain steps elsewhere measure the second only, their rows being exact),
-      // for w = 1 steps too, so that the controller compares like with like.
-      VectorOps<T>& ops = oracle.ops();
-      const MatrixView<T> fv{f, s.n, 1, 1, ctx.memory_space()};
-      const MatrixView<T> gv{g, s.m, 1, 1, ctx.memory_space()};
-      const MatrixView<T> fo{relax_f.data(), s.n, 1, 1, ctx.memory_space()};
-      const MatrixView<T> go{relax_g.data(), s.m, 1, 1, ctx.memory_space()};
-      const bool relax = omega != 1.0;
-      if (relax) ops.axpby(1.0, fv, 0.0, fo);
-      oracle.update_f(e, g, f, check ? scalars.data() + 1 : nullptr);
-      if (relax) ops.axpby(1.0 - omega, fo, omega, fv);
-      if (relax) ops.axpby(1.0, gv, 0.0, go);
-      oracle.update_g(e, f, g, err);
-      if (relax) ops.axpby(1.0 - omega, go, omega, gv);
-      relaxed_step = true;
-    } else if (options.schedule == Schedule::kAlternating) {
-      oracle.update_f(e, g, f, nullptr);
-      oracle.update_g(e, f, g, err);  // err: column error of the plan after the f-update
-      relaxed_step = false;
+    // One alternating iteration; `checked`: its residuals go to scalars.
+    auto alternating = [&](bool checked) {
+      if (!annealing && relaxing) {
+        // Over-relaxed half steps: h <- (1 - w) h_old + w T(h'). The residual of a check is the
+        // row error of the pair before the f step plus the column error after it (both vanish
+        // at the fixed point; plain steps elsewhere measure the second only, their rows being
+        // exact), for w = 1 steps too, so that the controller compares like with like.
+        // (Oracle::relaxed_update: the blend inside the update's own pass.)
+        oracle.relaxed_update(0, e, T(omega), g, f, checked ? scalars.data() + 1 : nullptr);
+        oracle.relaxed_update(1, e, T(omega), f, g, checked ? scalars.data() : nullptr);
+        relaxed_step = true;
+      } else {
+        oracle.update_f(e, g, f, nullptr);
+        // The column error of the plan after the f-update.
+        oracle.update_g(e, f, g, checked ? scalars.data() : nullptr);
+        relaxed_step = false;
+      }
+    };
+    // The unchecked iterations at the target eps before the next check are the same work with
+    // the same arguments: the engine replays one (Oracle::repeat: on the CUDA engine one graph
+    // launch instead of the iteration's 4 to 8; small problems' iterations are launch-bound).
+    // At most kRecordedRun at a time, cancellation polled between (and inside, on engines that
+    // call the step: a cancelled CPU pass returns early, the rest of the run is skipped).
+    if (options.schedule == Schedule::kAlternating && !annealing && !check) {
+      constexpr std::int64_t kRecordedRun = 32;
+      const std::int64_t ahead =
+          std::min({options.check_every - 1 - at_target % options.check_every,
+                    options.max_iterations - s.iterations, kRecordedRun});
+      // The key: everything the recorded iteration's arguments depend on (a solver object keeps
+      // its oracle from solve to solve, the potentials' buffers may move).
+      std::uint64_t key = 0;
+      auto mix = [&key](std::uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
+      for (const double v : {double(e), omega, relaxing ? 1.0 : 0.0}) {
+        std::uint64_t bits = 0;
+        std::memcpy(&bits, &v, sizeof bits);
+        mix(bits);
+      }
+      for (const void* ptr : {static_cast<const void*>(f), static_cast<const void*>(g)})
+        mix(std::uint64_t(reinterpret_cast<std::uintptr_t>(ptr)));
+      oracle.repeat(ahead, key, [&] {
+        if (!ctx.cancel_requested()) alternating(false);
+      });
+      relaxed_step = relaxing;
+      first = false;
+      s.iterations += ahead;
+      at_target += ahead;
+      continue;
+    }
+    if (options.schedule == Schedule::kAlternating) {
+      alternating(check);
     } else if (one_side) {
       // The symmetric step on a self-problem with f = g: f <- T(g) (its row error is the
       // residual's half), averaged with the old f (= g) after the first step, then g <- f.

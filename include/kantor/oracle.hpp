@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -223,10 +224,25 @@ class Oracle {
   /// g_j <- tau_b T(f)_j, T(f)_j = -eps LSE_i[log a_i + (f_i - C_ij)/eps]; col_err as for
   /// update_f.
   virtual void update_g(T eps, const T* f, T* g, double* col_err) = 0;
+  /// update_f (side 0: other = g, pot = f) or update_g (side 1: other = f, pot = g) over-relaxed
+  /// in one pass: pot <- (1 - w) pot + w tau T(other), formed in double and rounded once (w = 1:
+  /// the plain update, bit for bit). err as theirs: the residual of the old pot against the
+  /// fresh T(other).
+  virtual void relaxed_update(int side, T eps, T w, const T* other, T* pot, double* err) = 0;
   /// Both from the old values: f <- (1-w) f + w tau_a T_f(g), g <- (1-w) g + w tau_b T_g(f). If
   /// err is not null it receives the L1 residual (rows + columns, as for update_f) of the plan of
   /// the old (f, g).
   virtual void symmetric_step(T eps, T w, T* f, T* g, double* err) = 0;
+
+  /// Runs `body` `count` times: one step of a loop that only enqueues this engine's work, with
+  /// the same arguments each time (no host reads, writes or synchronizations between its
+  /// calls). An engine with launch costs may record it once and replay the record (the CUDA
+  /// engine: a CUDA graph, one launch per step) while `key` stays the same: the caller's digest
+  /// of whatever body's arguments depend on (eps, factors, pointers). The default calls body.
+  virtual void repeat(std::int64_t count, std::uint64_t key, const std::function<void()>& body) {
+    (void)key;
+    for (std::int64_t k = 0; k < count; ++k) body();
+  }
 
   /// out = P v (n), P_ij = a_i b_j exp((f_i + g_j - C_ij)/eps).
   virtual void apply(T eps, const T* f, const T* g, const T* v, T* out) = 0;

@@ -114,7 +114,23 @@ __global__ void weights_kernel(const T* __restrict__ src, std::int64_t rows, dou
   }
 }
 
+template <class T>
+__global__ void logs_kernel(const T* __restrict__ w, std::int64_t rows, T* __restrict__ out) {
+  for (std::int64_t i = std::int64_t(blockIdx.x) * kThreads + threadIdx.x; i < rows;
+       i += std::int64_t(gridDim.x) * kThreads) {
+    const T v = w[i];
+    out[i] = v > T(0) ? T(log(double(v))) : -T(INFINITY);
+  }
+}
+
 }  // namespace
+
+template <class T>
+void operand_logs(const T* w, std::int64_t rows, T* out, void* stream) {
+  if (rows <= 0) return;
+  logs_kernel<T><<<grid_for(rows), kThreads, 0, as_stream(stream)>>>(w, rows, out);
+  KANTOR_CUDA_CHECK_LAUNCH();
+}
 
 template <class T, class U>
 void operand_padded(const T* src, std::int64_t rows, int d, U* dst, int ld, OperandRounding r,
@@ -175,6 +191,8 @@ template void operand_centre<float>(const float*, std::int64_t, int, const doubl
                                     double*, void*);
 template void operand_centre<double>(const double*, std::int64_t, int, const double*, double*,
                                      double*, void*);
+template void operand_logs<float>(const float*, std::int64_t, float*, void*);
+template void operand_logs<double>(const double*, std::int64_t, double*, void*);
 template void operand_weights<float>(const float*, std::int64_t, double, double*, float*, void*);
 template void operand_weights<double>(const double*, std::int64_t, double, double*, double*,
                                       void*);

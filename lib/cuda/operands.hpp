@@ -48,4 +48,11 @@ template <class T>
 void operand_weights(const T* src, std::int64_t rows, double total, double* ref, T* w,
                      void* stream);
 
+/// The engine's log weights: out_i = T(log(double(w_i))), -inf for a zero weight (a masked
+/// point; every pass treats -inf as a masked key): the host's log_weight (lib/costs/
+/// problem_data.hpp), the same value but where the device's and the host's double logs round
+/// differently (both within an ulp of double; then an ulp of T apart at most, rarely).
+template <class T>
+void operand_logs(const T* w, std::int64_t rows, T* out, void* stream);
+
 }  // namespace kantor::cuda

@@ -146,4 +146,46 @@ double event_elapsed_ms(void* start, void* stop) {
   return double(ms);
 }
 
+bool graph_record(void* stream, const std::function<void()>& body, StreamGraph* g) {
+  graph_destroy(g);
+  const cudaStream_t st = static_cast<cudaStream_t>(stream);
+  if (cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  bool ok = true;
+  try {
+    body();
+  } catch (...) {
+    ok = false;  // a call the capture refused (or any other failure): nothing recorded
+  }
+  cudaGraph_t graph = nullptr;
+  // Ends the capture whatever happened (an invalidated capture returns an error and no graph).
+  if (cudaStreamEndCapture(st, &graph) != cudaSuccess || !ok || !graph) {
+    cudaGetLastError();
+    if (graph) cudaGraphDestroy(graph);
+    return false;
+  }
+  cudaGraphExec_t exec = nullptr;
+  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) {
+    cudaGetLastError();
+    cudaGraphDestroy(graph);
+    return false;
+  }
+  g->graph = graph;
+  g->exec = exec;
+  return true;
+}
+
+void graph_launch(const StreamGraph& g, void* stream) {
+  KANTOR_CUDA_TRY(
+      cudaGraphLaunch(static_cast<cudaGraphExec_t>(g.exec), static_cast<cudaStream_t>(stream)));
+}
+
+void graph_destroy(StreamGraph* g) noexcept {
+  if (g->exec) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g->exec));
+  if (g->graph) cudaGraphDestroy(static_cast<cudaGraph_t>(g->graph));
+  g->exec = g->graph = nullptr;
+}
+
 }  // namespace kantor::cuda

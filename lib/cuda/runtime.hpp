@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kantor/info.hpp"
@@ -56,5 +57,19 @@ void event_destroy(void* event) noexcept;
 void event_record(void* event, void* stream);
 /// Milliseconds from `start` to `stop`; waits for `stop`.
 double event_elapsed_ms(void* start, void* stop);
+
+/// A recorded sequence of one stream's work (opaque CUDA graph and its executable form).
+struct StreamGraph {
+  void* graph = nullptr;
+  void* exec = nullptr;
+};
+/// Records what `body` enqueues on `stream` (a thread-local stream capture) into *g, replacing
+/// what it held, without running it. Returns false, with *g empty and the stream out of
+/// capture, where the capture fails (body calls something a capture refuses, such as a
+/// synchronization or a pageable copy, or throws): body's work has then not run.
+bool graph_record(void* stream, const std::function<void()>& body, StreamGraph* g);
+/// Enqueues the recorded work on `stream`.
+void graph_launch(const StreamGraph& g, void* stream);
+void graph_destroy(StreamGraph* g) noexcept;
 
 }  // namespace kantor::cuda

@@ -94,6 +94,13 @@ class CpuOracle final : public OracleBase<T> {
     lse_side(eps, /*f_side=*/false, f, tm_.data());
     finish_update(eps, 1, b_, tm_, g, col_err);
   }
+  void relaxed_update(int side, T eps, T w, const T* other, T* pot, double* err) override {
+    if (side != 0 && side != 1)
+      throw InvalidArgument("relaxed_update: side must be 0 (f) or 1 (g), got " + std::to_string(side));
+    Vec<T>& fresh = side == 0 ? tn_ : tm_;
+    lse_side(eps, /*f_side=*/side == 0, other, fresh.data());
+    finish_update(eps, side, side == 0 ? a_ : b_, fresh, pot, err, w);
+  }
   void symmetric_step(T eps, T w, T* f, T* g, double* err) override {
     // (Self-problems from f = g take one pass per step in the solver, for both engines:
     // solvers/sinkhorn.cpp, run_sinkhorn's one_side.)
@@ -634,9 +641,15 @@ class CpuOracle final : public OracleBase<T> {
   }
   void block_lists_changed() override {}
 
-  void finish_update(T eps, int s, const Vec<T>& w, const Vec<T>& fresh, T* pot, double* err) {
+  void finish_update(T eps, int s, const Vec<T>& w, const Vec<T>& fresh, T* pot, double* err,
+                     T relax = T(1)) {
     if (err) *err = side_error(eps, s, w, pot, fresh);
-    std::copy(fresh.data(), fresh.data() + fresh.size(), pot);
+    if (relax == T(1)) {
+      std::copy(fresh.data(), fresh.data() + fresh.size(), pot);
+      return;
+    }
+    for (Eigen::Index i = 0; i < fresh.size(); ++i)
+      pot[i] = T(relaxed(double(pot[i]), double(fresh[i]), double(relax)));
   }
 
   // exp(log a_i + (f_i - c|x_i|^2)/eps + M_i): the factor turning the pass's row sums into P's

@@ -4,7 +4,8 @@
 // certificate's float64 copies and the weights (operand_centre, operand_weights: the host's
 // arithmetic, bit for bit). Other problems (labels, bf16, device views) take prepare_problem_data
 // on the host (validation, centring, normalized weights, labels) and one upload of each centred
-// cloud. From the centred clouds the device builds the kernels' copies (lib/cuda/operands.hpp:
+// cloud. The log weights come from the device's weights on either path (operand_logs). From
+// the centred clouds the device builds the kernels' copies (lib/cuda/operands.hpp:
 // zero-padded, TF32-rounded, 3xTF32 splits, float64, row norms; bf16 rounding stays on the
 // host); one cloud given as both sides (a self-problem) is stored once. Then the label pair
 // tables in each kernel's units, and a workspace sized for the largest split-K pass. The kernel
@@ -172,20 +173,7 @@ class CudaOracle final : public OracleBase<T> {
         *w = Buffer<T>(ctx_, rows);
         cuda::operand_weights<T>(v.data ? given.data() : nullptr, rows, total, ref->data(),
                                  w->data(), stream_);
-        // The logs on the host, with the host's std::log (the copies stay the host path's bit
-        // for bit): one value for uniform weights, else one parallel pass.
-        if (!v.data) {
-          *logw = Buffer<T>(ctx_, rows);
-          ops_.fill(MatrixView<T>{logw->data(), rows, 1, 1, MemorySpace::kDevice},
-                    log_weight(T(exact_weight(v, 0, rows, total))));
-          return;
-        }
-        detail::UninitVector<T> l(static_cast<std::size_t>(rows));
-        detail::for_chunks(rows, [&](int, std::int64_t b, std::int64_t e) {
-          for (std::int64_t i = b; i < e; ++i)
-            l[std::size_t(i)] = log_weight(T(exact_weight(v, i, rows, total)));
-        });
-        *logw = upload(l);
+        *logw = Buffer<T>(ctx_, rows);  // the logs: below, on both paths
       };
       weights(raw->a, n_, prep.weight_total_a, &a_ref_, &a_, &la_);
       weights(raw->b, m_, prep.weight_total_b, &b_ref_, &b_, &lb_);
@@ -200,9 +188,14 @@ class CudaOracle final : public OracleBase<T> {
       if (!same_) y_dense = upload(prep.y);
       a_ = upload(prep.a);
       b_ = upload(prep.b);
-      la_ = upload(prep.la);
-      lb_ = upload(prep.lb);
+      la_ = Buffer<T>(ctx_, n_);
+      lb_ = Buffer<T>(ctx_, m_);
     }
+    // The log weights on the device from the engine's weights, on both paths (the same bits
+    // either way; the CPU engine's log_weight formula, lib/cuda/operands.hpp): at 2^20 points a
+    // side the host's pass and upload cost the GPU machine 3-6 ms per oracle.
+    cuda::operand_logs<T>(a_.data(), n_, la_.data(), stream_);
+    cuda::operand_logs<T>(b_.data(), m_, lb_.data(), stream_);
     cert_out_ = Buffer<double>(ctx_, 3 * cuda::kCertifyOutputs);  // rows, columns, new pair
     // The weights' totals in double (prepare_problem_data's chunked sums, the same on both
     // paths).
@@ -410,6 +403,15 @@ class CudaOracle final : public OracleBase<T> {
     class_tiles(&p, class_splits_g_);
     run(p);
   }
+  void relaxed_update(int side, T eps, T w, const T* other, T* pot, double* err) override {
+    if (side != 0 && side != 1)
+      throw InvalidArgument("relaxed_update: side must be 0 (f) or 1 (g), got " + std::to_string(side));
+    // The finalize kernel forms (1 - w) old + w fresh (lib/cuda/lse_finalize.cuh).
+    LsePass<T> p = pass(eps, w, err, side == 0 ? splits_f_ : splits_g_);
+    p.side[0] = side == 0 ? side_f(other, pot) : side_g(other, pot);
+    class_tiles(&p, side == 0 ? class_splits_f_ : class_splits_g_);
+    run(p);
+  }
   void symmetric_step(T eps, T w, T* f, T* g, double* err) override {
     // One LSE launch for both sides (both read the old f, g), one finalize writing both.
     LsePass<T> p = pass(eps, w, err, splits_sym_);
@@ -418,6 +420,29 @@ class CudaOracle final : public OracleBase<T> {
     p.side[1] = side_g(f, g);
     class_tiles(&p, class_splits_sym_);
     run(p);
+  }
+  /// One CUDA graph of body, replayed while the key stays (a step of 4-8 launches becomes one:
+  /// small problems' iterations are launch-bound); recorded for a call of two steps or more, or
+  /// for the second call in a row with one key. A body the capture refuses runs as it is, and
+  /// so does every later one (no second try).
+  void repeat(std::int64_t count, std::uint64_t key, const std::function<void()>& body) override {
+    if (count <= 0) return;
+    const bool cached = graph_.g.exec && key == graph_key_;
+    const bool again = key == last_key_;
+    last_key_ = key;
+    if (!cached && ((count < 2 && !again) || graph_refused_)) {
+      for (std::int64_t k = 0; k < count; ++k) body();
+      return;
+    }
+    if (!cached) {
+      if (!cuda::graph_record(stream_, body, &graph_.g)) {
+        graph_refused_ = true;
+        for (std::int64_t k = 0; k < count; ++k) body();
+        return;
+      }
+      graph_key_ = key;
+    }
+    for (std::int64_t k = 0; k < count; ++k) cuda::graph_launch(graph_.g, stream_);
   }
   /// The class-aligned tiles of every side of pass p, at `splits` splits (0: not used): their
   /// class key potentials from the sides' key potentials (one small pass each), then the fields
@@ -805,6 +830,8 @@ class CudaOracle final : public OracleBase<T> {
   /// Split-K counts and the partials workspace for the current family and schedule: the keys a
   /// row block scans are those of its list's tiles on average (all keys when dense).
   void plan_splits() {
+    // The split counts and their buffers may change: a recorded step would use the old ones.
+    cuda::graph_destroy(&graph_.g);
     splits_f_ = splits_g_ = splits_sym_ = 1;
     if (!gemm_family(dispatch_.family)) {
       constexpr bool kDouble = std::is_same<T, double>::value;
@@ -1226,6 +1253,16 @@ class CudaOracle final : public OracleBase<T> {
   Buffer<double> err_partials_, stat_partials_;
   Buffer<float> value_work_;  // partials of the tensor-core value pass
   std::unique_ptr<cuda::LseGemm> gemm_;
+  // repeat()'s recorded step, its key, and whether a capture was refused.
+  struct Graph {
+    cuda::StreamGraph g;
+    Graph() = default;
+    Graph(const Graph&) = delete;
+    Graph& operator=(const Graph&) = delete;
+    ~Graph() { cuda::graph_destroy(&g); }
+  } graph_;
+  std::uint64_t graph_key_ = 0, last_key_ = 0;
+  bool graph_refused_ = false;
   CudaVectorOps<T> ops_;
 };
 

@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -266,6 +267,19 @@ void check_passes(const Case& c, Precision p, unsigned seed) {
     dev->update_g(eps, fd.data(), gd.data(), sc.data());
     EXPECT_LE(rel_err(host_copy(gpu, gd), gr, scale), tol) << "update_g";
     EXPECT_LE(std::abs(host_scalar(gpu, sc) - er), tolm * (1 + er)) << "update_g col_err " << er;
+  }
+  for (const int side : {0, 1}) {  // relaxed_update against the CPU engine's, w = 1.6
+    std::vector<double> pr = side == 0 ? f : g;
+    double er = 0;
+    ref->relaxed_update(side, c.eps, double(T(1.6)), side == 0 ? g.data() : f.data(), pr.data(),
+                        &er);
+    Buffer<T> fd = device_copy<T>(gpu, f), gd = device_copy<T>(gpu, g);
+    Buffer<T>& pd = side == 0 ? fd : gd;
+    dev->relaxed_update(side, eps, T(1.6), side == 0 ? gd.data() : fd.data(), pd.data(),
+                        sc.data());
+    EXPECT_LE(rel_err(host_copy(gpu, pd), pr, scale), 2 * tol) << "relaxed_update " << side;
+    EXPECT_LE(std::abs(host_scalar(gpu, sc) - er), tolm * (1 + er))
+        << "relaxed_update err " << side << ": " << er;
   }
   {  // symmetric step, w = 0.5
     std::vector<double> fr = f, gr = g;
@@ -677,6 +691,104 @@ TEST(CudaSinkhorn, SolvesMatchCpuBf16) {
 // Device-resident problem data (a strided x, device weights) gives exactly the result of the
 // same data in host memory, on the CUDA engine and on the CPU engine (setup copies it to the host
 // once); device data with a non-finite coordinate is refused like host data.
+// Oracle::repeat on the CUDA engine (a recorded CUDA graph replayed): the same bits as calling
+// the step directly, for a relaxed alternating step with a residual (the multiscale levels' and
+// the dense solver's steps), recorded again when the key changes (another eps), on block lists
+// too; a step the capture refuses (it synchronizes) runs directly, with the same result.
+void check_repeat(bool refuse) {
+  const Case c{300, 200, 3, 0.05};
+  const HostData h = make_data(c, 9090);
+  Cast<float> ht = cast<float>(h, c);
+  Context gpu({Backend::kCuda});
+  for (const bool lists : {false, true}) {
+    SCOPED_TRACE(lists ? "block lists" : "dense");
+    auto one = make_oracle(gpu, ht.problem, Precision::kFp32);
+    auto two = make_oracle(gpu, ht.problem, Precision::kFp32);
+    BlockList lf, lg;
+    if (lists) {
+      // Every other key tile of every row tile (both sides): a schedule that is not dense.
+      for (auto [list, rows, keys] : {std::make_tuple(&lf, c.n, c.m),
+                                      std::make_tuple(&lg, c.m, c.n)}) {
+        const BlockShape sh = one->block_shape();
+        list->row_tile = sh.row_tile;
+        list->key_tile = sh.key_tile;
+        const std::int64_t tiles = (rows + sh.row_tile - 1) / sh.row_tile;
+        const std::int64_t kt = (keys + sh.key_tile - 1) / sh.key_tile;
+        list->run_ptr.assign(1, 0);
+        for (std::int64_t t = 0; t < tiles; ++t) {
+          for (std::int64_t k = t % 2; k < kt; k += 2) {
+            list->runs.push_back(std::int32_t(k));
+            list->runs.push_back(std::int32_t(k + 1));
+          }
+          list->run_ptr.push_back(std::int64_t(list->runs.size() / 2));
+        }
+      }
+      one->set_block_lists(&lf, &lg);
+      two->set_block_lists(&lf, &lg);
+    }
+    struct State {
+      Buffer<float> f, g, pf, pg;
+      Buffer<double> err;
+    };
+    auto state = [&]() {
+      State st{Buffer<float>(gpu, c.n), Buffer<float>(gpu, c.m), Buffer<float>(gpu, c.n),
+               Buffer<float>(gpu, c.m), Buffer<double>(gpu, 4)};
+      detail::fill_bytes(gpu, st.f.data(), MemorySpace::kDevice, 0, sizeof(float) * std::size_t(c.n));
+      detail::fill_bytes(gpu, st.g.data(), MemorySpace::kDevice, 0, sizeof(float) * std::size_t(c.m));
+      return st;
+    };
+    State a = state(), b = state();
+    const double w = 1.3;
+    // One relaxed alternating step with its column residual (the blends as vector operations),
+    // then a fused relaxed f update.
+    auto step = [&](Oracle<float>& o, State& st, float eps, bool sync) {
+      auto v = [&](Buffer<float>& x) {
+        return MatrixView<float>{x.data(), x.size(), 1, 1, MemorySpace::kDevice};
+      };
+      VectorOps<float>& ops = o.ops();
+      ops.axpby(1.0, v(st.f), 0.0, v(st.pf));
+      o.update_f(eps, st.g.data(), st.f.data(), nullptr);
+      ops.axpby(1 - w, v(st.pf), w, v(st.f));
+      ops.axpby(1.0, v(st.g), 0.0, v(st.pg));
+      o.update_g(eps, st.f.data(), st.g.data(), st.err.data());
+      ops.axpby(1 - w, v(st.pg), w, v(st.g));
+      o.relaxed_update(0, eps, 1.2f, st.g.data(), st.f.data(), nullptr);  // the blend fused
+      if (sync) gpu.synchronize();
+    };
+    for (const float eps : {0.2f, 0.05f}) {
+      const std::uint64_t key = eps == 0.2f ? 1 : 2;
+      one->repeat(5, key, [&] { step(*one, a, eps, false); });
+      one->repeat(1, key, [&] { step(*one, a, eps, false); });  // the recorded step again
+      for (int k = 0; k < 6; ++k) step(*two, b, eps, false);
+      EXPECT_EQ(host_copy(gpu, a.f), host_copy(gpu, b.f)) << "eps " << eps;
+      EXPECT_EQ(host_copy(gpu, a.g), host_copy(gpu, b.g)) << "eps " << eps;
+      EXPECT_EQ(host_scalar(gpu, a.err), host_scalar(gpu, b.err)) << "eps " << eps;
+      EXPECT_GT(host_scalar(gpu, a.err), 0.0);
+    }
+    if (!refuse) continue;
+    // A step that synchronizes: the capture refuses it (compute-sanitizer reports the refused
+    // calls as API errors: this part runs only in its own test), the steps run directly.
+    one->repeat(3, 3, [&] { step(*one, a, 0.05f, true); });
+    for (int k = 0; k < 3; ++k) step(*two, b, 0.05f, true);
+    EXPECT_EQ(host_copy(gpu, a.f), host_copy(gpu, b.f));
+    EXPECT_EQ(host_copy(gpu, a.g), host_copy(gpu, b.g));
+    // And later steps still run (directly, after a refusal).
+    one->repeat(2, 2, [&] { step(*one, a, 0.05f, false); });
+    for (int k = 0; k < 2; ++k) step(*two, b, 0.05f, false);
+    EXPECT_EQ(host_copy(gpu, a.g), host_copy(gpu, b.g));
+  }
+}
+
+TEST(CudaSinkhorn, RepeatedStepsReplayTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  check_repeat(false);
+}
+
+TEST(CudaSinkhorn, RepeatedStepsTheCaptureRefusesRunDirectly) {
+  SKIP_WITHOUT_GPU();
+  check_repeat(true);
+}
+
 TEST(CudaSinkhorn, DeviceResidentProblemMatchesHost) {
   SKIP_WITHOUT_GPU();
   const Case c{150, 97, 5, 0.2, 1.0, true};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kantor/context.hpp"
+#include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
 #include "support/certificate_reference.hpp"
 #include "support/fp32_certificate_check.hpp"
@@ -152,6 +153,34 @@ void check_updates(const OracleCase& c) {
     EXPECT_TRUE(all_close(g, tg, fx.pot_tol())) << "symmetric_step g, w = " << w;
     const double ref = dense_marginal_error(fx.dense, c.eps, fx.fd, fx.gd);
     EXPECT_TRUE(near(err, ref, fx.plan_tol() * (1 + ref))) << "symmetric_step error, w = " << w;
+  }
+  // relaxed_update: (1 - w) old + w T(other) on either side (w = 1 is the plain update, bit for
+  // bit), its residual update_f's / update_g's (of the old potential); a bad side is refused.
+  for (double w : {1.0, 1.6, 0.7}) {
+    std::vector<T> f = fx.f, g = fx.g, f1 = fx.f, g1 = fx.g;
+    double ef = -1, eg = -1, ef1 = -1, eg1 = -1;
+    o.relaxed_update(0, eps, T(w), fx.g.data(), f.data(), &ef);
+    o.relaxed_update(1, eps, T(w), fx.f.data(), g.data(), &eg);
+    o.update_f(eps, fx.g.data(), f1.data(), &ef1);
+    o.update_g(eps, fx.f.data(), g1.data(), &eg1);
+    EXPECT_EQ(ef, ef1) << "relaxed_update row error, w = " << w;
+    EXPECT_EQ(eg, eg1) << "relaxed_update column error, w = " << w;
+    if (w == 1.0) {
+      EXPECT_EQ(f, f1);
+      EXPECT_EQ(g, g1);
+    }
+    const double wt = double(T(w));
+    std::vector<double> tf = dense_update_f(fx.dense, c.eps, fx.gd);
+    std::vector<double> tg = dense_update_g(fx.dense, c.eps, fx.fd);
+    for (std::size_t i = 0; i < tf.size(); ++i) tf[i] = (1 - wt) * fx.fd[i] + wt * tf[i];
+    for (std::size_t j = 0; j < tg.size(); ++j) tg[j] = (1 - wt) * fx.gd[j] + wt * tg[j];
+    EXPECT_TRUE(all_close(f, tf, 2 * fx.pot_tol())) << "relaxed_update f, w = " << w;
+    EXPECT_TRUE(all_close(g, tg, 2 * fx.pot_tol())) << "relaxed_update g, w = " << w;
+  }
+  {
+    std::vector<T> f = fx.f;
+    EXPECT_THROW(o.relaxed_update(2, eps, T(1), fx.g.data(), f.data(), nullptr),
+                 kantor::InvalidArgument);
   }
 }
 
