@@ -557,12 +557,15 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       seconds_descent += seconds_since(t_descent);
       return used;
     };
+    const std::function<void(const char*)> mark = [&phase](const char* stage) {
+      phase.end(stage);
+    };
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
-                theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent);
+                theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent, &mark);
     if (theta < theta_b && !(sc.dropped_mass <= drop_budget)) {
       theta = theta_b;
       sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
-                  HUGE_VAL, coarse_level, &descent);
+                  HUGE_VAL, coarse_level, &descent, &mark);
       ++screen_retries;
     }
     s.kept_fraction = sc.kept_fraction;

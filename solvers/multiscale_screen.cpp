@@ -565,14 +565,15 @@ BlockList block_list(const BlockPairs& p, std::int64_t rows, std::int64_t keys,
   detail::parallel_for(tiles, threads, [&](std::int64_t t) {
     const std::int64_t a0 = t * per_tile, a1 = std::min(row_atoms, a0 + per_tile) - 1;
     const std::int64_t b0 = a0 >> lx, b1 = a1 >> lx;
-    // The key atoms block q's row `blk` gives this tile (its rows in [a0, a1]).
-    auto bits_of = [&](std::int64_t blk, std::uint64_t mask) {
+    // The key atoms block q's row `blk` gives this tile (its rows in [a0, a1]): the mask's
+    // bytes of those rows, OR-ed.
+    auto rows_of_block = [&](std::int64_t blk) {
       const std::int64_t first = blk << lx;
       const std::int64_t lo = std::max(a0 - first, std::int64_t(0));
       const std::int64_t hi = std::min(a1 - first, (std::int64_t(1) << lx) - 1);
       std::uint64_t sel = 0;
       for (std::int64_t a = lo; a <= hi; ++a) sel |= std::uint64_t(0xFF) << (8 * a);
-      return fold_bytes(mask & sel);
+      return sel;
     };
     std::vector<std::int32_t>& out = runs[std::size_t(t)];
     std::int64_t rb = 0, re = -1, nkeys = 0;
@@ -582,29 +583,35 @@ BlockList block_list(const BlockPairs& p, std::int64_t rows, std::int64_t keys,
       out.push_back(std::int32_t(re));
       nkeys += std::min(keys, re * atom) - rb * atom;
     };
+    // Key atoms (J << ly) + b for the set bits b of `bits` (at most 8), in increasing order:
+    // each run of set bits extends the current run of keys or starts a new one.
     auto emit = [&](std::int64_t J, std::uint32_t bits) {
       while (bits) {
         const int b = __builtin_ctz(bits);
-        bits &= bits - 1;
+        const int len = __builtin_ctz(~(bits >> b));  // bits has at most 8: ~ has a zero above
+        bits &= ~(((1u << len) - 1u) << b);
         const std::int64_t k = (J << ly) + b;
         if (k == re) {
-          ++re;
+          re = k + len;
         } else {
           flush();
           rb = k;
-          re = k + 1;
+          re = k + len;
         }
       }
     };
     if (b0 == b1) {
+      const std::uint64_t sel = rows_of_block(b0);
       for (std::int64_t q = p.ptr[std::size_t(b0)]; q < p.ptr[std::size_t(b0 + 1)]; ++q)
-        emit(p.col[std::size_t(q)], bits_of(b0, p.mask[std::size_t(q)]));
+        emit(p.col[std::size_t(q)], fold_bytes(p.mask[std::size_t(q)] & sel));
     } else {
       // A row tile over several blocks: their columns merged (sorted, equal ones OR-ed).
       std::vector<std::pair<std::int32_t, std::uint32_t>> merged;
-      for (std::int64_t blk = b0; blk <= b1; ++blk)
+      for (std::int64_t blk = b0; blk <= b1; ++blk) {
+        const std::uint64_t sel = rows_of_block(blk);
         for (std::int64_t q = p.ptr[std::size_t(blk)]; q < p.ptr[std::size_t(blk + 1)]; ++q)
-          merged.emplace_back(p.col[std::size_t(q)], bits_of(blk, p.mask[std::size_t(q)]));
+          merged.emplace_back(p.col[std::size_t(q)], fold_bytes(p.mask[std::size_t(q)] & sel));
+      }
       std::sort(merged.begin(), merged.end());
       for (std::size_t i = 0; i < merged.size();) {
         std::uint32_t bits = 0;
@@ -863,7 +870,11 @@ ScreenDescent host_descent(const Hierarchy& hx, const Hierarchy& hy, int d, doub
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima, double drop_budget,
-              bool box_lists, const Descent* descent) {
+              bool box_lists, const Descent* descent,
+              const std::function<void(const char*)>* mark) {
+  auto end = [mark](const char* stage) {
+    if (mark) (*mark)(stage);
+  };
   if (shape.key_tile <= 0 || shape.row_tile <= 0 || shape.row_tile % shape.key_tile != 0)
     throw InvalidArgument("multiscale: the engine's row tile (" + std::to_string(shape.row_tile) +
                           ") is not a multiple of its key tile (" +
@@ -895,13 +906,24 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     };
     if ((*descent)(views(hx), views(hy), d, c, keep_at, eps, bx, by, points,
                    points && box_lists, &r)) {
+      end("screen descent");
       // The masks as block rows (a mask the points stage emptied has no entry).
+      // (The keys increase: each block row is one run of them, found by binary search and
+      // copied on the host threads.)
       auto rows_of = [&](const std::vector<std::uint64_t>& masks, BlockRows* to) {
-        to->assign(static_cast<std::size_t>(hx.levels[std::size_t(bx)].count), {});
-        for (std::size_t k = 0; k < r.keys.size(); ++k)
-          if (masks[k] != 0)
-            (*to)[std::size_t(r.keys[k] >> 32)].emplace_back(
-                std::int32_t(r.keys[k] & 0xffffffffu), masks[k]);
+        const std::int64_t rows = hx.levels[std::size_t(bx)].count;
+        to->assign(static_cast<std::size_t>(rows), {});
+        detail::parallel_for(rows, threads, [&](std::int64_t I) {
+          const std::uint64_t first = std::uint64_t(I) << 32;
+          const auto b = std::lower_bound(r.keys.begin(), r.keys.end(), first);
+          const auto e = std::lower_bound(b, r.keys.end(), first + (std::uint64_t(1) << 32));
+          auto& row = (*to)[std::size_t(I)];
+          row.reserve(std::size_t(e - b));
+          for (auto k = b; k != e; ++k) {
+            const std::uint64_t mk = masks[std::size_t(k - r.keys.begin())];
+            if (mk != 0) row.emplace_back(std::int32_t(*k & 0xffffffffu), mk);
+          }
+        });
       };
       rows_of(r.masks, &rec);
       if (r.points_done && box_lists) rows_of(r.box_masks, &box_rec);
@@ -910,8 +932,10 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
       descended = true;
     }
   }
-  if (!descended)
+  if (!descended) {
     out.tested_pairs = descend_any(hx, hy, d, c, keep_at, eps, threads, &bx, &by, &rec, &lost);
+    end("screen descent");
+  }
   // The dropped mass as reported: rounding of each term's exp and products (a few units of
   // 2^-53), of the sums of weights behind the masses and of the sum of the terms (below 2^-30
   // relative for any size these lists can index); a term in double's subnormal range carries up
@@ -939,6 +963,7 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     lost += refine_with_maxima(hx, hy, *maxima, keep_at, eps, bx, by, threads, &rec,
                                &out.point_tests, &out.point_drops);
   }
+  end("screen rows");
   const CellLevel& XB = hx.levels[std::size_t(bx)];
   // The pairs in `kept` as the two sides' lists: repaired (below), flattened, transposed;
   // kept is consumed.
@@ -1040,6 +1065,7 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     };
     repair(X, true);
     repair(Y, false);
+    end("screen repair");
     // Flatten to block pairs (rows: x blocks), then the two sides' lists.
     BlockPairs bp;
     bp.lx = bx;
@@ -1063,8 +1089,10 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     for (const std::int64_t k : pairs) *atom_pairs += k;
     double unused = 0;
     *f_side = block_list(bp, n, m, shape, threads, covered);
+    end("screen f list");
     *g_side = block_list(transpose(bp, hy.levels[std::size_t(by)].count, threads), m, n, shape,
                          threads, &unused);
+    end("screen g list");
   };
   double covered = 0;
   lists(rec, &out.f_side, &out.g_side, &covered, &out.orphans, &out.atom_pairs);

@@ -134,11 +134,14 @@ ScreenDescent host_descent(const Hierarchy& hx, const Hierarchy& hy, int d, doub
 /// the box stage's lists (Screen::box_f_side) when the points stage runs. descent: the box
 /// stage's descent on an engine where it has one (the same pairs; else the host threads'), with
 /// the points stage there when `maxima` is given and the engine runs it (the same pairs as
-/// `maxima` would drop; else `maxima` on the host's pairs).
+/// `maxima` would drop; else `maxima` on the host's pairs). mark: called with the name of each
+/// of its stages as it ends ("screen descent", "screen rows", "screen repair", "screen f list",
+/// "screen g list"; MultiscaleOptions::phase_timer's sub-phases of "screen").
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima = nullptr,
               double drop_budget = HUGE_VAL, bool box_lists = false,
-              const Descent* descent = nullptr);
+              const Descent* descent = nullptr,
+              const std::function<void(const char*)>* mark = nullptr);
 
 }  // namespace kantor::multiscale

@@ -1040,9 +1040,11 @@ TEST(Multiscale, PhaseTimerReportsEveryLevelsPhases) {
   for (const auto& [phase, n] : seen) (n == 4096 ? points : cells).push_back(phase);
   ASSERT_FALSE(points.empty());
   ASSERT_FALSE(cells.empty());  // the 512-cell level (the dense 64 has no phases)
-  const std::vector<std::string> head = {"copies", "sort",       "order",       "coarsen",
-                                         "coarse", "lift setup", "lift",        "engine",
-                                         "potentials", "hierarchies", "screen"};
+  const std::vector<std::string> head = {
+      "copies",         "sort",        "order",         "coarsen",       "coarse",
+      "lift setup",     "lift",        "engine",        "potentials",    "hierarchies",
+      "screen descent", "screen rows", "screen repair", "screen f list", "screen g list",
+      "screen"};
   ASSERT_GE(points.size(), head.size() + 4);
   EXPECT_EQ(std::vector<std::string>(points.begin(), points.begin() + head.size()), head);
   EXPECT_EQ(points.back(), "results");
