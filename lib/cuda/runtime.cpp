@@ -1,5 +1,6 @@
 #include "lib/cuda/runtime.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -144,6 +145,80 @@ double event_elapsed_ms(void* start, void* stop) {
   KANTOR_CUDA_TRY(
       cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(stop)));
   return double(ms);
+}
+
+namespace {
+struct Staging {
+  std::size_t chunk = 0;
+  void* host[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};  // the last DMA that used each buffer
+};
+}  // namespace
+
+void* staging_create(std::size_t chunk) {
+  auto* st = new Staging;
+  st->chunk = chunk;
+  for (int b = 0; b < 2; ++b) {
+    if (cudaHostAlloc(&st->host[b], chunk, cudaHostAllocDefault) != cudaSuccess ||
+        cudaEventCreateWithFlags(&st->done[b], cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      staging_destroy(st);
+      return nullptr;
+    }
+  }
+  return st;
+}
+
+void staging_destroy(void* staging) noexcept {
+  auto* st = static_cast<Staging*>(staging);
+  if (!st) return;
+  for (int b = 0; b < 2; ++b) {
+    if (st->done[b]) {
+      cudaEventSynchronize(st->done[b]);
+      cudaEventDestroy(st->done[b]);
+    }
+    if (st->host[b]) cudaFreeHost(st->host[b]);
+  }
+  cudaGetLastError();
+  delete st;
+}
+
+void staged_upload(void* staging, void* dst, const void* src, std::size_t bytes, void* stream,
+                   const HostCopy& copy_host) {
+  auto* st = static_cast<Staging*>(staging);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  int b = 0;
+  for (std::size_t off = 0; off < bytes; off += st->chunk, b ^= 1) {
+    const std::size_t len = std::min(st->chunk, bytes - off);
+    KANTOR_CUDA_TRY(cudaEventSynchronize(st->done[b]));  // its previous DMA has read it
+    copy_host(st->host[b], static_cast<const char*>(src) + off, len);
+    KANTOR_CUDA_TRY(cudaMemcpyAsync(static_cast<char*>(dst) + off, st->host[b], len,
+                                    cudaMemcpyHostToDevice, s));
+    KANTOR_CUDA_TRY(cudaEventRecord(st->done[b], s));
+  }
+}
+
+void staged_download(void* staging, void* dst, const void* src, std::size_t bytes, void* stream,
+                     const HostCopy& copy_host) {
+  auto* st = static_cast<Staging*>(staging);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  // Chunk k's DMA into buffer k % 2 is queued before chunk k - 1 is copied out of the other.
+  auto queue = [&](std::size_t off, int b) {
+    const std::size_t len = std::min(st->chunk, bytes - off);
+    KANTOR_CUDA_TRY(cudaMemcpyAsync(st->host[b], static_cast<const char*>(src) + off, len,
+                                    cudaMemcpyDeviceToHost, s));
+    KANTOR_CUDA_TRY(cudaEventRecord(st->done[b], s));
+  };
+  KANTOR_CUDA_TRY(cudaEventSynchronize(st->done[0]));  // an upload's last DMAs may read them
+  KANTOR_CUDA_TRY(cudaEventSynchronize(st->done[1]));
+  queue(0, 0);
+  int b = 0;
+  for (std::size_t off = 0; off < bytes; off += st->chunk, b ^= 1) {
+    const std::size_t next = off + st->chunk;
+    if (next < bytes) queue(next, b ^ 1);
+    KANTOR_CUDA_TRY(cudaEventSynchronize(st->done[b]));
+    copy_host(static_cast<char*>(dst) + off, st->host[b], std::min(st->chunk, bytes - off));
+  }
 }
 
 bool graph_record(void* stream, const std::function<void()>& body, StreamGraph* g) {

@@ -58,6 +58,20 @@ void event_record(void* event, void* stream);
 /// Milliseconds from `start` to `stop`; waits for `stop`.
 double event_elapsed_ms(void* start, void* stop);
 
+/// Large copies between pageable host memory and the device through two pinned host buffers
+/// of `chunk` bytes (opaque state; one per context, made on first use): `copy_host` moves each
+/// chunk between the caller's memory and a pinned buffer (the caller's parallel memcpy) while
+/// the DMA of the other buffer runs. An upload returns once the caller's memory has been read
+/// (its DMAs may still run; the next use of a buffer waits for them); a download returns with
+/// the data in place. The state's destruction waits for its DMAs.
+using HostCopy = std::function<void(void* dst, const void* src, std::size_t bytes)>;
+void* staging_create(std::size_t chunk);
+void staging_destroy(void* staging) noexcept;
+void staged_upload(void* staging, void* dst, const void* src, std::size_t bytes, void* stream,
+                   const HostCopy& copy_host);
+void staged_download(void* staging, void* dst, const void* src, std::size_t bytes, void* stream,
+                     const HostCopy& copy_host);
+
 /// A recorded sequence of one stream's work (opaque CUDA graph and its executable form).
 struct StreamGraph {
   void* graph = nullptr;

@@ -36,6 +36,14 @@ void* event_create() { not_compiled(); }
 void event_destroy(void*) noexcept {}
 void event_record(void*, void*) { not_compiled(); }
 double event_elapsed_ms(void*, void*) { not_compiled(); }
+void* staging_create(std::size_t) { not_compiled(); }
+void staging_destroy(void*) noexcept {}
+void staged_upload(void*, void*, const void*, std::size_t, void*, const HostCopy&) {
+  not_compiled();
+}
+void staged_download(void*, void*, const void*, std::size_t, void*, const HostCopy&) {
+  not_compiled();
+}
 bool graph_record(void*, const std::function<void()>&, StreamGraph*) { not_compiled(); }
 void graph_launch(const StreamGraph&, void*) { not_compiled(); }
 void graph_destroy(StreamGraph*) noexcept {}

@@ -5,9 +5,11 @@
 #include <string>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <new>
 
 #include "kantor/error.hpp"
+#include "kantor/host_parallel.hpp"
 #include "lib/cuda/runtime.hpp"
 #include "lib/runtime/context_impl.hpp"
 
@@ -52,6 +54,36 @@ void copy_bytes(const Context& ctx, void* dst, MemorySpace dst_space, const void
     return;
   }
   const int kind = src_space == MemorySpace::kHost ? 0 : dst_space == MemorySpace::kHost ? 1 : 2;
+  // Large copies to or from (pageable) host memory go through the context's two pinned buffers,
+  // the host side copied by the host threads while the DMA of the other buffer runs: the
+  // driver's own staging of pageable memory is one host thread's memcpy (at 2^20 points a side
+  // the engine's 80 MB upload ran at ~4 GB/s on the H100 machines, docs/benchmarks.md).
+  constexpr std::size_t kStagedFrom = std::size_t(4) << 20, kChunk = std::size_t(8) << 20;
+  const Context::Impl& c = ctx.impl();
+  if (kind != 2 && bytes >= kStagedFrom && c.backend == Backend::kCuda) {
+    std::lock_guard<std::mutex> lock(c.staging_mutex);
+    if (!c.staging_tried) {
+      c.staging_tried = true;
+      void* st = cuda::staging_create(kChunk);
+      if (st) c.staging = std::shared_ptr<void>(st, cuda::staging_destroy);
+    }
+    if (c.staging) {
+      // Pieces of 1 MB on the host threads.
+      const cuda::HostCopy host_copy = [](void* to, const void* from, std::size_t n) {
+        constexpr std::size_t kPiece = std::size_t(1) << 20;
+        host_parallel(std::int64_t((n + kPiece - 1) / kPiece), 0, [&](std::int64_t k) {
+          const std::size_t off = std::size_t(k) * kPiece;
+          std::memcpy(static_cast<char*>(to) + off, static_cast<const char*>(from) + off,
+                      std::min(kPiece, n - off));
+        });
+      };
+      if (kind == 0)
+        cuda::staged_upload(c.staging.get(), dst, src, bytes, c.stream, host_copy);
+      else
+        cuda::staged_download(c.staging.get(), dst, src, bytes, c.stream, host_copy);
+      return;
+    }
+  }
   cuda::memcpy_async(dst, src, bytes, kind, ctx.cuda_stream());
   if (dst_space == MemorySpace::kHost) ctx.synchronize();
 }

@@ -10,6 +10,7 @@
 namespace kantor {
 
 Context::Impl::~Impl() {
+  staging.reset();  // waits for its DMAs
   cuda_state.reset();
   cuda::destroy_pool(memory);
   if (owns_stream) cuda::destroy_stream(stream);

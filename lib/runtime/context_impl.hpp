@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "kantor/context.hpp"
@@ -22,6 +23,11 @@ struct Context::Impl {
   std::unique_ptr<detail::ThreadPool> pool;  // CPU engine workers (created for every context)
   // Engine-specific state (e.g. the cuBLAS handle), created on first use by lib/cuda.
   std::shared_ptr<void> cuda_state;
+  // Pinned buffers of the large host<->device copies (lib/runtime/buffer.cpp, copy_bytes),
+  // made on first use (none where pinning fails: the plain copy then).
+  mutable std::mutex staging_mutex;
+  mutable std::shared_ptr<void> staging;
+  mutable bool staging_tried = false;
 
   ~Impl();
 };

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <numeric>
 #include <vector>
@@ -83,6 +84,36 @@ TEST(CudaBuffer, PoolAllocationsCopiesAndAMovedFromContext) {
   early.reset();
   later.reset();
   moved.synchronize();
+}
+
+// Large copies through the context's pinned buffers (lib/runtime/buffer.cpp: from 4 MB on, in
+// chunks of 8 MB through two buffers): sizes just below, at and between the chunk boundaries,
+// back-to-back uploads (a buffer reused while its DMA may still run), the source overwritten
+// right after an upload, a device-to-device copy in between, and downloads, all bit for bit.
+TEST(CudaBuffer, LargeCopiesThroughPinnedBuffers) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+  Context ctx(ContextOptions{Backend::kCuda, 0});
+  for (const std::int64_t bytes : {std::int64_t(4) << 20, (std::int64_t(8) << 20) + 3,
+                                   (std::int64_t(40) << 20) + 12345,
+                                   (std::int64_t(4) << 20) - 1}) {
+    SCOPED_TRACE(bytes);
+    std::vector<std::uint8_t> a(static_cast<std::size_t>(bytes)), b(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i] = std::uint8_t((i * 2654435761u) >> 13);
+      b[i] = std::uint8_t((i * 40503u + 7) >> 5);
+    }
+    Buffer<std::uint8_t> da(ctx, bytes), db(ctx, bytes), dc(ctx, bytes);
+    copy(ctx, host_vector<const std::uint8_t>(a.data(), bytes), da.view());
+    copy(ctx, host_vector<const std::uint8_t>(b.data(), bytes), db.view());
+    const std::vector<std::uint8_t> a0 = a;
+    std::fill(a.begin(), a.end(), std::uint8_t(0xEE));  // the upload has read it already
+    copy(ctx, da.cview(), dc.view());
+    std::vector<std::uint8_t> back(a.size(), 0);
+    copy(ctx, dc.cview(), host_vector<std::uint8_t>(back.data(), bytes));
+    EXPECT_TRUE(back == a0);
+    copy(ctx, db.cview(), host_vector<std::uint8_t>(back.data(), bytes));
+    EXPECT_TRUE(back == b);
+  }
 }
 
 // 64-bit sizes and indices: 2^31 + 7 bytes (2 GiB, cheap compared with 2^31 floats), written at
