@@ -44,6 +44,17 @@ int wave_splits(int blocks_per_sm, std::int64_t blocks, std::int64_t nkeys) {
   const std::int64_t rb = std::max<std::int64_t>(blocks, 1);
   const int max_s =
       int(std::max<std::int64_t>(1, std::min<std::int64_t>(kMaxSplits, nkeys / kMinKeysPerSplit)));
+  // A small pass, whose grid stays under one wave even at 512 keys per split, takes splits of
+  // down to kMinKeysSmall keys, up to one wave: its time is one block's scan, not the slots'
+  // throughput. (H100, twentieth session: 2,048 points a side ran 16 x 4 blocks of 512 keys,
+  // 30 us a pass, on 132 SMs; the multiscale solver's coarsest level runs ~100 iterations of
+  // two such passes.)
+  constexpr std::int64_t kMinKeysSmall = 128;
+  if (rb * max_s < slots) {
+    const int small = int(std::min<std::int64_t>(
+        {std::int64_t(kMaxSplits), nkeys / kMinKeysSmall, slots / rb}));
+    if (small > max_s) return small;
+  }
   auto efficiency = [&](int s) {
     const std::int64_t b = rb * s;
     const std::int64_t waves = (b + slots - 1) / slots;

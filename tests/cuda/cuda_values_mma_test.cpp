@@ -436,10 +436,20 @@ TEST(CudaValuesMma, SplitCountAndWorkspaceRules) {
     const int s_small = cuda::values_tf32_splits(ld, 8, 1000, 100000);
     EXPECT_GE(s_small, 1);
     EXPECT_LE(s_small, 64);
-    // Few keys: at most nkeys / 512 splits (>= 1).
-    EXPECT_EQ(cuda::values_tf32_splits(ld, 8, 1000, 600), 1);
+    // Few keys on a small grid: at most nkeys / 128 splits (>= 1; lse_pass.cu, wave_splits).
+    const int few = cuda::values_tf32_splits(ld, 8, 1000, 600);
+    EXPECT_GE(few, 1);
+    EXPECT_LE(few, 600 / 128);
     EXPECT_GE(cuda::values_tf32_splits(ld, 128, 1000000, 1000000), 1);
   }
+  // The wave rule: a grid under one wave even at 512 keys per split splits down to 128 keys per
+  // split, up to one wave (16 row blocks and 2,048 keys: 16 splits where 16 x 16 blocks fit);
+  // a grid of a wave or more keeps at least 512 keys per split.
+  const int sms = cuda::current_sm_count();
+  EXPECT_EQ(cuda::wave_splits(8, 16, 2048), std::min(16, 8 * sms / 16));
+  EXPECT_EQ(cuda::wave_splits(8, 16, 100), 1);
+  EXPECT_LE(cuda::wave_splits(8, 100000, 100000), 100000 / 512);
+  EXPECT_LE(cuda::wave_splits(8, 8 * sms, 4096), 4096 / 512);
   // partials + 2 column words per padded column (kp = vcols rounded up to 8) + the fp16 values
   // (nkeys kp / 2 floats), each part rounded up to 4 floats.
   EXPECT_EQ(cuda::values_tf32_workspace_floats(1000, 500, 1, 3),
