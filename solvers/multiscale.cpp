@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <iomanip>
 #include <limits>
 #include <memory>
@@ -670,17 +669,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // levels; the finest where the certificate's column side is not the g update) as one
     // recorded step (Oracle::repeat: one CUDA graph launch instead of 4 to 6 while w stays).
     if (!f_ready && !(g_certified && with_next)) {
-      std::uint64_t key = 0;
-      auto mix = [&key](std::uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
-      for (const double v : {eps, w}) {
-        std::uint64_t bits = 0;
-        std::memcpy(&bits, &v, sizeof bits);
-        mix(bits);
-      }
-      for (const void* ptr :
-           {static_cast<const void*>(f.data()), static_cast<const void*>(g.data()),
-            static_cast<const void*>(scalars.data())})
-        mix(std::uint64_t(reinterpret_cast<std::uintptr_t>(ptr)));
+      const std::uint64_t key = detail::step_key({eps, w}, {f.data(), g.data(), scalars.data()});
       oracle->repeat(1, key, [&] {
         oracle->relaxed_update(0, T(eps), T(w), g.data(), f.data(), nullptr);
         oracle->relaxed_update(1, T(eps), T(w), f.data(), g.data(), scalars.data());

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -503,15 +502,8 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
                     options.max_iterations - s.iterations, kRecordedRun});
       // The key: everything the recorded iteration's arguments depend on (a solver object keeps
       // its oracle from solve to solve, the potentials' buffers may move).
-      std::uint64_t key = 0;
-      auto mix = [&key](std::uint64_t v) { key = (key ^ v) * 0x100000001b3ull; };
-      for (const double v : {double(e), omega, relaxing ? 1.0 : 0.0}) {
-        std::uint64_t bits = 0;
-        std::memcpy(&bits, &v, sizeof bits);
-        mix(bits);
-      }
-      for (const void* ptr : {static_cast<const void*>(f), static_cast<const void*>(g)})
-        mix(std::uint64_t(reinterpret_cast<std::uintptr_t>(ptr)));
+      const std::uint64_t key =
+          detail::step_key({double(e), omega, relaxing ? 1.0 : 0.0}, {f, g});
       oracle.repeat(ahead, key, [&] {
         if (!ctx.cancel_requested()) alternating(false);
       });
