@@ -77,10 +77,11 @@ double exact_weight(const VectorView<const T>& w, std::int64_t i, std::int64_t c
 
 /// The log of an engine weight, -inf for a zero weight (a masked point: every engine's pass
 /// treats -inf as a masked key, never as a NaN source). Formed in double and rounded once to T:
-/// the CUDA engine forms the same value on the device (lib/cuda/operands.hpp, operand_logs), so
-/// that both engines see the same log weights (a float log of the host library and the device's
-/// can differ by an ulp, and at eps = 1e-3 in fp32 an ulp of the log weights moves the primal
-/// cost of 40 iterations by ~4e-6 relative).
+/// the CUDA engine forms it the same way on the device (lib/cuda/operands.hpp, operand_logs), so
+/// that in fp32 both engines see the same log weights but in rare rounding ties (a float log of
+/// the host library and the device's can differ by an ulp, and at eps = 1e-3 in fp32 an ulp of
+/// the log weights moved the primal cost of 40 iterations by ~4e-6 relative); in double the two
+/// logs may differ by an ulp of double.
 template <class T>
 T log_weight(T w) {
   return w > 0 ? T(std::log(double(w))) : -std::numeric_limits<T>::infinity();

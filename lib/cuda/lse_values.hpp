@@ -69,8 +69,9 @@ std::size_t values_tf32_workspace_floats(std::int64_t rows, std::int64_t nkeys, 
 
 /// Key-range splits for a value pass: the fewest splits whose grid (row blocks x column blocks x
 /// splits) fills whole waves of the current device, within 2% of the best, with >= 512 keys per
-/// split (the rule of choose_splits, on the value kernel's occupancy). Throws InvalidArgument for
-/// an unsupported ld.
+/// split, or for a grid under one wave up to one wave with >= 128 keys per split (the rule of
+/// choose_splits, wave_splits in lse_pass.cu, on the value kernel's occupancy). Throws
+/// InvalidArgument for an unsupported ld.
 int values_tf32_splits(int ld, int vcols, std::int64_t rows, std::int64_t nkeys);
 
 /// Rows per block of the value kernel (128, the row blocks of the LSE kernel).

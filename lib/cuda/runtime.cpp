@@ -169,6 +169,15 @@ void* staging_create(std::size_t chunk) {
   return st;
 }
 
+bool stream_capturing(void* stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &status) != cudaSuccess) {
+    cudaGetLastError();
+    return true;  // unknown: the plain copy
+  }
+  return status != cudaStreamCaptureStatusNone;
+}
+
 void staging_destroy(void* staging) noexcept {
   auto* st = static_cast<Staging*>(staging);
   if (!st) return;

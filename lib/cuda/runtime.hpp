@@ -66,6 +66,9 @@ double event_elapsed_ms(void* start, void* stop);
 /// the data in place. The state's destruction waits for its DMAs.
 using HostCopy = std::function<void(void* dst, const void* src, std::size_t bytes)>;
 void* staging_create(std::size_t chunk);
+/// Whether `stream` is being captured into a graph (then no staged copy: its events and shared
+/// buffers cannot be part of a recorded step).
+bool stream_capturing(void* stream);
 void staging_destroy(void* staging) noexcept;
 void staged_upload(void* staging, void* dst, const void* src, std::size_t bytes, void* stream,
                    const HostCopy& copy_host);

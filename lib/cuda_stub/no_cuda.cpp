@@ -38,6 +38,7 @@ void event_record(void*, void*) { not_compiled(); }
 double event_elapsed_ms(void*, void*) { not_compiled(); }
 void* staging_create(std::size_t) { not_compiled(); }
 void staging_destroy(void*) noexcept {}
+bool stream_capturing(void*) { not_compiled(); }
 void staged_upload(void*, void*, const void*, std::size_t, void*, const HostCopy&) {
   not_compiled();
 }

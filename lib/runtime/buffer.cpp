@@ -60,7 +60,10 @@ void copy_bytes(const Context& ctx, void* dst, MemorySpace dst_space, const void
   // the engine's 80 MB upload ran at ~4 GB/s on the H100 machines, docs/benchmarks.md).
   constexpr std::size_t kStagedFrom = std::size_t(4) << 20, kChunk = std::size_t(8) << 20;
   const Context::Impl& c = ctx.impl();
-  if (kind != 2 && bytes >= kStagedFrom && c.backend == Backend::kCuda) {
+  // (Not while the stream is captured into a graph: the copy's events and the shared buffers
+  // cannot be part of a recorded step; the plain copy is then refused by the capture.)
+  if (kind != 2 && bytes >= kStagedFrom && c.backend == Backend::kCuda &&
+      !cuda::stream_capturing(c.stream)) {
     std::lock_guard<std::mutex> lock(c.staging_mutex);
     if (!c.staging_tried) {
       c.staging_tried = true;

@@ -812,6 +812,7 @@ class CudaOracle final : public OracleBase<T> {
     return t;
   }
   void block_lists_changed() override {
+    cuda::graph_destroy(&graph_.g);  // before the buffers a recorded step reads are replaced
     const bool listed = this->block_list(0) || this->block_list(1);
     // A family without the block-list schedule hands the passes to the exact kernel (the table
     // says so); a forced family that cannot serve lists is refused here.
