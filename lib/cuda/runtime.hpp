@@ -83,7 +83,7 @@ struct StreamGraph {
 /// Records what `body` enqueues on `stream` (a thread-local stream capture) into *g, replacing
 /// what it held, without running it. Returns false, with *g empty and the stream out of
 /// capture, where the capture fails (body calls something a capture refuses, such as a
-/// synchronization or a pageable copy, or throws): body's work has then not run.
+/// synchronization, or throws): body's work has then not run.
 bool graph_record(void* stream, const std::function<void()>& body, StreamGraph* g);
 /// Enqueues the recorded work on `stream`.
 void graph_launch(const StreamGraph& g, void* stream);
