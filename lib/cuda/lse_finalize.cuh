@@ -31,9 +31,31 @@ __global__ void __launch_bounds__(kFinalizeThreads) lse_finalize_kernel(LsePass<
     // that saw only masked keys add nothing, a row with every key masked gets +inf, as the CPU
     // engine).
     // (The merge of all splits at once: the common max first, then one rescale per split.)
+    // (Eight splits' loads issued together, then combined in split order: the same sums as
+    // one split at a time, without a memory round trip per split; small passes run 16 splits.)
+    constexpr int kBatch = 8;
     double mx = -INFINITY, sum = 0;
-    for (int s = 0; s < p.splits; ++s) mx = fmax(mx, double(sd.part_max[s * sd.rows + i]));
-    for (int s = 0; s < p.splits; ++s)
+    int s = 0;
+    for (; s + kBatch <= p.splits; s += kBatch) {
+      double m[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) m[k] = double(sd.part_max[(s + k) * sd.rows + i]);
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) mx = fmax(mx, m[k]);
+    }
+    for (; s < p.splits; ++s) mx = fmax(mx, double(sd.part_max[s * sd.rows + i]));
+    s = 0;
+    for (; s + kBatch <= p.splits; s += kBatch) {
+      double m[kBatch], v[kBatch];
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) {
+        m[k] = double(sd.part_max[(s + k) * sd.rows + i]);
+        v[k] = double(sd.part_sum[(s + k) * sd.rows + i]);
+      }
+#pragma unroll
+      for (int k = 0; k < kBatch; ++k) sum += v[k] * online_rescale(m[k], mx, alpha, ExactExp2{});
+    }
+    for (; s < p.splits; ++s)
       sum += double(sd.part_sum[s * sd.rows + i]) *
              online_rescale(double(sd.part_max[s * sd.rows + i]), mx, alpha, ExactExp2{});
     const double qn = sd.query_norm ? double(sd.query_norm[i]) : 0.0;
