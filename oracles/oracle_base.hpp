@@ -71,6 +71,15 @@ class OracleBase : public Oracle<T> {
     return std::isfinite(new_pair->extra) && std::isfinite(new_pair->error);
   }
 
+  // The plain updates are the relaxed update at w = 1 (bit for bit: the engines' blend returns
+  // the fresh value for w = 1); each engine implements that one pass.
+  void update_f(T eps, const T* g, T* f, double* row_err) override {
+    this->relaxed_update(0, eps, T(1), g, f, row_err);
+  }
+  void update_g(T eps, const T* f, T* g, double* col_err) override {
+    this->relaxed_update(1, eps, T(1), f, g, col_err);
+  }
+
   void set_block_lists(const BlockList* f_side, const BlockList* g_side) override {
     if (f_side) validate_block_list(*f_side, n_, m_, shape_, "f side: rows x, keys y");
     if (g_side) validate_block_list(*g_side, m_, n_, shape_, "g side: rows y, keys x");
@@ -159,6 +168,12 @@ class OracleBase : public Oracle<T> {
   virtual void column_pass(double eps, const T* f, const T* g, double relax, T* g_next,
                            CertificateSide* old_pair, CertificateSide* new_pair) = 0;
   /// The rows-only result of certify_pass (the column side skipped).
+  /// relaxed_update's side argument: 0 (f) or 1 (g), else InvalidArgument.
+  static void check_update_side(int side) {
+    if (side != 0 && side != 1)
+      throw InvalidArgument("relaxed_update: side must be 0 (f) or 1 (g), got " +
+                            std::to_string(side));
+  }
   static Certificate rows_only_certificate(const CertificateSide& rows, bool next_written) {
     Certificate c;
     c.computed = rows.error;

@@ -86,17 +86,8 @@ class CpuOracle final : public OracleBase<T> {
   const T* a() const override { return a_.data(); }
   const T* b() const override { return b_.data(); }
 
-  void update_f(T eps, const T* g, T* f, double* row_err) override {
-    lse_side(eps, /*f_side=*/true, g, tn_.data());
-    finish_update(eps, 0, a_, tn_, f, row_err);
-  }
-  void update_g(T eps, const T* f, T* g, double* col_err) override {
-    lse_side(eps, /*f_side=*/false, f, tm_.data());
-    finish_update(eps, 1, b_, tm_, g, col_err);
-  }
   void relaxed_update(int side, T eps, T w, const T* other, T* pot, double* err) override {
-    if (side != 0 && side != 1)
-      throw InvalidArgument("relaxed_update: side must be 0 (f) or 1 (g), got " + std::to_string(side));
+    this->check_update_side(side);
     Vec<T>& fresh = side == 0 ? tn_ : tm_;
     lse_side(eps, /*f_side=*/side == 0, other, fresh.data());
     finish_update(eps, side, side == 0 ? a_ : b_, fresh, pot, err, w);

@@ -391,21 +391,8 @@ class CudaOracle final : public OracleBase<T> {
   const T* a() const override { return a_.data(); }
   const T* b() const override { return b_.data(); }
 
-  void update_f(T eps, const T* g, T* f, double* row_err) override {
-    LsePass<T> p = pass(eps, T(1), row_err, splits_f_);
-    p.side[0] = side_f(g, f);
-    class_tiles(&p, class_splits_f_);
-    run(p);
-  }
-  void update_g(T eps, const T* f, T* g, double* col_err) override {
-    LsePass<T> p = pass(eps, T(1), col_err, splits_g_);
-    p.side[0] = side_g(f, g);
-    class_tiles(&p, class_splits_g_);
-    run(p);
-  }
   void relaxed_update(int side, T eps, T w, const T* other, T* pot, double* err) override {
-    if (side != 0 && side != 1)
-      throw InvalidArgument("relaxed_update: side must be 0 (f) or 1 (g), got " + std::to_string(side));
+    this->check_update_side(side);
     // The finalize kernel forms (1 - w) old + w fresh (lib/cuda/lse_finalize.cuh).
     LsePass<T> p = pass(eps, w, err, side == 0 ? splits_f_ : splits_g_);
     p.side[0] = side == 0 ? side_f(other, pot) : side_g(other, pot);
@@ -421,9 +408,10 @@ class CudaOracle final : public OracleBase<T> {
     class_tiles(&p, class_splits_sym_);
     run(p);
   }
-  /// One CUDA graph of body, replayed while the key stays (a step of 4-8 launches becomes one:
-  /// small problems' iterations are launch-bound); recorded for a call of two steps or more, or
-  /// for the second call in a row with one key. A body the capture refuses runs as it is, and
+  /// One CUDA graph of body, replayed while the key stays (a step of 4-8 launches becomes one;
+  /// the small levels' iterations turned out bound by their kernels' chain on the GPU, not by
+  /// the launches: 1.7% at 2,048 points, docs/cuda-engine.md); recorded for a call of two steps
+  /// or more, or for the second call in a row with one key. A body the capture refuses runs as it is, and
   /// so does every later one (no second try).
   void repeat(std::int64_t count, std::uint64_t key, const std::function<void()>& body) override {
     if (count <= 0) return;
