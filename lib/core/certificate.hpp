@@ -287,8 +287,9 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double p, double rho_in
 /// it: the new row sum is S phi, phi = exp(a), a = (*next - p) / eps from the stored value, and
 /// its rounding bound `slack` (the old row's w |S - S^| bound) times phi, plus (1e-14 + 1e-15 |a|)
 /// of the row's new mass for phi's own rounding in double (a's subtraction and division, 2^-52
-/// |a|, exp's ulp and the product: below 4.5e-16 (|a| + 2)). Returns 0, or +inf when S is not positive and finite (*next
-/// untouched, +inf added to side->extra): the side's bound is then +inf and its updates unusable.
+/// |a|, exp's ulp and the product: below 4.5e-16 (|a| + 2)). Returns 0, or +inf when S is not
+/// positive and finite (*next untouched, +inf added to side->extra): the side's bound is then
+/// +inf and its updates unusable.
 template <class T>
 KANTOR_HOST_DEVICE inline double next_update(double p, double sum, double eps, double relax,
                                              double w, double slack, T* next,

@@ -411,8 +411,8 @@ class CudaOracle final : public OracleBase<T> {
   /// One CUDA graph of body, replayed while the key stays (a step of 4-8 launches becomes one;
   /// the small levels' iterations turned out bound by their kernels' chain on the GPU, not by
   /// the launches: 1.7% at 2,048 points, docs/cuda-engine.md); recorded for a call of two steps
-  /// or more, or for the second call in a row with one key. A body the capture refuses runs as it is, and
-  /// so does every later one (no second try).
+  /// or more, or for the second call in a row with one key. A body the capture refuses runs as
+  /// it is, and so does every later one (no second try).
   void repeat(std::int64_t count, std::uint64_t key, const std::function<void()>& body) override {
     if (count <= 0) return;
     const bool cached = graph_.g.exec && key == graph_key_;

@@ -742,8 +742,10 @@ void check_repeat(bool refuse) {
     auto state = [&]() {
       State st{Buffer<float>(gpu, c.n), Buffer<float>(gpu, c.m), Buffer<float>(gpu, c.n),
                Buffer<float>(gpu, c.m), Buffer<double>(gpu, 4)};
-      detail::fill_bytes(gpu, st.f.data(), MemorySpace::kDevice, 0, sizeof(float) * std::size_t(c.n));
-      detail::fill_bytes(gpu, st.g.data(), MemorySpace::kDevice, 0, sizeof(float) * std::size_t(c.m));
+      detail::fill_bytes(gpu, st.f.data(), MemorySpace::kDevice, 0,
+                         sizeof(float) * std::size_t(c.n));
+      detail::fill_bytes(gpu, st.g.data(), MemorySpace::kDevice, 0,
+                         sizeof(float) * std::size_t(c.m));
       return st;
     };
     State a = state(), b = state();
