@@ -54,6 +54,12 @@ std::int64_t minor_page_faults() {
   return -1;
 }
 
+// The median of a non-empty list (the upper one of an even count).
+std::int64_t median_of(std::vector<std::int64_t> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 template <class T>
 int run(const Options& o) {
   // The data, in float64 (the certificate's coordinates) and in T (the engine's).
@@ -116,6 +122,7 @@ int run(const Options& o) {
   SinkhornSummary s;
   double cold = NAN, context_seconds = NAN;
   std::int64_t cold_faults = -1;  // the cold solve's minor page faults (fresh host pages)
+  std::vector<std::int64_t> warm_faults;  // each warm solve's (pages the allocator gave back)
   {
     const auto t0 = Clock::now();
     Context ctx(co);
@@ -130,6 +137,8 @@ int run(const Options& o) {
       if (r == 0) {
         cold = std::chrono::duration<double>(Clock::now() - t0).count();
         if (faults0 >= 0) cold_faults = minor_page_faults() - faults0;
+      } else if (faults0 >= 0) {
+        warm_faults.push_back(minor_page_faults() - faults0);
       }
       seconds.push_back(sec);
       if (!o.json)
@@ -168,6 +177,7 @@ int run(const Options& o) {
       .add("cold_s", cold)
       .add("context_s", context_seconds)
       .add("cold_page_faults", cold_faults)
+      .add("warm_page_faults", warm_faults.empty() ? std::int64_t(-1) : median_of(warm_faults))
       .add("warm_s_median", median)
       .add("warm_s_min", warm.front())
       .add("converged", s.converged())

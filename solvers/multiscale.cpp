@@ -929,7 +929,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     std::ostringstream os;
     os << std::setprecision(3) << s.solver_note << (s.solver_note.empty() ? "" : "; ") << n
        << " x " << m << " points: " << fine_iterations << " iterations, " << 100 * s.kept_fraction
-       << "% kept (theta " << screen_theta << (screen_retries ? ", after a retry" : "")
+       << "% kept (atom pairs "
+       << 100 * double(sc.atom_pairs) * double(shape.key_tile) * double(shape.key_tile) /
+              (double(n) * double(m))
+       << "%, points stage " << sc.point_tests << " tested, " << sc.point_drops << " dropped, theta "
+       << screen_theta << (screen_retries ? ", after a retry" : "")
        << "); seconds: order " << t_setup << ", lift " << seconds_lift << " (oracles "
        << seconds_lift_oracles << "), engine " << seconds_engine << ", screen " << seconds_screen
        << " (engine descent " << seconds_descent << "), passes "

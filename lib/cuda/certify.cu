@@ -185,8 +185,11 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
   static_assert(!(kStats && kNext), "the update with the new pair's side: the column side");
   constexpr int kT = kRows / R;  // threads a block; thread t owns rows t, t + kT, ...
   static_assert(kT >= kFastKeys && kT > D, "one staged key a thread at most");
-  __shared__ float gam[D][kFastKeys];  // gamma_jk = 2 c L eta_jk
-  __shared__ float bet[kFastKeys], wk[kFastKeys], gk[kFastKeys];
+  // A staged key as kW float4 words: beta_j, then gamma_jk = 2 c L eta_jk (k < D), zero-padded;
+  // and (b_j, g_j) as a float2: one broadcast load a word (two at D <= 3) for R pairs.
+  constexpr int kW = (D + 1 + 3) / 4;
+  __shared__ float4 kv[kFastKeys][kW];
+  __shared__ float2 kwg[kFastKeys];
   __shared__ unsigned rj[D], ri[D];  // largest |coordinate| per axis, as float bits
   __shared__ unsigned gmax;  // largest |g_j + f_o| of the tile, rounded up to float, as bits
   __shared__ double o[D], fo_s;
@@ -247,6 +250,9 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
       if (t < kFastKeys) {
         const std::int64_t gj = j0 + t;
         const double w = gj < ke ? p.key_w[gj] : 0.0;
+        float v[4 * kW];
+#pragma unroll
+        for (int k = 0; k < 4 * kW; ++k) v[k] = 0.0f;
         if (w > 0) {
           double e2 = 0;
           float e[D];
@@ -255,21 +261,20 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
             e[k] = float(p.keys[gj * D + k] - o[k]);
             e2 += double(e[k]) * double(e[k]);
             atomicMax(&rj[k], __float_as_uint(fabsf(e[k])));
-            gam[k][t] = float(2.0 * c * L * double(e[k]));
+            v[1 + k] = float(2.0 * c * L * double(e[k]));
           }
           const float g = p.key_pot[gj];
-          bet[t] = float(L * ((double(g) + fo) - c * e2));
+          v[0] = float(L * ((double(g) + fo) - c * e2));
           atomicMax(&gmax, __float_as_uint(__double2float_ru(fabs(double(g) + fo))));
-          gk[t] = g;
-          wk[t] = float(w);
+          kwg[t] = make_float2(float(w), g);
         } else {
           // Masked or padding key: its term is 0 * 2^-3e38 = 0 (its potential may be inf).
-#pragma unroll
-          for (int k = 0; k < D; ++k) gam[k][t] = 0.0f;
-          bet[t] = -3.0e38f;
-          gk[t] = 0.0f;
-          wk[t] = 0.0f;
+          v[0] = -3.0e38f;
+          kwg[t] = make_float2(0.0f, 0.0f);
         }
+#pragma unroll
+        for (int q = 0; q < kW; ++q)
+          kv[t][q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
       }
       __syncthreads();
       float ts[R], tg[R], tz[R];
@@ -277,10 +282,15 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
       for (int r = 0; r < R; ++r) ts[r] = tg[r] = tz[r] = 0;
 #pragma unroll 8
       for (int jj = 0; jj < kFastKeys; ++jj) {
-        const float b = bet[jj], w = wk[jj];
-        float gm[D];
+        float kk[4 * kW];
 #pragma unroll
-        for (int k = 0; k < D; ++k) gm[k] = gam[k][jj];
+        for (int q = 0; q < kW; ++q) {
+          const float4 word = kv[jj][q];
+          kk[4 * q] = word.x, kk[4 * q + 1] = word.y, kk[4 * q + 2] = word.z, kk[4 * q + 3] = word.w;
+        }
+        const float2 wg = kwg[jj];
+        const float b = kk[0], w = wg.x;
+        const float* gm = kk + 1;
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           float z2 = alpha[r] + b;
@@ -289,7 +299,7 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
           const float term = w * fast_exp2(z2);
           ts[r] += term;
           if (kStats) {
-            tg[r] = fmaf(term, gk[jj], tg[r]);
+            tg[r] = fmaf(term, wg.y, tg[r]);
             tz[r] = fmaf(term, z2, tz[r]);
           }
         }
