@@ -180,47 +180,40 @@ void coarsen(const T* x, const double* w, std::int64_t n, int d,
 // merged), in parallel over the point row tiles.
 BlockList lift_list(const BlockList& coarse, std::int64_t rows, std::int64_t cell,
                     const BlockShape& shape, int threads) {
-  BlockList out;
-  out.row_tile = shape.row_tile;
-  out.key_tile = coarse.key_tile;
   const std::int64_t tiles = (rows + shape.row_tile - 1) / shape.row_tile;
   const std::int64_t coarse_tiles = std::int64_t(coarse.run_ptr.size()) - 1;
-  std::vector<std::vector<std::int32_t>> runs(static_cast<std::size_t>(tiles));
-  detail::parallel_ranges(tiles, threads, 256, [&](std::int64_t rb, std::int64_t re) {
-    std::vector<std::pair<std::int32_t, std::int32_t>> all;
-    for (std::int64_t r = rb; r < re; ++r) {
-      const std::int64_t first = (r * shape.row_tile / cell) / coarse.row_tile;
-      const std::int64_t last = std::min(
-          coarse_tiles - 1,
-          ((std::min(rows, (r + 1) * shape.row_tile) - 1) / cell) / coarse.row_tile);
-      all.clear();
-      for (std::int64_t t = first; t <= last; ++t)
-        for (std::int64_t q = coarse.run_ptr[std::size_t(t)]; q < coarse.run_ptr[std::size_t(t + 1)]; ++q)
-          all.emplace_back(coarse.runs[std::size_t(2 * q)], coarse.runs[std::size_t(2 * q + 1)]);
-      if (last > first) std::sort(all.begin(), all.end());
-      std::vector<std::int32_t>& o = runs[std::size_t(r)];
-      for (const auto& run : all) {
-        if (run.first >= run.second) continue;
-        if (!o.empty() && run.first <= o.back())
-          o.back() = std::max(o.back(), run.second);
-        else {
-          o.push_back(run.first);
-          o.push_back(run.second);
-        }
+  auto emit = [&](std::int64_t r, std::vector<std::int32_t>* o) {
+    const std::int64_t first = (r * shape.row_tile / cell) / coarse.row_tile;
+    const std::int64_t last =
+        std::min(coarse_tiles - 1, ((std::min(rows, (r + 1) * shape.row_tile) - 1) / cell) /
+                                       coarse.row_tile);
+    const std::size_t start = o->size();
+    // A run that starts at or before the last one's end extends it (sorted by begin: one coarse
+    // tile's runs are; several tiles' are merged by a sort of their (begin, end) pairs).
+    auto add = [&](std::int32_t b, std::int32_t e) {
+      if (b >= e) return;
+      if (o->size() > start && b <= o->back())
+        o->back() = std::max(o->back(), e);
+      else {
+        o->push_back(b);
+        o->push_back(e);
       }
+    };
+    if (last <= first) {
+      for (std::int64_t q = coarse.run_ptr[std::size_t(first)];
+           q < coarse.run_ptr[std::size_t(first + 1)]; ++q)
+        add(coarse.runs[std::size_t(2 * q)], coarse.runs[std::size_t(2 * q + 1)]);
+      return;
     }
-  });
-  out.run_ptr.assign(std::size_t(tiles + 1), 0);
-  for (std::int64_t r = 0; r < tiles; ++r)
-    out.run_ptr[std::size_t(r + 1)] =
-        out.run_ptr[std::size_t(r)] + std::int64_t(runs[std::size_t(r)].size() / 2);
-  out.runs.resize(std::size_t(2 * out.run_ptr.back()));
-  detail::parallel_ranges(tiles, threads, 1024, [&](std::int64_t rb, std::int64_t re) {
-    for (std::int64_t r = rb; r < re; ++r)
-      std::copy(runs[std::size_t(r)].begin(), runs[std::size_t(r)].end(),
-                out.runs.begin() + 2 * out.run_ptr[std::size_t(r)]);
-  });
-  return out;
+    std::vector<std::pair<std::int32_t, std::int32_t>> all;
+    for (std::int64_t t = first; t <= last; ++t)
+      for (std::int64_t q = coarse.run_ptr[std::size_t(t)]; q < coarse.run_ptr[std::size_t(t + 1)];
+           ++q)
+        all.emplace_back(coarse.runs[std::size_t(2 * q)], coarse.runs[std::size_t(2 * q + 1)]);
+    std::sort(all.begin(), all.end());
+    for (const auto& run : all) add(run.first, run.second);
+  };
+  return assemble_list(tiles, shape.row_tile, coarse.key_tile, threads, emit);
 }
 
 double max_drift(const std::vector<double>& now, const std::vector<double>& build,

@@ -13,6 +13,7 @@
 
 #include "kantor/error.hpp"
 #include "kantor/screen_bound.hpp"
+#include "kantor/uninit_vector.hpp"
 #include "parallel.hpp"
 
 namespace kantor::multiscale {
@@ -482,8 +483,8 @@ namespace {
 struct BlockPairs {
   int lx = 0, ly = 0;
   std::vector<std::int64_t> ptr;  // rows + 1 offsets
-  std::vector<std::int32_t> col;  // y blocks
-  std::vector<std::uint64_t> mask;
+  detail::UninitVector<std::int32_t> col;  // y blocks (every entry written: no zero fill)
+  detail::UninitVector<std::uint64_t> mask;
 };
 
 constexpr int kBlockLevels = 3;
@@ -560,9 +561,8 @@ BlockList block_list(const BlockPairs& p, std::int64_t rows, std::int64_t keys,
   const std::int64_t tiles = (rows + shape.row_tile - 1) / shape.row_tile;
   const std::int64_t row_atoms = (rows + atom - 1) / atom;
   const int lx = p.lx, ly = p.ly;
-  std::vector<std::vector<std::int32_t>> runs(static_cast<std::size_t>(tiles));
   std::vector<double> covered(static_cast<std::size_t>(tiles), 0.0);
-  detail::parallel_for(tiles, threads, [&](std::int64_t t) {
+  auto emit_tile = [&](std::int64_t t, std::vector<std::int32_t>* runs) {
     const std::int64_t a0 = t * per_tile, a1 = std::min(row_atoms, a0 + per_tile) - 1;
     const std::int64_t b0 = a0 >> lx, b1 = a1 >> lx;
     // The key atoms block q's row `blk` gives this tile (its rows in [a0, a1]): the mask's
@@ -575,7 +575,7 @@ BlockList block_list(const BlockPairs& p, std::int64_t rows, std::int64_t keys,
       for (std::int64_t a = lo; a <= hi; ++a) sel |= std::uint64_t(0xFF) << (8 * a);
       return sel;
     };
-    std::vector<std::int32_t>& out = runs[std::size_t(t)];
+    std::vector<std::int32_t>& out = *runs;
     std::int64_t rb = 0, re = -1, nkeys = 0;
     auto flush = [&]() {
       if (re < 0) return;
@@ -624,19 +624,8 @@ BlockList block_list(const BlockPairs& p, std::int64_t rows, std::int64_t keys,
     flush();
     const std::int64_t r0 = t * shape.row_tile, r1 = std::min(rows, r0 + shape.row_tile);
     covered[std::size_t(t)] = double(r1 - r0) * double(nkeys);
-  });
-  BlockList list;
-  list.row_tile = shape.row_tile;
-  list.key_tile = shape.key_tile;
-  list.run_ptr.assign(std::size_t(tiles + 1), 0);
-  for (std::int64_t t = 0; t < tiles; ++t)
-    list.run_ptr[std::size_t(t + 1)] =
-        list.run_ptr[std::size_t(t)] + std::int64_t(runs[std::size_t(t)].size() / 2);
-  list.runs.resize(std::size_t(2 * list.run_ptr.back()));
-  detail::parallel_for(tiles, threads, [&](std::int64_t t) {
-    std::copy(runs[std::size_t(t)].begin(), runs[std::size_t(t)].end(),
-              list.runs.begin() + 2 * list.run_ptr[std::size_t(t)]);
-  });
+  };
+  BlockList list = assemble_list(tiles, shape.row_tile, shape.key_tile, threads, emit_tile);
   double total = 0;
   for (std::int64_t t = 0; t < tiles; ++t) total += covered[std::size_t(t)];
   *covered_pairs = total;
