@@ -938,11 +938,17 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   }
 
   // ---- results in the caller's order ----
-  {
+  if (coarse_level) {
+    // A coarse level keeps its caller's order (identity permutations): its potentials as they
+    // are, without the round trip through the host (1.1 ms at 131,072 cells, H100).
+    pot->f = std::move(f);
+    pot->g = std::move(g);
+    pot->epsilon = eps;
+    phase.end("results");
+  } else {
     // The finest level's last download where it is current (the loop and the certificate above
-    // leave f and g as they were read); a coarse level's or the dense fallback's potentials
-    // afresh.
-    if (dense_fine || coarse_level) host_at = -1;
+    // leave f and g as they were read); the dense fallback's potentials afresh.
+    if (dense_fine) host_at = -1;
     potentials_on_host();
     const std::vector<double>&fs = fh, &gs = gh;
     std::vector<T> fo(static_cast<std::size_t>(n)), go(static_cast<std::size_t>(m));

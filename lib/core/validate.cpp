@@ -2,6 +2,8 @@
 // was expected.
 #include <algorithm>
 #include <cmath>
+#include <deque>
+#include <functional>
 #include <utility>
 #include <vector>
 #include <sstream>
@@ -10,14 +12,91 @@
 #include "kantor/error.hpp"
 #include "kantor/host_parallel.hpp"
 #include "lib/core/for_chunks.hpp"
+#include "lib/core/validate.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/problem.hpp"
 
 namespace kantor {
 namespace {
 
+// The content scans of validate(), all in one parallel region (one fork and join instead of one
+// per view: at 2^17 points a side a problem with reference coordinates took 2 ms to prepare on
+// the 16-core GPU machine, mostly in 14 such regions): each host view is cut into fixed chunks;
+// a cloud's chunk records its first non-finite row, a weight chunk (2^16 weights: the total is
+// the same for any thread count) its first bad weight and its sum. The checks then read the
+// results in validate()'s order, so every message is the one a serial scan would give.
+class Scans {
+ public:
+  template <class T>
+  int cloud(const MatrixView<const T>& v) {
+    Scan& s = add(v.rows, detail::row_grain(v.cols));
+    region_.add(v.rows, s.chunk, [v, &s](std::int64_t c, std::int64_t b, std::int64_t e) {
+      for (std::int64_t i = b; i < e; ++i) {
+        bool finite = true;
+        for (std::int64_t k = 0; k < v.cols; ++k) finite &= bool(std::isfinite(double(v(i, k))));
+        if (!finite) {
+          s.bad[std::size_t(c)] = i;
+          return;
+        }
+      }
+    });
+    return int(scans_.size()) - 1;
+  }
+  template <class T>
+  int weights(const VectorView<const T>& w) {
+    Scan& s = add(w.size, std::int64_t(1) << 16);
+    region_.add(w.size, s.chunk, [w, &s](std::int64_t c, std::int64_t b, std::int64_t e) {
+      double sum = 0;
+      for (std::int64_t i = b; i < e; ++i) {
+        const double v = double(w[i]);
+        if (!std::isfinite(v) || v < 0) {
+          s.bad[std::size_t(c)] = i;
+          return;
+        }
+        sum += v;
+      }
+      s.part[std::size_t(c)] = sum;
+    });
+    return int(scans_.size()) - 1;
+  }
+  void run() const { region_.run(); }
+  /// The first bad entry of scan s (-1: none).
+  std::int64_t first_bad(int s) const {
+    for (const std::int64_t i : scans_[std::size_t(s)].bad)
+      if (i >= 0) return i;
+    return -1;
+  }
+  /// The sum of scan s's chunk sums in chunk order (weights without a bad one).
+  double total(int s) const {
+    double t = 0;
+    for (const double v : scans_[std::size_t(s)].part) t += v;
+    return t;
+  }
+
+ private:
+  struct Scan {
+    std::int64_t chunk;
+    std::vector<std::int64_t> bad;
+    std::vector<double> part;
+  };
+  Scan& add(std::int64_t count, std::int64_t chunk) {
+    const std::size_t chunks = std::size_t((count + chunk - 1) / chunk);
+    scans_.push_back({chunk, std::vector<std::int64_t>(chunks, -1), std::vector<double>(chunks, 0.0)});
+    return scans_.back();
+  }
+  std::deque<Scan> scans_;  // stable addresses: the region's bodies hold references
+  detail::ChunkRegion region_;
+};
+
+// A cloud's shape and data, checked before any scan reads it.
 template <class T>
-void check_cloud(const MatrixView<const T>& v, const char* name) {
+bool cloud_readable(const MatrixView<const T>& v) {
+  return v.rows > 0 && v.cols > 0 && v.stride >= v.cols && v.data != nullptr &&
+         v.space == MemorySpace::kHost;
+}
+
+template <class T>
+void check_cloud(const MatrixView<const T>& v, const char* name, const Scans& scans, int scan) {
   if (v.rows <= 0)
     throw InvalidArgument(std::string("problem.") + name + ": empty point cloud (0 points)");
   if (v.cols <= 0)
@@ -28,34 +107,26 @@ void check_cloud(const MatrixView<const T>& v, const char* name) {
                           " < cols " + std::to_string(v.cols));
   if (v.data == nullptr) throw InvalidArgument(std::string("problem.") + name + ": null data");
   if (v.space != MemorySpace::kHost) return;
-  // Rows in chunks on the host threads; the first bad entry of each chunk, then the first chunk
-  // with one (so the message names the first non-finite entry, as a serial scan would).
-  std::vector<std::int64_t> bad(std::size_t(detail::kMaxChunks), -1);
-  const int used = detail::for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
-    for (std::int64_t i = b; i < e; ++i) {
-      bool finite = true;
-      for (std::int64_t k = 0; k < v.cols; ++k) finite &= bool(std::isfinite(double(v(i, k))));
-      if (!finite) {
-        bad[std::size_t(t)] = i;
-        return;
-      }
+  const std::int64_t i = scans.first_bad(scan);
+  if (i < 0) return;
+  for (std::int64_t k = 0; k < v.cols; ++k)
+    if (!std::isfinite(double(v(i, k)))) {
+      std::ostringstream os;
+      os << "problem." << name << ": non-finite coordinate " << double(v(i, k)) << " at point "
+         << i << ", coordinate " << k;
+      throw InvalidArgument(os.str());
     }
-  }, detail::row_grain(v.cols));
-  for (int t = 0; t < used; ++t) {
-    const std::int64_t i = bad[std::size_t(t)];
-    if (i < 0) continue;
-    for (std::int64_t k = 0; k < v.cols; ++k)
-      if (!std::isfinite(double(v(i, k)))) {
-        std::ostringstream os;
-        os << "problem." << name << ": non-finite coordinate " << double(v(i, k)) << " at point "
-           << i << ", coordinate " << k;
-        throw InvalidArgument(os.str());
-      }
-  }
+}
+
+// Weights of the right count with data (or empty: uniform), checked before a scan reads them.
+template <class T>
+bool weights_readable(const VectorView<const T>& w, std::int64_t expected) {
+  return w.data != nullptr && w.size == expected && w.space == MemorySpace::kHost;
 }
 
 template <class T>
-double check_weights(const VectorView<const T>& w, std::int64_t expected, const char* name) {
+double check_weights(const VectorView<const T>& w, std::int64_t expected, const char* name,
+                     const Scans& scans, int scan) {
   if (w.data == nullptr && w.size == 0) return 1.0;  // uniform
   if (w.size != expected)
     throw InvalidArgument(std::string("problem.") + name + ": " + std::to_string(w.size) +
@@ -64,35 +135,13 @@ double check_weights(const VectorView<const T>& w, std::int64_t expected, const 
     throw InvalidArgument(std::string("problem.") + name + ": null data for " +
                           std::to_string(w.size) + " weights (leave the view empty for uniform)");
   if (w.space != MemorySpace::kHost) return std::nan("");
-  // Fixed chunks of 2^16 weights on the host threads (the total is the same for any thread
-  // count): each chunk's sum and its first bad weight; then the first chunk with one, so that
-  // the message names the first bad weight, as a serial scan would.
-  constexpr std::int64_t kChunk = std::int64_t(1) << 16;
-  const std::int64_t chunks = (w.size + kChunk - 1) / kChunk;
-  std::vector<double> part(static_cast<std::size_t>(chunks), 0.0);
-  std::vector<std::int64_t> bad(static_cast<std::size_t>(chunks), -1);
-  detail::host_parallel(chunks, 0, [&](std::int64_t c) {
-    double sum = 0;
-    for (std::int64_t i = c * kChunk; i < std::min(w.size, (c + 1) * kChunk); ++i) {
-      const double v = double(w[i]);
-      if (!std::isfinite(v) || v < 0) {
-        bad[std::size_t(c)] = i;
-        return;
-      }
-      sum += v;
-    }
-    part[std::size_t(c)] = sum;
-  });
-  double total = 0;
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    if (const std::int64_t i = bad[std::size_t(c)]; i >= 0) {
-      std::ostringstream os;
-      os << "problem." << name << ": weight " << i << " is " << double(w[i])
-         << " (expected finite and >= 0)";
-      throw InvalidArgument(os.str());
-    }
-    total += part[std::size_t(c)];
+  if (const std::int64_t i = scans.first_bad(scan); i >= 0) {
+    std::ostringstream os;
+    os << "problem." << name << ": weight " << i << " is " << double(w[i])
+       << " (expected finite and >= 0)";
+    throw InvalidArgument(os.str());
   }
+  const double total = scans.total(scan);
   if (!(total > 0))
     throw InvalidArgument(std::string("problem.") + name + ": total mass is 0 (all weights zero)");
   // Guard: an overflowing total would normalize every weight to 0.
@@ -149,16 +198,32 @@ void check_label_cost(const LabelAugmented<T>& c, std::int64_t n, std::int64_t m
 
 }  // namespace
 
+namespace detail {
+
 template <class T>
-void validate(const Problem<T>& p) {
+void validate_with_totals(const Problem<T>& p, double* total_a, double* total_b) {
   const SqEuclidean<T>& fe = p.features();
-  check_cloud(fe.x, "x");
-  if (!same_view(fe.x, fe.y)) check_cloud(fe.y, "y");
+  const bool rx = p.reference_x.data != nullptr || p.reference_x.rows != 0;
+  const bool ry = p.reference_y.data != nullptr || p.reference_y.rows != 0;
+  // Every content scan at once (Scans), then the checks in order.
+  Scans scans;
+  auto cloud = [&](const auto& v) { return cloud_readable(v) ? scans.cloud(v) : -1; };
+  const int sx = cloud(fe.x);
+  const int sy = same_view(fe.x, fe.y) ? -1 : cloud(fe.y);
+  const int sa = weights_readable(p.a, fe.x.rows) ? scans.weights(p.a) : -1;
+  const int sb = weights_readable(p.b, fe.y.rows) ? scans.weights(p.b) : -1;
+  const int srx = rx ? cloud(p.reference_x) : -1;
+  const int sry = rx && !same_view(p.reference_x, p.reference_y) ? cloud(p.reference_y) : -1;
+  scans.run();
+  check_cloud(fe.x, "x", scans, sx);
+  if (!same_view(fe.x, fe.y)) check_cloud(fe.y, "y", scans, sy);
   if (fe.x.cols != fe.y.cols)
     throw InvalidArgument("problem: dimension mismatch, x has " + std::to_string(fe.x.cols) +
                           " coordinates per point and y has " + std::to_string(fe.y.cols));
-  const double ma = check_weights(p.a, fe.x.rows, "a");
-  const double mb = check_weights(p.b, fe.y.rows, "b");
+  const double ma = check_weights(p.a, fe.x.rows, "a", scans, sa);
+  const double mb = check_weights(p.b, fe.y.rows, "b", scans, sb);
+  if (total_a) *total_a = ma;
+  if (total_b) *total_b = mb;
   for (const auto& [rho, name] : {std::pair<double, const char*>{p.rho_a, "rho_a"},
                                   std::pair<double, const char*>{p.rho_b, "rho_b"}})
     if (!(rho > 0))
@@ -180,15 +245,14 @@ void validate(const Problem<T>& p) {
   if (!(p.epsilon > 0) || !std::isfinite(p.epsilon))
     throw InvalidArgument("problem.epsilon must be finite and > 0, got " +
                           format_number(p.epsilon));
-  const bool rx = p.reference_x.data != nullptr || p.reference_x.rows != 0;
-  const bool ry = p.reference_y.data != nullptr || p.reference_y.rows != 0;
   if (rx != ry)
     throw InvalidArgument(std::string("problem.") + (rx ? "reference_y" : "reference_x") +
                           " is empty while problem." + (rx ? "reference_x" : "reference_y") +
                           " is set (give both or neither)");
   if (rx) {
-    check_cloud(p.reference_x, "reference_x");
-    if (!same_view(p.reference_x, p.reference_y)) check_cloud(p.reference_y, "reference_y");
+    check_cloud(p.reference_x, "reference_x", scans, srx);
+    if (!same_view(p.reference_x, p.reference_y))
+      check_cloud(p.reference_y, "reference_y", scans, sry);
     auto same_shape = [](const auto& r, const auto& v, const char* rn, const char* vn) {
       if (r.rows != v.rows || r.cols != v.cols)
         throw InvalidArgument(std::string("problem.") + rn + " is " + std::to_string(r.rows) +
@@ -198,6 +262,16 @@ void validate(const Problem<T>& p) {
     same_shape(p.reference_x, fe.x, "reference_x", "x");
     same_shape(p.reference_y, fe.y, "reference_y", "y");
   }
+}
+
+template void validate_with_totals(const Problem<float>&, double*, double*);
+template void validate_with_totals(const Problem<double>&, double*, double*);
+
+}  // namespace detail
+
+template <class T>
+void validate(const Problem<T>& p) {
+  detail::validate_with_totals(p, nullptr, nullptr);
 }
 
 template void validate(const Problem<float>&);

@@ -9,6 +9,7 @@
 #include "kantor/error.hpp"
 #include "kantor/host_parallel.hpp"
 #include "lib/core/for_chunks.hpp"
+#include "lib/core/validate.hpp"
 #include "lib/cuda/runtime.hpp"
 
 namespace kantor {
@@ -69,35 +70,40 @@ void prepare_geometry(const Problem<T>& problem, PreparedProblem<T>* out) {
   const std::int64_t grain = detail::row_grain(d);  // rows per chunk of the loops below
   std::vector<double> lo(std::size_t(d), std::numeric_limits<double>::infinity());
   std::vector<double> hi(std::size_t(d), -std::numeric_limits<double>::infinity());
-  auto extend = [&](const MatrixView<const T>& v) {
-    // Per-chunk extents (at most 1024 chunks), merged in chunk order.
-    std::vector<double> clo(std::size_t(detail::kMaxChunks * d), std::numeric_limits<double>::infinity());
-    std::vector<double> chi(std::size_t(detail::kMaxChunks * d), -std::numeric_limits<double>::infinity());
-    const int used = for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
-      double* l = clo.data() + std::int64_t(t) * d;
-      double* h = chi.data() + std::int64_t(t) * d;
+  // One view as both sides (a self-problem): checked, bounded and copied once.
+  out->same_clouds = same_view(p.x, p.y) && same_view(problem.reference_x, problem.reference_y);
+  // Per-chunk extents of both clouds in one region (detail::ChunkRegion), merged after it.
+  const bool two = !same_view(p.x, p.y);
+  const std::int64_t cx = (p.x.rows + grain - 1) / grain;
+  const std::int64_t cy = two ? (p.y.rows + grain - 1) / grain : 0;
+  std::vector<double> clo(std::size_t((cx + cy) * d), std::numeric_limits<double>::infinity());
+  std::vector<double> chi(std::size_t((cx + cy) * d), -std::numeric_limits<double>::infinity());
+  detail::ChunkRegion region;
+  auto extend = [&](const MatrixView<const T>& v, std::int64_t first) {
+    region.add(v.rows, grain, [&, v, first](std::int64_t c, std::int64_t b, std::int64_t e) {
+      double* l = clo.data() + (first + c) * d;
+      double* h = chi.data() + (first + c) * d;
       // One coordinate at a time, its extent in registers (a chunk's rows stay in cache).
       for (std::int64_t k = 0; k < d; ++k) {
         double lk = l[k], hk = h[k];
         for (std::int64_t i = b; i < e; ++i) {
-          const double c = double(v(i, k));
-          lk = std::min(lk, c);
-          hk = std::max(hk, c);
+          const double x = double(v(i, k));
+          lk = std::min(lk, x);
+          hk = std::max(hk, x);
         }
         l[k] = lk;
         h[k] = hk;
       }
-    }, grain);
-    for (int t = 0; t < used; ++t)
-      for (std::int64_t k = 0; k < d; ++k) {
-        lo[std::size_t(k)] = std::min(lo[std::size_t(k)], clo[std::size_t(t * d + k)]);
-        hi[std::size_t(k)] = std::max(hi[std::size_t(k)], chi[std::size_t(t * d + k)]);
-      }
+    });
   };
-  // One view as both sides (a self-problem): checked, bounded and copied once.
-  out->same_clouds = same_view(p.x, p.y) && same_view(problem.reference_x, problem.reference_y);
-  extend(p.x);
-  if (!same_view(p.x, p.y)) extend(p.y);
+  extend(p.x, 0);
+  if (two) extend(p.y, cx);
+  region.run();
+  for (std::int64_t t = 0; t < cx + cy; ++t)
+    for (std::int64_t k = 0; k < d; ++k) {
+      lo[std::size_t(k)] = std::min(lo[std::size_t(k)], clo[std::size_t(t * d + k)]);
+      hi[std::size_t(k)] = std::max(hi[std::size_t(k)], chi[std::size_t(t * d + k)]);
+    }
   out->center.resize(std::size_t(d));
   double diag2 = 0;
   for (std::int64_t k = 0; k < d; ++k) {
@@ -110,30 +116,29 @@ void prepare_geometry(const Problem<T>& problem, PreparedProblem<T>* out) {
 /// max_i |x~_i|^2 in double over the centred rows x~_ik = T(v_ik - center_k) (the stored copies'
 /// values, computed on the fly).
 template <class T>
+double centred_sq_norm_max(const MatrixView<const T>& v, const std::vector<double>& center,
+                           std::int64_t b, std::int64_t e) {
+  double m = 0;
+  for (std::int64_t i = b; i < e; ++i) {
+    double s2 = 0;
+    for (std::int64_t k = 0; k < v.cols; ++k) {
+      const double c = double(T(double(v(i, k)) - center[std::size_t(k)]));
+      s2 += c * c;
+    }
+    m = std::max(m, s2);
+  }
+  return m;
+}
+
+template <class T>
 double max_centred_sq_norm(const MatrixView<const T>& v, const std::vector<double>& center) {
-  const std::int64_t d = v.cols;
   std::vector<double> cmax(detail::kMaxChunks, 0.0);
   const int used = for_chunks(v.rows, [&](int t, std::int64_t b, std::int64_t e) {
-    double m = 0;
-    for (std::int64_t i = b; i < e; ++i) {
-      double s2 = 0;
-      for (std::int64_t k = 0; k < d; ++k) {
-        const double c = double(T(double(v(i, k)) - center[std::size_t(k)]));
-        s2 += c * c;
-      }
-      m = std::max(m, s2);
-    }
-    cmax[std::size_t(t)] = m;
-  }, detail::row_grain(d));
+    cmax[std::size_t(t)] = centred_sq_norm_max(v, center, b, e);
+  }, detail::row_grain(v.cols));
   double out = 0;
   for (int t = 0; t < used; ++t) out = std::max(out, cmax[std::size_t(t)]);
   return out;
-}
-
-/// sum_i of exact_weights' values (the same chunked sum, the values computed on the fly).
-template <class T>
-double weight_mass(const VectorView<const T>& w, std::int64_t count, double total) {
-  return chunked_sum(count, [&](std::int64_t i) { return exact_weight(w, i, count, total); });
 }
 
 /// Host copy of a device matrix view (its rows x stride block, stride kept).
@@ -276,7 +281,8 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
 
 template <class T>
 PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem) {
-  validate(problem);
+  double total_a = 1, total_b = 1;  // check_weights' sums: weight_total's, bit for bit
+  detail::validate_with_totals(problem, &total_a, &total_b);
   if (!scalars_preparable(problem))
     throw InvalidArgument("prepare_problem_scalars: host views and a squared-Euclidean cost only");
   const SqEuclidean<T>& p = problem.features();
@@ -285,13 +291,43 @@ PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem) {
   prepare_geometry(problem, &out);
   out.rho_a = problem.rho_a;
   out.rho_b = problem.rho_b;
-  out.weight_total_a = weight_total(problem.a, out.n, problem.unbalanced());
-  out.weight_total_b = weight_total(problem.b, out.m, problem.unbalanced());
-  out.mass_a = weight_mass(problem.a, out.n, out.weight_total_a);
-  out.mass_b = weight_mass(problem.b, out.m, out.weight_total_b);
-  out.max_sq_norm = max_centred_sq_norm(p.x, out.center);
-  if (!out.same_clouds)
-    out.max_sq_norm = std::max(out.max_sq_norm, max_centred_sq_norm(p.y, out.center));
+  const bool given = problem.unbalanced();
+  out.weight_total_a = problem.a.data == nullptr || given ? 1.0 : total_a;
+  out.weight_total_b = problem.b.data == nullptr || given ? 1.0 : total_b;
+  // The masses (the sums of exact_weights' values in chunks of 2^16, in chunk order) and the centred norms
+  // (max_centred_sq_norm's) of both sides in one region.
+  constexpr std::int64_t kChunk = std::int64_t(1) << 16;
+  const std::int64_t grain = detail::row_grain(out.d);
+  auto chunks = [](std::int64_t count, std::int64_t chunk) { return (count + chunk - 1) / chunk; };
+  std::vector<double> part_a(std::size_t(chunks(out.n, kChunk)), 0.0);
+  std::vector<double> part_b(std::size_t(chunks(out.m, kChunk)), 0.0);
+  std::vector<double> norm(std::size_t(chunks(out.n, grain) + chunks(out.m, grain)), 0.0);
+  detail::ChunkRegion region;
+  auto mass = [&](const VectorView<const T>& w, std::int64_t count, double total,
+                  std::vector<double>* part) {
+    region.add(count, kChunk, [w, count, total, part](std::int64_t c, std::int64_t b,
+                                                      std::int64_t e) {
+      double acc = 0;
+      for (std::int64_t i = b; i < e; ++i) acc += exact_weight(w, i, count, total);
+      (*part)[std::size_t(c)] = acc;
+    });
+  };
+  mass(problem.a, out.n, out.weight_total_a, &part_a);
+  mass(problem.b, out.m, out.weight_total_b, &part_b);
+  auto norms = [&](const MatrixView<const T>& v, std::int64_t first) {
+    region.add(v.rows, grain, [&, v, first](std::int64_t c, std::int64_t b, std::int64_t e) {
+      norm[std::size_t(first + c)] = centred_sq_norm_max(v, out.center, b, e);
+    });
+  };
+  norms(p.x, 0);
+  if (!out.same_clouds) norms(p.y, chunks(out.n, grain));
+  region.run();
+  out.mass_a = 0;
+  for (const double v : part_a) out.mass_a += v;
+  out.mass_b = 0;
+  for (const double v : part_b) out.mass_b += v;
+  out.max_sq_norm = 0;
+  for (const double v : norm) out.max_sq_norm = std::max(out.max_sq_norm, v);
   out.max_cost = p.scale * out.diameter * out.diameter;
   return out;
 }
