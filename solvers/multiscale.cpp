@@ -135,18 +135,29 @@ std::vector<double> host_weights(const Context& ctx, const VectorView<const T>& 
   return out;
 }
 
-template <class T>
-Buffer<T> upload(const Context& ctx, const std::vector<T>& h) {
+template <class T, class A>
+Buffer<T> upload(const Context& ctx, const std::vector<T, A>& h) {
   Buffer<T> b(ctx, std::int64_t(h.size()));
   if (!h.empty())
     detail::copy_bytes(ctx, b.data(), b.space(), h.data(), MemorySpace::kHost, sizeof(T) * h.size());
   return b;
 }
 
+// A buffer's values in double on the host: copied into uninitialized memory and converted by the
+// host threads (at 2^20 points a serial conversion into a zeroed vector took about 1 ms a side,
+// four times a solve).
 template <class T>
-std::vector<double> download(const Context& ctx, const Buffer<T>& b) {
-  const std::vector<T> h = to_host(ctx, b.cview());
-  return std::vector<double>(h.begin(), h.end());
+detail::UninitVector<double> download(const Context& ctx, const Buffer<T>& b, int threads) {
+  const std::int64_t n = b.size();
+  detail::UninitVector<T> h(static_cast<std::size_t>(n));
+  if (n > 0)
+    detail::copy_bytes(ctx, h.data(), MemorySpace::kHost, b.data(), b.space(),
+                       sizeof(T) * std::size_t(n));
+  detail::UninitVector<double> out(static_cast<std::size_t>(n));
+  detail::parallel_ranges(n, threads, 1 << 16, [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t i = lo; i < hi; ++i) out[std::size_t(i)] = double(h[std::size_t(i)]);
+  });
+  return out;
 }
 
 // Cells of `size` consecutive sorted points: mass-weighted centroids (plain means for cells
@@ -216,11 +227,22 @@ BlockList lift_list(const BlockList& coarse, std::int64_t rows, std::int64_t cel
   return assemble_list(tiles, shape.row_tile, coarse.key_tile, threads, emit);
 }
 
-double max_drift(const std::vector<double>& now, const std::vector<double>& build,
-                 const double* w) {
+// max_i (now_i - build_i) over the points of positive weight, on the host threads (a maximum: the
+// same value in any order).
+double max_drift(const detail::UninitVector<double>& now, const detail::UninitVector<double>& build,
+                 const double* w, int threads) {
+  constexpr std::int64_t kChunk = std::int64_t(1) << 16;
+  const std::int64_t n = std::int64_t(now.size());
+  std::vector<double> part(static_cast<std::size_t>((n + kChunk - 1) / kChunk),
+                           -std::numeric_limits<double>::infinity());
+  detail::parallel_for(std::int64_t(part.size()), threads, [&](std::int64_t c) {
+    double v = -std::numeric_limits<double>::infinity();
+    for (std::int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i)
+      if (w[i] > 0) v = std::max(v, now[std::size_t(i)] - build[std::size_t(i)]);
+    part[std::size_t(c)] = v;
+  });
   double v = -std::numeric_limits<double>::infinity();
-  for (std::size_t i = 0; i < now.size(); ++i)
-    if (w[i] > 0) v = std::max(v, now[i] - build[i]);
+  for (const double p : part) v = std::max(v, p);
   return v;
 }
 
@@ -391,7 +413,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   double seconds_lift = 0, seconds_lift_oracles = 0;
   Buffer<T> f(ctx, n), g(ctx, m);
   if (warm) {
-    std::vector<double> fi = download(ctx, pot->f), gi = download(ctx, pot->g);
+    const detail::UninitVector<double> fi = download(ctx, pot->f, threads),
+                                       gi = download(ctx, pot->g, threads);
     std::vector<T> fs(static_cast<std::size_t>(n)), gs(static_cast<std::size_t>(m));
     for (std::int64_t k = 0; k < n; ++k) fs[std::size_t(k)] = T(fi[std::size_t(ox[std::size_t(k)])]);
     for (std::int64_t k = 0; k < m; ++k) gs[std::size_t(k)] = T(gi[std::size_t(oy[std::size_t(k)])]);
@@ -498,7 +521,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   const double theta_b = std::log(4.0 * std::max(1.0, mass_ab) / s.tolerance) + mo.slack;
   const BlockShape shape = oracle->block_shape();
 
-  std::vector<double> fb = download(ctx, f), gb = download(ctx, g);  // the mask's potentials
+  detail::UninitVector<double> fb = download(ctx, f, threads),
+                               gb = download(ctx, g, threads);  // the mask's potentials
   phase.end("potentials");
   Screen sc;
   double seconds_screen = 0, screen_theta = 0, seconds_descent = 0;
@@ -643,12 +667,12 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // The finest level's potentials on the host as of iteration host_at (-1: none): the drift
   // checks, the final certificate's drift and the results read one download (two arrays of n
   // and m at 2^20 points each cost the GPU machine's host milliseconds).
-  std::vector<double> fh, gh;
+  detail::UninitVector<double> fh, gh;
   std::int64_t host_at = -1;
   auto potentials_on_host = [&]() {
     if (host_at == fine_iterations) return;
-    fh = download(ctx, f);
-    gh = download(ctx, g);
+    fh = download(ctx, f, threads);
+    gh = download(ctx, g, threads);
     host_at = fine_iterations;
   };
   while (!dense_fine && fine_iterations < budget) {
@@ -785,7 +809,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     } else if (residual <= (with_next ? kTryWithNext : kTryWithout) * s.tolerance ||
                fine_iterations == budget) {
       potentials_on_host();
-      const double drift = max_drift(fh, fb, ap.data()) + max_drift(gh, gb, bp.data());
+      const double drift = max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
       if (drift > mo.slack * eps) {
         // The mask no longer covers what the potentials may carry: rebuild it from them.
         fb = fh;
@@ -878,7 +902,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const auto t_costs = Clock::now();
     // The certificate of the returned potentials, when the loop did not end on one.
     potentials_on_host();
-    const double drift = max_drift(fh, fb, ap.data()) + max_drift(gh, gb, bp.data());
+    const double drift = max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
     tail = 2 * sc.dropped_mass * std::exp(drift / eps);
     if (cert_iteration != fine_iterations) {
       const auto t_cert = Clock::now();
@@ -950,8 +974,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // leave f and g as they were read); the dense fallback's potentials afresh.
     if (dense_fine) host_at = -1;
     potentials_on_host();
-    const std::vector<double>&fs = fh, &gs = gh;
-    std::vector<T> fo(static_cast<std::size_t>(n)), go(static_cast<std::size_t>(m));
+    const detail::UninitVector<double>&fs = fh, &gs = gh;
+    // Every entry written by the scatter (ox, oy are permutations): no zero fill.
+    detail::UninitVector<T> fo(static_cast<std::size_t>(n)), go(static_cast<std::size_t>(m));
     detail::parallel_ranges(n, threads, 1 << 16, [&](std::int64_t b, std::int64_t e) {
       for (std::int64_t k = b; k < e; ++k)
         fo[std::size_t(ox[std::size_t(k)])] = T(fs[std::size_t(k)]);
