@@ -16,9 +16,11 @@ std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& pro
   return make_oracle(ctx, problem, precision, ctx.kernel());
 }
 
+namespace {
+
 template <class T>
-std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& problem,
-                                       Precision precision, KernelChoice kernel) {
+std::unique_ptr<Oracle<T>> make(const Context& ctx, const Problem<T>& problem, Precision precision,
+                                KernelChoice kernel, bool clouds_checked) {
   constexpr bool is_double = std::is_same<T, double>::value;
   if (precision == Precision::kFp64 && !is_double)
     throw InvalidArgument("precision fp64 needs double data (Problem<double>)");
@@ -27,7 +29,7 @@ std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& pro
                           " needs float data (Problem<float>); double data runs in fp64");
   if (ctx.backend() == Backend::kCuda) {
 #if KANTOR_CUDA_ENABLED
-    return make_cuda_oracle(ctx, problem, precision, kernel);
+    return make_cuda_oracle(ctx, problem, precision, kernel, clouds_checked);
 #else
     throw NotCompiled("this kantor build has no CUDA engine");
 #endif
@@ -37,8 +39,29 @@ std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& pro
                           " uses tensor cores and needs the CUDA engine (backend cuda); the CPU "
                           "engine runs fp32 or fp64");
   detail::require_cpu_kernel(kernel, "make_oracle: kernel");
-  return make_cpu_oracle(ctx, problem, precision);
+  return make_cpu_oracle(ctx, problem, precision, clouds_checked);
 }
+
+}  // namespace
+
+template <class T>
+std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& problem,
+                                       Precision precision, KernelChoice kernel) {
+  return make(ctx, problem, precision, kernel, false);
+}
+
+namespace detail {
+template <class T>
+std::unique_ptr<Oracle<T>> make_oracle_clouds_checked(const Context& ctx, const Problem<T>& problem,
+                                                      Precision precision) {
+  return make(ctx, problem, precision, ctx.kernel(), true);
+}
+template std::unique_ptr<Oracle<float>> make_oracle_clouds_checked(const Context&,
+                                                                   const Problem<float>&, Precision);
+template std::unique_ptr<Oracle<double>> make_oracle_clouds_checked(const Context&,
+                                                                    const Problem<double>&,
+                                                                    Precision);
+}  // namespace detail
 
 template std::unique_ptr<Oracle<float>> make_oracle(const Context&, const Problem<float>&,
                                                     Precision);

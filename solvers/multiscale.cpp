@@ -271,7 +271,12 @@ template <class T>
 SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                       const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
                       Clock::time_point t0, BlockList* lists, bool coarse_level) {
-  validate(problem);
+  // A coarse level's cells are weighted means of points validated one level up: their
+  // coordinates are not scanned again (shapes, weights and scalars are).
+  if (coarse_level)
+    detail::validate_clouds_checked(problem);
+  else
+    validate(problem);
   if (lists && !coarse_level)
     throw InvalidArgument("multiscale::solve: block lists are returned by coarse levels only");
   if (problem.labels())
@@ -462,8 +467,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // Through the coarse level's block lists when it kept some (its cells are runs of the
     // sorted points, so its row tiles map onto the points' row tiles); dense otherwise.
     const auto t_lift = Clock::now();
-    auto lift_f = make_oracle(ctx, fx, precision);
-    auto lift_g = make_oracle(ctx, gy, precision);
+    // The lifts' and the engine's problems are the caller's points (permuted) and weighted means
+    // of them: their coordinates were checked by validate() above (the first level's).
+    auto lift_f = detail::make_oracle_clouds_checked(ctx, fx, precision);
+    auto lift_g = detail::make_oracle_clouds_checked(ctx, gy, precision);
     seconds_lift_oracles = seconds_since(t_lift);
     if (!coarse_lists[0].run_ptr.empty()) {
       const BlockList lf = lift_list(coarse_lists[0], n, mo.cell_points, lift_f->block_shape(), threads);
@@ -489,7 +496,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
 
   // ---- the points: screen, truncated passes, certificate ----
   const auto t_engine = Clock::now();
-  std::unique_ptr<Oracle<T>> oracle = make_oracle(ctx, sorted, precision);
+  std::unique_ptr<Oracle<T>> oracle = detail::make_oracle_clouds_checked(ctx, sorted, precision);
   const double seconds_engine = seconds_since(t_engine);
   phase.end("engine");
   s.n = n;

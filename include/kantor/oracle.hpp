@@ -372,4 +372,13 @@ template <class T>
 std::unique_ptr<Oracle<T>> make_oracle(const Context& ctx, const Problem<T>& problem,
                                        Precision precision, KernelChoice kernel);
 
+namespace detail {
+/// make_oracle(ctx, problem, precision) for a problem whose coordinates the library checked
+/// already (detail::validate_clouds_checked: its shapes, weights and scalars are validated, its
+/// coordinates not scanned again): the multiscale solver's sorted points, cells and lifts.
+template <class T>
+std::unique_ptr<Oracle<T>> make_oracle_clouds_checked(const Context& ctx, const Problem<T>& problem,
+                                                      Precision precision);
+}  // namespace detail
+
 }  // namespace kantor

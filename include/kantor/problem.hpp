@@ -58,4 +58,13 @@ struct Problem {
 template <class T>
 void validate(const Problem<T>& problem);
 
+namespace detail {
+/// validate(problem) without the element-by-element scan of the coordinates (x, y and the
+/// reference clouds; their shapes, the weights and the scalars are checked): for problems the
+/// library builds from one it validated (the multiscale solver's Morton-sorted points, its coarse
+/// cells and lifts), whose coordinates are the caller's, permuted, or weighted means of them.
+template <class T>
+void validate_clouds_checked(const Problem<T>& problem);
+}  // namespace detail
+
 }  // namespace kantor

@@ -106,7 +106,7 @@ void check_cloud(const MatrixView<const T>& v, const char* name, const Scans& sc
     throw InvalidArgument(std::string("problem.") + name + ": stride " + std::to_string(v.stride) +
                           " < cols " + std::to_string(v.cols));
   if (v.data == nullptr) throw InvalidArgument(std::string("problem.") + name + ": null data");
-  if (v.space != MemorySpace::kHost) return;
+  if (v.space != MemorySpace::kHost || scan < 0) return;  // device data, or not scanned
   const std::int64_t i = scans.first_bad(scan);
   if (i < 0) return;
   for (std::int64_t k = 0; k < v.cols; ++k)
@@ -201,13 +201,16 @@ void check_label_cost(const LabelAugmented<T>& c, std::int64_t n, std::int64_t m
 namespace detail {
 
 template <class T>
-void validate_with_totals(const Problem<T>& p, double* total_a, double* total_b) {
+void validate_with_totals(const Problem<T>& p, double* total_a, double* total_b,
+                          bool scan_clouds) {
   const SqEuclidean<T>& fe = p.features();
   const bool rx = p.reference_x.data != nullptr || p.reference_x.rows != 0;
   const bool ry = p.reference_y.data != nullptr || p.reference_y.rows != 0;
   // Every content scan at once (Scans), then the checks in order.
   Scans scans;
-  auto cloud = [&](const auto& v) { return cloud_readable(v) ? scans.cloud(v) : -1; };
+  auto cloud = [&](const auto& v) {
+    return scan_clouds && cloud_readable(v) ? scans.cloud(v) : -1;
+  };
   const int sx = cloud(fe.x);
   const int sy = same_view(fe.x, fe.y) ? -1 : cloud(fe.y);
   const int sa = weights_readable(p.a, fe.x.rows) ? scans.weights(p.a) : -1;
@@ -264,8 +267,16 @@ void validate_with_totals(const Problem<T>& p, double* total_a, double* total_b)
   }
 }
 
-template void validate_with_totals(const Problem<float>&, double*, double*);
-template void validate_with_totals(const Problem<double>&, double*, double*);
+template void validate_with_totals(const Problem<float>&, double*, double*, bool);
+template void validate_with_totals(const Problem<double>&, double*, double*, bool);
+
+template <class T>
+void validate_clouds_checked(const Problem<T>& p) {
+  validate_with_totals(p, nullptr, nullptr, false);
+}
+
+template void validate_clouds_checked(const Problem<float>&);
+template void validate_clouds_checked(const Problem<double>&);
 
 }  // namespace detail
 

@@ -160,8 +160,8 @@ std::vector<T> download(const VectorView<const T>& v) {
 }  // namespace
 
 template <class T>
-PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
-  validate(problem);
+PreparedProblem<T> prepare_problem_data(const Problem<T>& problem, bool clouds_checked) {
+  detail::validate_with_totals(problem, nullptr, nullptr, !clouds_checked);
   const SqEuclidean<T>& p = problem.features();
   const LabelAugmented<T>* lab = problem.labels();
   const bool x_dev = p.x.space == MemorySpace::kDevice, y_dev = p.y.space == MemorySpace::kDevice;
@@ -280,9 +280,9 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem) {
 }
 
 template <class T>
-PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem) {
+PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem, bool clouds_checked) {
   double total_a = 1, total_b = 1;  // check_weights' sums: weight_total's, bit for bit
-  detail::validate_with_totals(problem, &total_a, &total_b);
+  detail::validate_with_totals(problem, &total_a, &total_b, !clouds_checked);
   if (!scalars_preparable(problem))
     throw InvalidArgument("prepare_problem_scalars: host views and a squared-Euclidean cost only");
   const SqEuclidean<T>& p = problem.features();
@@ -332,9 +332,9 @@ PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem) {
   return out;
 }
 
-template PreparedProblem<float> prepare_problem_data(const Problem<float>&);
-template PreparedProblem<double> prepare_problem_data(const Problem<double>&);
-template PreparedProblem<float> prepare_problem_scalars(const Problem<float>&);
-template PreparedProblem<double> prepare_problem_scalars(const Problem<double>&);
+template PreparedProblem<float> prepare_problem_data(const Problem<float>&, bool);
+template PreparedProblem<double> prepare_problem_data(const Problem<double>&, bool);
+template PreparedProblem<float> prepare_problem_scalars(const Problem<float>&, bool);
+template PreparedProblem<double> prepare_problem_scalars(const Problem<double>&, bool);
 
 }  // namespace kantor

@@ -55,9 +55,9 @@ struct PreparedProblem {
 };
 
 /// Validates (kantor::validate) and prepares. Problem views must be host memory (InvalidArgument
-/// otherwise).
+/// otherwise). clouds_checked: the coordinates were checked already (validate_clouds_checked).
 template <class T>
-PreparedProblem<T> prepare_problem_data(const Problem<T>& problem);
+PreparedProblem<T> prepare_problem_data(const Problem<T>& problem, bool clouds_checked = false);
 
 /// Validates and computes the scalars of prepare_problem_data (the same values, bit for bit)
 /// without its copies (PreparedProblem::scalars_only): for an engine that builds them from the
@@ -65,7 +65,7 @@ PreparedProblem<T> prepare_problem_data(const Problem<T>& problem);
 /// centred, float64 and weight copies). Host views and a squared-Euclidean cost only
 /// (InvalidArgument otherwise).
 template <class T>
-PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem);
+PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem, bool clouds_checked = false);
 
 /// prepare_problem_data's normalized weight of point i (a_ref_i): 1 / count for an empty view,
 /// else double(w_i) / total (total: the weights' sum, or 1 for weights as given).

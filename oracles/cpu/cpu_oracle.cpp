@@ -703,13 +703,14 @@ class CpuOracle final : public OracleBase<T> {
 
 template <class T>
 std::unique_ptr<Oracle<T>> make_cpu_oracle(const Context& ctx, const Problem<T>& problem,
-                                           Precision precision) {
-  return std::make_unique<CpuOracle<T>>(ctx, prepare_problem_data(problem), precision);
+                                           Precision precision, bool clouds_checked) {
+  return std::make_unique<CpuOracle<T>>(ctx, prepare_problem_data(problem, clouds_checked),
+                                        precision);
 }
 
 template std::unique_ptr<Oracle<float>> make_cpu_oracle(const Context&, const Problem<float>&,
-                                                        Precision);
+                                                        Precision, bool);
 template std::unique_ptr<Oracle<double>> make_cpu_oracle(const Context&, const Problem<double>&,
-                                                         Precision);
+                                                         Precision, bool);
 
 }  // namespace kantor

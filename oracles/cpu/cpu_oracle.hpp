@@ -11,6 +11,6 @@ namespace kantor {
 /// Problem views must be host memory. T = double serves fp64, T = float serves fp32.
 template <class T>
 std::unique_ptr<Oracle<T>> make_cpu_oracle(const Context& ctx, const Problem<T>& problem,
-                                           Precision precision);
+                                           Precision precision, bool clouds_checked = false);
 
 }  // namespace kantor

@@ -1259,7 +1259,8 @@ class CudaOracle final : public OracleBase<T> {
 
 template <class T>
 std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>& problem,
-                                            Precision precision, KernelChoice kernel) {
+                                            Precision precision, KernelChoice kernel,
+                                            bool clouds_checked) {
   if (precision == Precision::kTf32 && !std::is_same<T, float>::value)
     throw InvalidArgument("precision tf32 needs float data");
   if (precision == Precision::kBf16 && !std::is_same<T, float>::value)
@@ -1269,14 +1270,15 @@ std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>
   // 104 MB of host-made copies). Labels and bf16 (rounded on the host) take the host path, as do
   // device views (downloaded once for validation there).
   if (scalars_preparable(problem) && precision != Precision::kBf16)
-    return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_scalars(problem), precision,
-                                           kernel, &problem);
-  return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_data(problem), precision, kernel);
+    return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_scalars(problem, clouds_checked),
+                                           precision, kernel, &problem);
+  return std::make_unique<CudaOracle<T>>(ctx, prepare_problem_data(problem, clouds_checked),
+                                         precision, kernel);
 }
 
 template std::unique_ptr<Oracle<float>> make_cuda_oracle(const Context&, const Problem<float>&,
-                                                         Precision, KernelChoice);
+                                                         Precision, KernelChoice, bool);
 template std::unique_ptr<Oracle<double>> make_cuda_oracle(const Context&, const Problem<double>&,
-                                                          Precision, KernelChoice);
+                                                          Precision, KernelChoice, bool);
 
 }  // namespace kantor

@@ -11,6 +11,7 @@ namespace kantor {
 
 template <class T>
 std::unique_ptr<Oracle<T>> make_cuda_oracle(const Context& ctx, const Problem<T>& problem,
-                                            Precision precision, KernelChoice kernel);
+                                            Precision precision, KernelChoice kernel,
+                                            bool clouds_checked = false);
 
 }  // namespace kantor

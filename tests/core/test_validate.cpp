@@ -206,5 +206,53 @@ TEST(ProblemValidation, LabelAugmentedDefectsAreNamed) {
   expect("labels_y: null data", [](auto& l) { l.labels_y.data = nullptr; });
 }
 
+// Problems the library builds from validated ones (detail::validate_clouds_checked): shapes,
+// weights and scalars still checked, the coordinates not scanned again. Also: validate() names
+// the first non-finite coordinate of a cloud of many chunks, and of the first bad cloud in order
+// (x before y before the reference clouds), as a serial scan would.
+TEST(ProblemValidation, CloudsCheckedSkipsTheCoordinatesOnly) {
+  const std::int64_t n = 200000, m = 150000;  // clouds of several chunks
+  std::vector<double> x(static_cast<std::size_t>(n), 0.5), y(static_cast<std::size_t>(m), 0.25);
+  std::vector<double> a(static_cast<std::size_t>(n), 1.0 / double(n));
+  Problem<double> p;
+  p.features().x = host_matrix<const double>(x.data(), n, 1);
+  p.features().y = host_matrix<const double>(y.data(), m, 1);
+  p.epsilon = 0.1;
+  auto message = [&](bool checked) -> std::string {
+    try {
+      if (checked)
+        detail::validate_clouds_checked(p);
+      else
+        validate(p);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(message(false), "accepted");
+  EXPECT_EQ(message(true), "accepted");
+  y[std::size_t(m - 2)] = nan;
+  y[100000] = inf;
+  x[199999] = -inf;
+  EXPECT_NE(message(false).find("problem.x: non-finite coordinate -inf at point 199999"),
+            std::string::npos)
+      << message(false);
+  x[199999] = 0.5;
+  EXPECT_NE(message(false).find("problem.y: non-finite coordinate inf at point 100000"),
+            std::string::npos)
+      << message(false);
+  EXPECT_EQ(message(true), "accepted");  // coordinates not scanned
+  // Weights, shapes and scalars are.
+  a[7] = -1;
+  p.a = host_vector<const double>(a.data(), n);
+  EXPECT_NE(message(true).find("weight 7 is -1"), std::string::npos) << message(true);
+  a[7] = 1.0 / double(n);
+  p.epsilon = 0;
+  EXPECT_NE(message(true).find("epsilon"), std::string::npos) << message(true);
+  p.epsilon = 0.1;
+  p.features().y = host_matrix<const double>(y.data(), m / 2, 2);
+  EXPECT_NE(message(true).find("dimension mismatch"), std::string::npos) << message(true);
+}
+
 }  // namespace
 }  // namespace kantor
