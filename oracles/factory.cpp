@@ -57,7 +57,8 @@ std::unique_ptr<Oracle<T>> make_oracle_clouds_checked(const Context& ctx, const 
   return make(ctx, problem, precision, ctx.kernel(), true);
 }
 template std::unique_ptr<Oracle<float>> make_oracle_clouds_checked(const Context&,
-                                                                   const Problem<float>&, Precision);
+                                                                   const Problem<float>&,
+                                                                   Precision);
 template std::unique_ptr<Oracle<double>> make_oracle_clouds_checked(const Context&,
                                                                     const Problem<double>&,
                                                                     Precision);

@@ -198,6 +198,7 @@ BlockList lift_list(const BlockList& coarse, std::int64_t rows, std::int64_t cel
     const std::int64_t last =
         std::min(coarse_tiles - 1, ((std::min(rows, (r + 1) * shape.row_tile) - 1) / cell) /
                                        coarse.row_tile);
+    if (last < first) return;  // no coarse tile under this one (a list shorter than its cells)
     const std::size_t start = o->size();
     // A run that starts at or before the last one's end extends it (sorted by begin: one coarse
     // tile's runs are; several tiles' are merged by a sort of their (begin, end) pairs).
@@ -210,13 +211,13 @@ BlockList lift_list(const BlockList& coarse, std::int64_t rows, std::int64_t cel
         o->push_back(e);
       }
     };
-    if (last <= first) {
+    if (last == first) {
       for (std::int64_t q = coarse.run_ptr[std::size_t(first)];
            q < coarse.run_ptr[std::size_t(first + 1)]; ++q)
         add(coarse.runs[std::size_t(2 * q)], coarse.runs[std::size_t(2 * q + 1)]);
       return;
     }
-    std::vector<std::pair<std::int32_t, std::int32_t>> all;
+    std::vector<std::pair<std::int32_t, std::int32_t>> all;  // several coarse tiles: rare
     for (std::int64_t t = first; t <= last; ++t)
       for (std::int64_t q = coarse.run_ptr[std::size_t(t)]; q < coarse.run_ptr[std::size_t(t + 1)];
            ++q)
@@ -270,13 +271,28 @@ bool auto_picks_multiscale(const Problem<T>& problem, const SinkhornOptions& opt
 template <class T>
 SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                       const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
-                      Clock::time_point t0, BlockList* lists, bool coarse_level) {
-  // A coarse level's cells are weighted means of points validated one level up: their
-  // coordinates are not scanned again (shapes, weights and scalars are).
-  if (coarse_level)
+                      Clock::time_point t0, BlockList* lists, bool coarse_level,
+                      bool cells_checked) {
+  // A coarse level's cells are weighted means of points scanned one level up: their coordinates
+  // are not scanned again (shapes, weights and scalars are). validate() scans host views only:
+  // after it, this level's coordinates are checked when all of them are host memory (always on
+  // a coarse level); device ones are scanned on their host copies by the engine oracle's
+  // preparation (make_oracle below), and the coarse levels under them scan their cells.
+  if (coarse_level && cells_checked)
     detail::validate_clouds_checked(problem);
   else
     validate(problem);
+  const bool checked = problem.features().x.space == MemorySpace::kHost &&
+                       problem.features().y.space == MemorySpace::kHost &&
+                       (problem.reference_x.rows == 0 ||
+                        (problem.reference_x.space == MemorySpace::kHost &&
+                         problem.reference_y.space == MemorySpace::kHost));
+  // The oracles of the problems built here (sorted points, lifts): their coordinates are this
+  // level's, permuted, or weighted means of them.
+  auto make_level_oracle = [&](const Problem<T>& p) {
+    return checked ? detail::make_oracle_clouds_checked(ctx, p, precision)
+                   : make_oracle(ctx, p, precision);
+  };
   if (lists && !coarse_level)
     throw InvalidArgument("multiscale::solve: block lists are returned by coarse levels only");
   if (problem.labels())
@@ -452,7 +468,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     Potentials<T> pc;
     BlockList coarse_lists[2];
     coarse_summary = coarse_multiscale
-                         ? solve(ctx, coarse, co, precision, &pc, Clock::now(), coarse_lists, true)
+                         ? solve(ctx, coarse, co, precision, &pc, Clock::now(), coarse_lists, true,
+                                 checked)
                          : kantor::solve_sinkhorn(ctx, coarse, co, &pc);
     s.multiscale_levels = 1 + coarse_summary.multiscale_levels;
     phase.end("coarse");
@@ -467,10 +484,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // Through the coarse level's block lists when it kept some (its cells are runs of the
     // sorted points, so its row tiles map onto the points' row tiles); dense otherwise.
     const auto t_lift = Clock::now();
-    // The lifts' and the engine's problems are the caller's points (permuted) and weighted means
-    // of them: their coordinates were checked by validate() above (the first level's).
-    auto lift_f = detail::make_oracle_clouds_checked(ctx, fx, precision);
-    auto lift_g = detail::make_oracle_clouds_checked(ctx, gy, precision);
+    auto lift_f = make_level_oracle(fx);
+    auto lift_g = make_level_oracle(gy);
     seconds_lift_oracles = seconds_since(t_lift);
     if (!coarse_lists[0].run_ptr.empty()) {
       const BlockList lf = lift_list(coarse_lists[0], n, mo.cell_points, lift_f->block_shape(), threads);
@@ -496,7 +511,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
 
   // ---- the points: screen, truncated passes, certificate ----
   const auto t_engine = Clock::now();
-  std::unique_ptr<Oracle<T>> oracle = detail::make_oracle_clouds_checked(ctx, sorted, precision);
+  std::unique_ptr<Oracle<T>> oracle = make_level_oracle(sorted);
   const double seconds_engine = seconds_since(t_engine);
   phase.end("engine");
   s.n = n;
@@ -816,7 +831,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     } else if (residual <= (with_next ? kTryWithNext : kTryWithout) * s.tolerance ||
                fine_iterations == budget) {
       potentials_on_host();
-      const double drift = max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
+      const double drift =
+          max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
       if (drift > mo.slack * eps) {
         // The mask no longer covers what the potentials may carry: rebuild it from them.
         fb = fh;
@@ -909,7 +925,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const auto t_costs = Clock::now();
     // The certificate of the returned potentials, when the loop did not end on one.
     potentials_on_host();
-    const double drift = max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
+    const double drift =
+        max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
     tail = 2 * sc.dropped_mass * std::exp(drift / eps);
     if (cert_iteration != fine_iterations) {
       const auto t_cert = Clock::now();
@@ -956,8 +973,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
        << "% kept (atom pairs "
        << 100 * double(sc.atom_pairs) * double(shape.key_tile) * double(shape.key_tile) /
               (double(n) * double(m))
-       << "%, points stage " << sc.point_tests << " tested, " << sc.point_drops << " dropped, theta "
-       << screen_theta << (screen_retries ? ", after a retry" : "")
+       << "%, points stage " << sc.point_tests << " tested, " << sc.point_drops
+       << " dropped, theta " << screen_theta << (screen_retries ? ", after a retry" : "")
        << "); seconds: order " << t_setup << ", lift " << seconds_lift << " (oracles "
        << seconds_lift_oracles << "), engine " << seconds_engine << ", screen " << seconds_screen
        << " (engine descent " << seconds_descent << "), passes "
@@ -1006,7 +1023,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                       std::string*);                                          \
   template SinkhornSummary solve(const Context&, const Problem<T>&, const SinkhornOptions&,   \
                                  Precision, Potentials<T>*, Clock::time_point, BlockList*, \
-                                 bool);
+                                 bool, bool);
 KANTOR_INSTANTIATE(float)
 KANTOR_INSTANTIATE(double)
 #undef KANTOR_INSTANTIATE

@@ -24,11 +24,13 @@ bool auto_picks_multiscale(const Problem<T>& problem, const SinkhornOptions& opt
 /// points are the caller's cells, runs of Morton-sorted points, and keep their order (no sort of
 /// their own); its potentials are only a warm start, so it runs the truncated passes whatever
 /// their density and stops on the engine's residual (no certificate; the finest level
-/// certifies the result). `lists` is for coarse levels only.
+/// certifies the result). `lists` is for coarse levels only. `cells_checked` (coarse levels):
+/// the caller's points were scanned for non-finite coordinates, so its cells, weighted means of
+/// them, are not scanned again.
 template <class T>
 SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                       const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
                       std::chrono::steady_clock::time_point t0, BlockList* lists = nullptr,
-                      bool coarse = false);
+                      bool coarse = false, bool cells_checked = false);
 
 }  // namespace kantor::multiscale

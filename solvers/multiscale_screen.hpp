@@ -124,21 +124,6 @@ using Descent = std::function<bool(const std::vector<ScreenLevel>&, const std::v
 ScreenDescent host_descent(const Hierarchy& hx, const Hierarchy& hy, int d, double c,
                            double keep_at, double eps, int threads, int* bx, int* by);
 
-/// Keeps the atom pairs (I, J) whose bound is >= -threshold - margin (threshold = theta eps,
-/// margin = an extra allowance), testing only children of pairs kept one level up (all pairs at
-/// the top level); with `maxima`, only those of them whose maximum on the points also reaches
-/// it. Every atom, on either side, keeps at least one partner holding positive weight (its best
-/// by the bound, or by box distance for an atom without weight), so no row of a pass is empty.
-/// Atoms are shape.key_tile points (the hierarchies' atoms); shape.row_tile must be a multiple.
-/// eps scales the dropped mass (Screen::dropped_mass). drop_budget: the most dropped mass a
-/// caller would accept; when the box stage alone (as reported) exceeds it, the screen stops
-/// there (Screen::over_budget: the points stage only adds to the mass). box_lists: also keep
-/// the box stage's lists (Screen::box_f_side) when the points stage runs. descent: the box
-/// stage's descent on an engine where it has one (the same pairs; else the host threads'), with
-/// the points stage there when `maxima` is given and the engine runs it (the same pairs as
-/// `maxima` would drop; else `maxima` on the host's pairs). mark: called with the name of each
-/// of its stages as it ends ("screen descent", "screen rows", "screen repair", "screen f list",
-/// "screen g list"; MultiscaleOptions::phase_timer's sub-phases of "screen").
 /// A block list from its row tiles' runs: emit(t, &out) appends row tile t's runs (begin, end
 /// key-tile pairs, increasing) to out. Tiles go to the host threads in contiguous chunks, each
 /// chunk's runs into one buffer, then placed by the offsets: no vector per tile (at 2^20 points
@@ -172,6 +157,21 @@ BlockList assemble_list(std::int64_t tiles, std::int64_t row_tile, std::int64_t 
   return list;
 }
 
+/// Keeps the atom pairs (I, J) whose bound is >= -threshold - margin (threshold = theta eps,
+/// margin = an extra allowance), testing only children of pairs kept one level up (all pairs at
+/// the top level); with `maxima`, only those of them whose maximum on the points also reaches
+/// it. Every atom, on either side, keeps at least one partner holding positive weight (its best
+/// by the bound, or by box distance for an atom without weight), so no row of a pass is empty.
+/// Atoms are shape.key_tile points (the hierarchies' atoms); shape.row_tile must be a multiple.
+/// eps scales the dropped mass (Screen::dropped_mass). drop_budget: the most dropped mass a
+/// caller would accept; when the box stage alone (as reported) exceeds it, the screen stops
+/// there (Screen::over_budget: the points stage only adds to the mass). box_lists: also keep
+/// the box stage's lists (Screen::box_f_side) when the points stage runs. descent: the box
+/// stage's descent on an engine where it has one (the same pairs; else the host threads'), with
+/// the points stage there when `maxima` is given and the engine runs it (the same pairs as
+/// `maxima` would drop; else `maxima` on the host's pairs). mark: called with the name of each
+/// of its stages as it ends ("screen descent", "screen rows", "screen repair", "screen f list",
+/// "screen g list"; MultiscaleOptions::phase_timer's sub-phases of "screen").
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima = nullptr,

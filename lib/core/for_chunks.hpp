@@ -18,6 +18,11 @@ namespace kantor::detail {
 /// At most this many chunks (callers size per-chunk arrays by it).
 constexpr int kMaxChunks = 1024;
 
+/// The chunk of the setup's ordered double sums (weight totals and masses: per-chunk sums added
+/// in chunk order, so the same bits for any thread count; validation and the preparation must use
+/// the same one for their totals to agree bit for bit).
+constexpr std::int64_t kSumChunk = std::int64_t(1) << 16;
+
 /// body(t, begin, end) over [0, count), one contiguous chunk per host thread (at most
 /// kMaxChunks), at least `grain` items each (a single call for fewer than 2 grains: small
 /// problems stay serial); returns the chunk count. Chunks write disjoint ranges; body must not
@@ -51,11 +56,14 @@ class ChunkRegion {
     const std::int64_t chunks = count > 0 ? (count + chunk - 1) / chunk : 0;
     loops_.push_back({count, chunk, std::move(body)});
     for (std::int64_t c = 0; c < chunks; ++c) tasks_.push_back({int(loops_.size() - 1), c});
-    items_ += count;
-    min_chunk_ = std::min(min_chunk_, chunk);
+    if (chunks > 0) {
+      items_ += count;
+      min_chunk_ = std::min(min_chunk_, chunk);
+    }
     return chunks;
   }
   void run() const {
+    if (tasks_.empty()) return;
     auto one = [&](std::int64_t k) {
       const Task& t = tasks_[std::size_t(k)];
       const Loop& l = loops_[std::size_t(t.loop)];
@@ -63,7 +71,7 @@ class ChunkRegion {
       l.body(t.chunk, b, std::min(l.count, b + l.chunk));
     };
     const std::int64_t n = std::int64_t(tasks_.size());
-    if (items_ < 2 * min_chunk_) {
+    if (items_ / 2 < min_chunk_) {
       for (std::int64_t k = 0; k < n; ++k) one(k);
       return;
     }

@@ -3,14 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <functional>
 #include <utility>
 #include <vector>
 #include <sstream>
 #include <string>
 
 #include "kantor/error.hpp"
-#include "kantor/host_parallel.hpp"
 #include "lib/core/for_chunks.hpp"
 #include "lib/core/validate.hpp"
 #include "kantor/oracle.hpp"
@@ -27,9 +25,12 @@ namespace {
 // results in validate()'s order, so every message is the one a serial scan would give.
 class Scans {
  public:
+  Scans() = default;
+  Scans(const Scans&) = delete;  // the region's loops hold references into scans_
+  Scans& operator=(const Scans&) = delete;
   template <class T>
   int cloud(const MatrixView<const T>& v) {
-    Scan& s = add(v.rows, detail::row_grain(v.cols));
+    Scan& s = add(v.rows, detail::row_grain(v.cols), false);
     region_.add(v.rows, s.chunk, [v, &s](std::int64_t c, std::int64_t b, std::int64_t e) {
       for (std::int64_t i = b; i < e; ++i) {
         bool finite = true;
@@ -44,7 +45,7 @@ class Scans {
   }
   template <class T>
   int weights(const VectorView<const T>& w) {
-    Scan& s = add(w.size, std::int64_t(1) << 16);
+    Scan& s = add(w.size, detail::kSumChunk, true);
     region_.add(w.size, s.chunk, [w, &s](std::int64_t c, std::int64_t b, std::int64_t e) {
       double sum = 0;
       for (std::int64_t i = b; i < e; ++i) {
@@ -79,9 +80,10 @@ class Scans {
     std::vector<std::int64_t> bad;
     std::vector<double> part;
   };
-  Scan& add(std::int64_t count, std::int64_t chunk) {
-    const std::size_t chunks = std::size_t((count + chunk - 1) / chunk);
-    scans_.push_back({chunk, std::vector<std::int64_t>(chunks, -1), std::vector<double>(chunks, 0.0)});
+  Scan& add(std::int64_t count, std::int64_t chunk, bool sums) {
+    const std::size_t chunks = count > 0 ? std::size_t((count + chunk - 1) / chunk) : 0;
+    scans_.push_back({chunk, std::vector<std::int64_t>(chunks, -1),
+                      std::vector<double>(sums ? chunks : 0, 0.0)});
     return scans_.back();
   }
   std::deque<Scan> scans_;  // stable addresses: the region's bodies hold references
@@ -121,7 +123,7 @@ void check_cloud(const MatrixView<const T>& v, const char* name, const Scans& sc
 // Weights of the right count with data (or empty: uniform), checked before a scan reads them.
 template <class T>
 bool weights_readable(const VectorView<const T>& w, std::int64_t expected) {
-  return w.data != nullptr && w.size == expected && w.space == MemorySpace::kHost;
+  return w.data != nullptr && expected > 0 && w.size == expected && w.space == MemorySpace::kHost;
 }
 
 template <class T>
@@ -134,7 +136,7 @@ double check_weights(const VectorView<const T>& w, std::int64_t expected, const 
   if (w.data == nullptr)
     throw InvalidArgument(std::string("problem.") + name + ": null data for " +
                           std::to_string(w.size) + " weights (leave the view empty for uniform)");
-  if (w.space != MemorySpace::kHost) return std::nan("");
+  if (w.space != MemorySpace::kHost || scan < 0) return std::nan("");  // device data
   if (const std::int64_t i = scans.first_bad(scan); i >= 0) {
     std::ostringstream os;
     os << "problem." << name << ": weight " << i << " is " << double(w[i])

@@ -22,7 +22,7 @@ using detail::host_parallel;
 /// sums added in chunk order (the same result for any thread count).
 template <class F>
 double chunked_sum(std::int64_t count, const F& f) {
-  constexpr std::int64_t kChunk = std::int64_t(1) << 16;
+  constexpr std::int64_t kChunk = detail::kSumChunk;
   const std::int64_t chunks = (count + kChunk - 1) / kChunk;
   std::vector<double> part(static_cast<std::size_t>(chunks), 0.0);
   host_parallel(chunks, 0, [&](std::int64_t c) {
@@ -294,9 +294,10 @@ PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem, bool cloud
   const bool given = problem.unbalanced();
   out.weight_total_a = problem.a.data == nullptr || given ? 1.0 : total_a;
   out.weight_total_b = problem.b.data == nullptr || given ? 1.0 : total_b;
-  // The masses (the sums of exact_weights' values in chunks of 2^16, in chunk order) and the centred norms
+  // The masses (the sums of exact_weights' values in chunks of kSumChunk, in chunk order) and the
+  // centred norms
   // (max_centred_sq_norm's) of both sides in one region.
-  constexpr std::int64_t kChunk = std::int64_t(1) << 16;
+  constexpr std::int64_t kChunk = detail::kSumChunk;
   const std::int64_t grain = detail::row_grain(out.d);
   auto chunks = [](std::int64_t count, std::int64_t chunk) { return (count + chunk - 1) / chunk; };
   std::vector<double> part_a(std::size_t(chunks(out.n, kChunk)), 0.0);

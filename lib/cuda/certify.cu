@@ -180,8 +180,13 @@ constexpr int kFastKeys = 64;
 
 // R rows per thread (kRows / R threads a block): each staged key is read from shared memory once
 // for R pairs, and the tile's bookkeeping (three barriers, the staging) is shared by R rows.
+// At least 12 blocks an SM (at most 80 registers): no spills at d <= 5 (without the bound the
+// compiler spilled 16 bytes in three variants of the staged-words version, and some before it);
+// its speed the same on the H100 (twenty-first session, call 8: the multiscale row and column
+// sides at 2^20 34.1 / 26.8 ms without, 34.6 / 26.6 ms with).
 template <int D, bool kStats, int R, bool kNext>
-__global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const CertifySide<float> p) {
+__global__ void __launch_bounds__(kRows / R, 12)
+    certify_side_fast_kernel(const CertifySide<float> p) {
   static_assert(!(kStats && kNext), "the update with the new pair's side: the column side");
   constexpr int kT = kRows / R;  // threads a block; thread t owns rows t, t + kT, ...
   static_assert(kT >= kFastKeys && kT > D, "one staged key a thread at most");
@@ -286,7 +291,10 @@ __global__ void __launch_bounds__(kRows / R) certify_side_fast_kernel(const Cert
 #pragma unroll
         for (int q = 0; q < kW; ++q) {
           const float4 word = kv[jj][q];
-          kk[4 * q] = word.x, kk[4 * q + 1] = word.y, kk[4 * q + 2] = word.z, kk[4 * q + 3] = word.w;
+          kk[4 * q] = word.x;
+          kk[4 * q + 1] = word.y;
+          kk[4 * q + 2] = word.z;
+          kk[4 * q + 3] = word.w;
         }
         const float2 wg = kwg[jj];
         const float b = kk[0], w = wg.x;

@@ -123,6 +123,15 @@ void check_kinds() {
   Problem<T> self = u;
   self.features().y = self.features().x;
   expect_scalars_match(self, "one cloud as both sides");
+  // Several chunks of the ordered sums (2^16 weights each) and of the fused regions' loops.
+  const Data<T> big = make<T>(300001, 200003, 2, 2, 23);
+  Problem<T> pb;
+  pb.features().x = host_matrix<const T>(big.x.data(), big.n, big.d);
+  pb.features().y = host_matrix<const T>(big.y.data(), big.m, big.d);
+  pb.a = host_vector<const T>(big.a.data(), big.n);
+  pb.b = host_vector<const T>(big.b.data(), big.m);
+  pb.epsilon = 0.1;
+  expect_scalars_match(pb, "several chunks");
   EXPECT_TRUE(prepare_problem_scalars(self).same_clouds);
 }
 

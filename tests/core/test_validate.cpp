@@ -209,7 +209,8 @@ TEST(ProblemValidation, LabelAugmentedDefectsAreNamed) {
 // Problems the library builds from validated ones (detail::validate_clouds_checked): shapes,
 // weights and scalars still checked, the coordinates not scanned again. Also: validate() names
 // the first non-finite coordinate of a cloud of many chunks, and of the first bad cloud in order
-// (x before y before the reference clouds), as a serial scan would.
+// (x before y before the reference clouds), as a serial scan would; malformed shapes give
+// InvalidArgument before any scan.
 TEST(ProblemValidation, CloudsCheckedSkipsTheCoordinatesOnly) {
   const std::int64_t n = 200000, m = 150000;  // clouds of several chunks
   std::vector<double> x(static_cast<std::size_t>(n), 0.5), y(static_cast<std::size_t>(m), 0.25);
@@ -252,6 +253,28 @@ TEST(ProblemValidation, CloudsCheckedSkipsTheCoordinatesOnly) {
   p.epsilon = 0.1;
   p.features().y = host_matrix<const double>(y.data(), m / 2, 2);
   EXPECT_NE(message(true).find("dimension mismatch"), std::string::npos) << message(true);
+  p.features().y = host_matrix<const double>(y.data(), m, 1);
+  // The reference clouds come after x and y: a bad x is named first, then the reference's.
+  std::vector<double> xr = x, yr = y;
+  xr[150001] = nan;
+  p.reference_x = host_matrix<const double>(xr.data(), n, 1);
+  p.reference_y = host_matrix<const double>(yr.data(), m, 1);
+  EXPECT_NE(message(false).find("problem.y: non-finite coordinate inf at point 100000"),
+            std::string::npos)
+      << message(false);
+  y[100000] = 0.25;
+  y[std::size_t(m - 2)] = 0.25;
+  EXPECT_NE(message(false).find("problem.reference_x: non-finite coordinate nan at point 150001"),
+            std::string::npos)
+      << message(false);
+  EXPECT_EQ(message(true), "accepted");
+  // A negative row count with weights of that count: the shape's message, not a scan's failure.
+  p.reference_x = {};
+  p.reference_y = {};
+  p.features().x = host_matrix<const double>(x.data(), -5, 1);
+  p.a = VectorView<const double>{a.data(), -5, MemorySpace::kHost};
+  EXPECT_NE(message(false).find("problem.x: empty point cloud"), std::string::npos)
+      << message(false);
 }
 
 }  // namespace

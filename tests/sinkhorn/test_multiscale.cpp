@@ -12,8 +12,10 @@
 #include <type_traits>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kantor/buffer.hpp"
@@ -1671,6 +1673,47 @@ TEST(CudaMultiscale, CertifiedAndEqualToDenseOnTheGpu) {
   for (const Case& k : {kCases[0], kCases[1], kCases[4], kCases[5], kCases[7], kCases[8]})
     check_case<float>(k, Backend::kCuda, Precision::kFp32, 5e-3);
   check_case<double>(kCases[0], Backend::kCuda, Precision::kFp64, 1e-4);
+}
+
+// Device-resident input: validate() checks its shapes only, and the solver's own problems skip
+// the coordinates' scan only when the caller's coordinates were host memory (scanned there); a
+// non-finite device coordinate, in x or in the reference cloud, is refused by name as before.
+TEST(CudaMultiscale, NonFiniteDeviceCoordinatesAreRefused) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const PointData<float> pd = case_data<float>(kCases[0], 31);
+  Context ctx(ContextOptions{Backend::kCuda, 0});
+  SinkhornOptions o;
+  o.tolerance = 5e-3;
+  o.solver = SolverKind::kMultiscale;
+  std::vector<double> rx(pd.x.begin(), pd.x.end()), ry(pd.y.begin(), pd.y.end());
+  for (int where = 0; where < 3; ++where) {
+    SCOPED_TRACE("case " + std::to_string(where));
+    std::vector<float> x = pd.x;
+    std::vector<double> r = rx;
+    if (where == 1) x[3 * 700 + 1] = std::numeric_limits<float>::quiet_NaN();
+    if (where == 2) r[3 * 21] = std::numeric_limits<double>::infinity();
+    Buffer<float> xd(ctx, std::int64_t(x.size()));
+    Buffer<double> rd(ctx, std::int64_t(r.size()));
+    detail::copy_bytes(ctx, xd.data(), MemorySpace::kDevice, x.data(), MemorySpace::kHost,
+                       sizeof(float) * x.size());
+    detail::copy_bytes(ctx, rd.data(), MemorySpace::kDevice, r.data(), MemorySpace::kHost,
+                       sizeof(double) * r.size());
+    Problem<float> p = pd.problem();
+    p.features().x = MatrixView<const float>{xd.data(), pd.n, pd.d, pd.d, MemorySpace::kDevice};
+    p.reference_x = MatrixView<const double>{rd.data(), pd.n, pd.d, pd.d, MemorySpace::kDevice};
+    p.reference_y = host_matrix<const double>(ry.data(), pd.m, pd.d);
+    if (where == 0) {
+      EXPECT_TRUE(solve_sinkhorn(ctx, p, o).converged());
+      continue;
+    }
+    try {
+      solve_sinkhorn(ctx, p, o);
+      ADD_FAILURE() << "accepted a non-finite coordinate";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("non-finite coordinate"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(CudaMultiscale, LargerCloudsAgreeWithTheCpuEngine) {
