@@ -51,8 +51,7 @@ int for_chunks(std::int64_t count, const Body& body, std::int64_t grain = std::i
 class ChunkRegion {
  public:
   using Body = std::function<void(std::int64_t, std::int64_t, std::int64_t)>;
-  /// Returns the loop's chunk count.
-  std::int64_t add(std::int64_t count, std::int64_t chunk, Body body) {
+  void add(std::int64_t count, std::int64_t chunk, Body body) {
     const std::int64_t chunks = count > 0 ? (count + chunk - 1) / chunk : 0;
     loops_.push_back({count, chunk, std::move(body)});
     for (std::int64_t c = 0; c < chunks; ++c) tasks_.push_back({int(loops_.size() - 1), c});
@@ -60,7 +59,6 @@ class ChunkRegion {
       items_ += count;
       min_chunk_ = std::min(min_chunk_, chunk);
     }
-    return chunks;
   }
   void run() const {
     if (tasks_.empty()) return;

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "kantor/error.hpp"
-#include "kantor/host_parallel.hpp"
 #include "lib/core/for_chunks.hpp"
 #include "lib/core/validate.hpp"
 #include "lib/cuda/runtime.hpp"
@@ -16,23 +15,35 @@ namespace kantor {
 namespace {
 
 using detail::for_chunks;
-using detail::host_parallel;
 
-/// sum_i f(i) over [0, count) in double: fixed chunks of 2^16 terms summed in parallel, their
-/// sums added in chunk order (the same result for any thread count).
+/// Schedules on `region` the sums of f(i) over [0, count) in fixed chunks of kSumChunk terms,
+/// one per entry of *part (resized; read it with in_chunk_order once the region has run).
+template <class F>
+void add_chunked_sum(detail::ChunkRegion* region, std::int64_t count, F f,
+                     std::vector<double>* part) {
+  part->assign(static_cast<std::size_t>((count + detail::kSumChunk - 1) / detail::kSumChunk), 0.0);
+  region->add(count, detail::kSumChunk, [f, part](std::int64_t c, std::int64_t b, std::int64_t e) {
+    double s = 0;
+    for (std::int64_t i = b; i < e; ++i) s += f(i);
+    (*part)[std::size_t(c)] = s;
+  });
+}
+
+/// The chunk sums added in chunk order (the same result for any thread count).
+double in_chunk_order(const std::vector<double>& part) {
+  double total = 0;
+  for (const double s : part) total += s;
+  return total;
+}
+
+/// sum_i f(i) over [0, count) in double: add_chunked_sum's chunks, in chunk order.
 template <class F>
 double chunked_sum(std::int64_t count, const F& f) {
-  constexpr std::int64_t kChunk = detail::kSumChunk;
-  const std::int64_t chunks = (count + kChunk - 1) / kChunk;
-  std::vector<double> part(static_cast<std::size_t>(chunks), 0.0);
-  host_parallel(chunks, 0, [&](std::int64_t c) {
-    double s = 0;
-    for (std::int64_t i = c * kChunk; i < std::min(count, (c + 1) * kChunk); ++i) s += f(i);
-    part[std::size_t(c)] = s;
-  });
-  double total = 0;
-  for (double s : part) total += s;
-  return total;
+  detail::ChunkRegion region;
+  std::vector<double> part;
+  add_chunked_sum(&region, count, [&f](std::int64_t i) { return f(i); }, &part);
+  region.run();
+  return in_chunk_order(part);
 }
 
 /// The divisor of exact_weights (1 for an empty view or weights as given).
@@ -294,24 +305,18 @@ PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem, bool cloud
   const bool given = problem.unbalanced();
   out.weight_total_a = problem.a.data == nullptr || given ? 1.0 : total_a;
   out.weight_total_b = problem.b.data == nullptr || given ? 1.0 : total_b;
-  // The masses (the sums of exact_weights' values in chunks of kSumChunk, in chunk order) and the
-  // centred norms
-  // (max_centred_sq_norm's) of both sides in one region.
-  constexpr std::int64_t kChunk = detail::kSumChunk;
+  // The masses (chunked sums of exact_weights' values: prepare_problem_data's, bit for bit) and
+  // the centred norms (max_centred_sq_norm's) of both sides in one region.
   const std::int64_t grain = detail::row_grain(out.d);
   auto chunks = [](std::int64_t count, std::int64_t chunk) { return (count + chunk - 1) / chunk; };
-  std::vector<double> part_a(std::size_t(chunks(out.n, kChunk)), 0.0);
-  std::vector<double> part_b(std::size_t(chunks(out.m, kChunk)), 0.0);
+  std::vector<double> part_a, part_b;
   std::vector<double> norm(std::size_t(chunks(out.n, grain) + chunks(out.m, grain)), 0.0);
   detail::ChunkRegion region;
   auto mass = [&](const VectorView<const T>& w, std::int64_t count, double total,
                   std::vector<double>* part) {
-    region.add(count, kChunk, [w, count, total, part](std::int64_t c, std::int64_t b,
-                                                      std::int64_t e) {
-      double acc = 0;
-      for (std::int64_t i = b; i < e; ++i) acc += exact_weight(w, i, count, total);
-      (*part)[std::size_t(c)] = acc;
-    });
+    add_chunked_sum(&region, count,
+                    [w, count, total](std::int64_t i) { return exact_weight(w, i, count, total); },
+                    part);
   };
   mass(problem.a, out.n, out.weight_total_a, &part_a);
   mass(problem.b, out.m, out.weight_total_b, &part_b);
@@ -323,10 +328,8 @@ PreparedProblem<T> prepare_problem_scalars(const Problem<T>& problem, bool cloud
   norms(p.x, 0);
   if (!out.same_clouds) norms(p.y, chunks(out.n, grain));
   region.run();
-  out.mass_a = 0;
-  for (const double v : part_a) out.mass_a += v;
-  out.mass_b = 0;
-  for (const double v : part_b) out.mass_b += v;
+  out.mass_a = in_chunk_order(part_a);
+  out.mass_b = in_chunk_order(part_b);
   out.max_sq_norm = 0;
   for (const double v : norm) out.max_sq_norm = std::max(out.max_sq_norm, v);
   out.max_cost = p.scale * out.diameter * out.diameter;
