@@ -294,9 +294,12 @@ class CoarseCorrection {
 // b = a, same labels, symmetric table): from f = g (a cold start) the symmetric schedule's two
 // sides are one computation, so only the f side runs and g copies it.
 template <class T>
+// residual_only: stop on the engine's residual alone, with no certificate and no plan values
+// (multiscale::solve_coarsest: potentials that only warm-start a finer level).
 SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsilon,
                              const SinkhornOptions& options, Potentials<T>* pot,
-                             Clock::time_point t_start, bool self_problem = false) {
+                             Clock::time_point t_start, bool self_problem = false,
+                             bool residual_only = false) {
   SinkhornSummary s;
   s.n = oracle.n();
   s.m = oracle.m();
@@ -620,7 +623,15 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
       if (coarse->apply(eps_now, f, g)) ++s.coarse_corrections;
       continue;
     }
-    if (!annealing && (merr <= s.tolerance || honest)) {
+    if (residual_only && !annealing && merr <= s.tolerance) {
+      s.termination = TerminationType::kConverged;
+      std::ostringstream os;
+      os << "engine residual " << std::setprecision(3) << merr << " <= tolerance " << s.tolerance
+         << " (not certified: a warm start)";
+      s.message = os.str();
+      break;
+    }
+    if (!residual_only && !annealing && (merr <= s.tolerance || honest)) {
       cert = oracle.certify(eps_now, f, g);
       cert_iteration = s.iterations;
       ++s.certificates;
@@ -685,9 +696,32 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   oracle.marginal_error(e, f, g, scalars.data());
   oracle.dual_value(f, g, scalars.data() + 1);
   const std::vector<double> head = to_host(ctx, scalars.cview());
-  Buffer<double> stats(ctx, 3);
-  oracle.plan_statistics(e, f, g, stats.data());
-  const std::vector<double> st = to_host(ctx, stats.cview());
+  std::vector<double> st(3, std::numeric_limits<double>::quiet_NaN());
+  if (residual_only) {
+    // No plan values, no certificate (cert stays NaN): the residual and the dual cost only.
+    s.residual = head[0];
+    s.epsilon_reached = last_eps;
+    s.dual_cost = head[1];
+    pot->epsilon = last_eps;
+    if (!(std::isfinite(s.residual) && std::isfinite(s.dual_cost)) &&
+        s.termination != TerminationType::kNumericalFailure) {
+      s.termination = TerminationType::kNumericalFailure;
+      s.message = "non-finite residual or dual cost at the end of the solve";
+    }
+    if (options.record_iterations &&
+        (s.records.empty() || s.records.back().iteration != s.iterations))
+      s.records.push_back(IterationRecord{s.iterations, last_eps, s.residual,
+                                          std::numeric_limits<double>::quiet_NaN(),
+                                          seconds_since(t_start)});
+    s.seconds_costs = seconds_since(t_costs);
+    s.seconds_total = seconds_since(t_start);
+    return s;
+  }
+  {
+    Buffer<double> stats(ctx, 3);
+    oracle.plan_statistics(e, f, g, stats.data());
+    st = to_host(ctx, stats.cview());
+  }
   // The certificate of the returned potentials (already evaluated when the last check did it).
   if (cert_iteration != s.iterations) {
     cert = oracle.certify(last_eps, f, g);
@@ -1033,6 +1067,30 @@ SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
   SinkhornSolver<T> solver(ctx, problem, options.precision);
   return solver.solve_from(options, potentials, t0);
 }
+
+namespace multiscale {
+
+template <class T>
+SinkhornSummary solve_coarsest(const Context& ctx, const Problem<T>& problem,
+                               const SinkhornOptions& options, Precision precision,
+                               Potentials<T>* pot) {
+  const auto t0 = Clock::now();
+  check_options(options);
+  check_precision(options, precision);
+  const std::unique_ptr<Oracle<T>> oracle = make_oracle(ctx, problem, precision);
+  SinkhornOptions run = options;
+  const bool self_problem = options.symmetric_self_problems && is_self_problem(problem);
+  if (self_problem) run.schedule = Schedule::kSymmetric;
+  return run_sinkhorn(ctx, *oracle, problem.epsilon, run, pot, t0, self_problem,
+                      !problem.unbalanced());
+}
+
+template SinkhornSummary solve_coarsest(const Context&, const Problem<float>&,
+                                        const SinkhornOptions&, Precision, Potentials<float>*);
+template SinkhornSummary solve_coarsest(const Context&, const Problem<double>&,
+                                        const SinkhornOptions&, Precision, Potentials<double>*);
+
+}  // namespace multiscale
 
 template <class T>
 DivergenceSummary sinkhorn_divergence(const Context& ctx, const Problem<T>& problem,

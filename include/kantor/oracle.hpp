@@ -94,7 +94,9 @@ struct ScreenDescent {
   /// With a points stage (ScreenPoints; points_done when the engine ran it): `masks` are the
   /// masks after it (keys whose mask it emptied keep a zero mask), `box_masks` the box stage's
   /// (when asked), and the atom pairs it evaluated and dropped with their mass bound
-  /// (sum of mass_I mass_J e^(max / eps), max the pair's Oracle::atom_pair_maxima value).
+  /// (sum of mass_I mass_J e^(max / eps), max the pair's Oracle::atom_pair_maxima value or an
+  /// engine's upper bound of it: the CUDA engine's fp32 pre-scan reports a bound at most about
+  /// 1e-6 above it, lib/cuda/screen_descent.cu).
   bool points_done = false;
   std::vector<std::uint64_t> box_masks;
   std::int64_t point_tests = 0, point_drops = 0;
@@ -347,7 +349,8 @@ class Oracle {
   /// is evaluated operation for operation alike). With `points`, the kept atom pairs are then
   /// evaluated on their points where the engine can (out->points_done): a pair whose
   /// atom_pair_maxima value is below keep_at leaves its mask, exactly as the host's points stage
-  /// over atom_pair_maxima would drop it (an engine may stop a kept pair's evaluation early).
+  /// over atom_pair_maxima would drop it (an engine may stop a kept pair's evaluation early, and
+  /// bound a dropped pair's maximum from above instead of evaluating it: ScreenDescent).
   /// Returns false when the engine has no descent (the CPU engine: the caller descends on the
   /// host threads). Synchronizes.
   virtual bool screen_descent(const std::vector<ScreenLevel>& x, const std::vector<ScreenLevel>& y,

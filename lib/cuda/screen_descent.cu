@@ -200,8 +200,139 @@ struct RefinePass {
 /// (coordinates and g; NaN for a key of zero weight, and f = NaN for a row of zero weight: fmax
 /// ignores a NaN operand, so such pairs leave best and mag as the skipped pairs did) in shared
 /// memory, read by broadcast in the pair loop (was: three global loads per key and lane); the
-/// launcher takes D = 0 (any d, keys read from global memory) for larger atoms.
+/// launcher takes D = 0 (any d, keys read from global memory) for larger atoms. For d <= 3 the
+/// fp32 pre-scan (fast_scan) runs first and decides nearly every atom pair; the float64 scan runs
+/// only for the pairs it leaves undecided.
 constexpr int kStageKeys = 64;
+
+/// The fp32 pre-scan of an atom pair (D <= 3, atoms of at most 64 points; twenty-second
+/// session): every pair in the fp32 certificate's expanded form (lib/cuda/certify.cu), each
+/// score s_ij = f_i + g_j - c' |x_i - y_j|^2 as alpha_i + beta_j + sum_k xi_ik gamma_jk in float,
+/// with xi = fl(x - o), eta = fl(y - o) (o: the atom pair's first row of positive weight, f_o its
+/// potential), alpha = fl((f_i - f_o) - c' |xi|^2), beta = fl((g_j + f_o) - c' |eta|^2) and
+/// gamma = fl(2 c' eta) formed in double and rounded once: 5 float operations a pair (two rows a
+/// lane) instead of 9 float64 ones. That evaluation's error (docs/numerics.md section 7, the
+/// expanded certificate's model in potential units) is at most
+///   E = 2^-24 ((d + 4.01) c' S + (d + 2.01) F) (1 + 1e-5),
+/// S = sum_k (max_i |xi_ik| + max_j |eta_jk|)^2, F = max_i |f_i - f_o| + max_j |g_j + f_o| over the
+/// atoms' points of positive weight, so the largest computed score M bounds the true largest
+/// score within E. Verdicts, each the one the float64 scan (and Oracle::atom_pair_maxima) reaches:
+/// kept when some computed score less E reaches keep_at (a true score does); dropped when M + E
+/// is below keep_at by more than the float64 scan's own allowance and rounding (2
+/// maxima_allowance(mag) + 2^-46 (mag + |keep_at|)), with *top = M + E (-inf without a pair of
+/// positive weight): an upper bound of the true largest score, above the float64 scan's value by
+/// at most about 2 E (the dropped mass a little larger, never smaller); undecided otherwise (the
+/// float64 scan decides).
+enum class FastVerdict { kKept, kDropped, kUndecided };
+
+template <int D, class T>
+__device__ FastVerdict fast_scan(const RefinePass<T>& p, std::int64_t i0, int nr, std::int64_t j0,
+                                 int nk, float4* keys, double* top) {
+  static_assert(D >= 1 && D <= 3, "beta and D gammas in one float4");
+  const int lane = int(threadIdx.x) & 31;
+  const bool in0 = lane < nr && p.a[i0 + lane] > 0;
+  const bool in1 = 32 + lane < nr && p.a[i0 + 32 + lane] > 0;
+  const unsigned b0 = __ballot_sync(0xffffffffu, in0), b1 = __ballot_sync(0xffffffffu, in1);
+  if (!(b0 | b1)) {  // no row of positive weight: no pair
+    *top = -HUGE_VAL;
+    return FastVerdict::kDropped;
+  }
+  const std::int64_t first = i0 + (b0 ? __ffs(int(b0)) - 1 : 32 + __ffs(int(b1)) - 1);
+  double o[D];
+  for (int e = 0; e < D; ++e) o[e] = p.x[first * D + e];
+  const double fo = double(p.f[first]);
+  const double cs = p.cs;
+  // Rows: two a lane.
+  float xi[2][D], al[2];
+  double fmax_abs = 0, fdev = 0;  // largest |f_i| (the float64 scan's mag), |f_i - f_o|
+  float rx[D];
+  for (int e = 0; e < D; ++e) rx[e] = 0.0f;
+  for (int r = 0; r < 2; ++r) {
+    const bool in = r ? in1 : in0;
+    const std::int64_t i = i0 + 32 * r + lane;
+    double x2 = 0;
+    for (int e = 0; e < D; ++e) {
+      xi[r][e] = in ? float(p.x[i * D + e] - o[e]) : 0.0f;
+      x2 += double(xi[r][e]) * double(xi[r][e]);
+      rx[e] = fmaxf(rx[e], fabsf(xi[r][e]));
+    }
+    const double fi = in ? double(p.f[i]) : 0.0;
+    al[r] = in ? float((fi - fo) - cs * x2) : -HUGE_VALF;
+    if (in) {
+      fmax_abs = fmax(fmax_abs, fabs(fi));
+      fdev = fmax(fdev, fabs(fi - fo));
+    }
+  }
+  // Keys: staged as (beta, gamma_0 .. gamma_{D-1}); beta = -inf for a key of zero weight.
+  float ry[D];
+  for (int e = 0; e < D; ++e) ry[e] = 0.0f;
+  double gmax_abs = 0, gdev = 0;
+  for (int jj = lane; jj < nk; jj += 32) {
+    const std::int64_t j = j0 + jj;
+    const bool in = p.b[j] > 0;
+    float v[4] = {-HUGE_VALF, 0.0f, 0.0f, 0.0f};
+    if (in) {
+      double e2 = 0;
+      for (int e = 0; e < D; ++e) {
+        const float eta = float(p.y[j * D + e] - o[e]);
+        e2 += double(eta) * double(eta);
+        ry[e] = fmaxf(ry[e], fabsf(eta));
+        v[1 + e] = float(2.0 * cs * double(eta));
+      }
+      const double gj = double(p.g[j]);
+      v[0] = float((gj + fo) - cs * e2);
+      gmax_abs = fmax(gmax_abs, fabs(gj));
+      gdev = fmax(gdev, fabs(gj + fo));
+    }
+    keys[jj] = make_float4(v[0], v[1], v[2], v[3]);
+  }
+  for (int o2 = 16; o2 > 0; o2 >>= 1) {
+    for (int e = 0; e < D; ++e) {
+      rx[e] = fmaxf(rx[e], __shfl_xor_sync(0xffffffffu, rx[e], o2));
+      ry[e] = fmaxf(ry[e], __shfl_xor_sync(0xffffffffu, ry[e], o2));
+    }
+    fmax_abs = fmax(fmax_abs, __shfl_xor_sync(0xffffffffu, fmax_abs, o2));
+    fdev = fmax(fdev, __shfl_xor_sync(0xffffffffu, fdev, o2));
+    gmax_abs = fmax(gmax_abs, __shfl_xor_sync(0xffffffffu, gmax_abs, o2));
+    gdev = fmax(gdev, __shfl_xor_sync(0xffffffffu, gdev, o2));
+  }
+  __syncwarp();
+  double S = 0;
+  for (int e = 0; e < D; ++e) {
+    const double w = double(rx[e]) + double(ry[e]);
+    S += w * w;
+  }
+  const double E =
+      0x1.0p-24 * ((D + 4.01) * cs * S + (D + 2.01) * (fdev + gdev)) * (1 + 1e-5);
+  const double mag = fmax_abs + gmax_abs;
+  float best = -HUGE_VALF;
+  for (int jj = 0; jj < nk; ++jj) {
+    const float4 k = keys[jj];
+    const float gam[3] = {k.y, k.z, k.w};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float z = al[r] + k.x;
+#pragma unroll
+      for (int e = 0; e < D; ++e) z = fmaf(xi[r][e], gam[e], z);
+      best = fmaxf(best, z);
+    }
+    if ((jj & 7) == 7 && __any_sync(0xffffffffu, double(best) - E >= p.keep_at))
+      return FastVerdict::kKept;
+  }
+  for (int o2 = 16; o2 > 0; o2 >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, o2));
+  const double M = double(best);
+  if (M - E >= p.keep_at) return FastVerdict::kKept;
+  if (M == -HUGE_VAL) {  // no key of positive weight
+    *top = -HUGE_VAL;
+    return FastVerdict::kDropped;
+  }
+  const double guard = 2 * maxima_allowance(mag) + 0x1.0p-46 * (mag + fabs(p.keep_at));
+  if (M + E < p.keep_at - guard) {
+    *top = M + E;
+    return FastVerdict::kDropped;
+  }
+  return FastVerdict::kUndecided;
+}
 
 template <int D, class T>
 __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T> p) {
@@ -211,6 +342,7 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
   // (two 16-byte loads a pair at d = 3 instead of four 8-byte ones).
   constexpr int kW = D > 0 ? (D + 2) / 2 * 2 : 2;
   __shared__ __align__(16) double s_keys[kRefineWarps][D > 0 ? kStageKeys : 1][kW];
+  __shared__ float4 s_fast[kRefineWarps][D > 0 ? kStageKeys : 1];
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   for (std::int64_t k = blockIdx.x; k < p.count; k += gridDim.x) {
     const std::uint64_t mask = p.masks[k];
@@ -226,9 +358,18 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
       const std::int64_t i0 = I * p.atom, j0 = J * p.atom;
       const std::int64_t i1 = min(p.n, i0 + p.atom), j1 = min(p.m, j0 + p.atom);
       double best = -HUGE_VAL, mag = 0;
-      bool kept = false;
+      bool kept = false, decided = false;
+      double top = -HUGE_VAL;
       if constexpr (D > 0) {
         __syncwarp();  // the warp's previous atom pair is read
+        const FastVerdict verdict =
+            fast_scan<D>(p, i0, int(i1 - i0), j0, int(j1 - j0), s_fast[warp], &top);
+        kept = verdict == FastVerdict::kKept;
+        decided = verdict != FastVerdict::kUndecided;
+      }
+      if (decided) {
+        // the fp32 pre-scan's verdict
+      } else if constexpr (D > 0) {
         // The largest |g_j| of the atom's keys of positive weight (fmax skips the NaNs): a row's
         // mag is then max_j fl(|f_i| + |g_j|) = fl(|f_i| + max_j |g_j|) (rounding is monotone),
         // taken once per row instead of two float64 operations per pair; the same values, so the
@@ -286,11 +427,13 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
         }
       }
       if (kept) continue;
-      for (int o = 16; o > 0; o >>= 1) {
-        best = fmax(best, __shfl_xor_sync(0xffffffffu, best, o));
-        mag = fmax(mag, __shfl_xor_sync(0xffffffffu, mag, o));
+      if (!decided) {
+        for (int o = 16; o > 0; o >>= 1) {
+          best = fmax(best, __shfl_xor_sync(0xffffffffu, best, o));
+          mag = fmax(mag, __shfl_xor_sync(0xffffffffu, mag, o));
+        }
+        top = best == -HUGE_VAL ? best : best + maxima_allowance(mag);
       }
-      const double top = best == -HUGE_VAL ? best : best + maxima_allowance(mag);
       if (lane == 0 && top < p.keep_at) {
         s_term[bit] = p.mass_x[I] * p.mass_y[J] * exp(top / p.eps);
         atomicOr(&s_clear, 1ull << bit);

@@ -1016,6 +1016,45 @@ TEST(Multiscale, RelaxedLevelsReachTheCertifiedSolutionInFewerIterations) {
   EXPECT_NEAR(sa.dual_cost, sp.dual_cost, 1e-4 * std::abs(sp.dual_cost));
 }
 
+// The coarsest level's dense solve (multiscale::solve_coarsest) stops where the engine's residual
+// meets the tolerance and claims no certificate (NaN marginal error and plan values, none counted):
+// the same iterations and bitwise the same potentials as solve_sinkhorn's dense path, which
+// certifies at that check. An unbalanced problem gets the certified solve.
+TEST(Multiscale, TheCoarsestLevelStopsOnTheResidualWithoutACertificate) {
+  Rng rng(2022);
+  const std::int64_t n = 300, m = 260, d = 3;
+  const PointData<float> pd = make_point_data<float>(d, uniform_cloud(rng, n, d),
+                                                     squeezed_cloud(rng, m, d), {}, {}, 0.01);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o;
+  o.solver = SolverKind::kDense;
+  o.tolerance = 5e-3;
+  o.check_every = 1;
+  Potentials<float> pc, pd_;
+  const SinkhornSummary c = multiscale::solve_coarsest(ctx, pd.problem(), o, Precision::kFp32, &pc);
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o, &pd_);
+  ASSERT_TRUE(s.converged()) << s.full_report();
+  EXPECT_EQ(c.termination, TerminationType::kConverged) << c.message;
+  EXPECT_LE(c.residual, o.tolerance);
+  EXPECT_TRUE(std::isnan(c.marginal_error));
+  EXPECT_TRUE(std::isnan(c.primal_cost));
+  EXPECT_EQ(c.certificates, 0);
+  EXPECT_NE(c.message.find("not certified"), std::string::npos) << c.message;
+  EXPECT_EQ(c.iterations, s.iterations);
+  EXPECT_EQ(c.dual_cost, s.dual_cost);
+  const std::vector<float> fc = to_host(ctx, pc.f.cview()), fs = to_host(ctx, pd_.f.cview());
+  const std::vector<float> gc = to_host(ctx, pc.g.cview()), gs = to_host(ctx, pd_.g.cview());
+  EXPECT_EQ(fc, fs);
+  EXPECT_EQ(gc, gs);
+  // Unbalanced: certified as solve_sinkhorn.
+  Problem<float> ub = pd.problem();
+  ub.rho_a = ub.rho_b = 1.0;
+  Potentials<float> pu;
+  const SinkhornSummary u = multiscale::solve_coarsest(ctx, ub, o, Precision::kFp32, &pu);
+  EXPECT_TRUE(std::isfinite(u.marginal_error)) << u.full_report();
+  EXPECT_GE(u.certificates, 1);
+}
+
 // MultiscaleOptions::phase_timer: every level reports its phases in order, each of its
 // iterations once, and the points' level's phases add up to no more than the solve; the same
 // result as without the timer (it only synchronizes).
@@ -1296,7 +1335,11 @@ TEST(Multiscale, AutoRuleAndRefusals) {
 
 // Two screens that must keep the same pairs: the same lists and box lists, pair counts, points
 // stage tests and drops, orphans; the dropped mass to rounding (sums in another order).
-void expect_same_screen(const multiscale::Screen& eng, const multiscale::Screen& host) {
+// excess: how far above the host's the engine's dropped mass may lie (relative; 0: equal to
+// rounding), for an engine whose points stage bounds a dropped atom pair's maximum by its fp32
+// pre-scan (lib/cuda/screen_descent.cu, fast_scan) instead of the float64 maximum.
+void expect_same_screen(const multiscale::Screen& eng, const multiscale::Screen& host,
+                        double excess = 0) {
   EXPECT_EQ(eng.point_tests, host.point_tests);
   EXPECT_EQ(eng.point_drops, host.point_drops);
   EXPECT_EQ(eng.tested_pairs, host.tested_pairs);
@@ -1311,7 +1354,8 @@ void expect_same_screen(const multiscale::Screen& eng, const multiscale::Screen&
     EXPECT_EQ(e->runs, h->runs);
   }
   EXPECT_GT(host.dropped_mass, 0.0);
-  EXPECT_NEAR(eng.dropped_mass, host.dropped_mass, 1e-12 * host.dropped_mass);
+  EXPECT_GE(eng.dropped_mass, host.dropped_mass * (1 - 1e-12));
+  EXPECT_LE(eng.dropped_mass, host.dropped_mass * (1 + excess + 1e-12));
 }
 
 // The screen with an engine's descent (Oracle::screen_descent) against the host threads' descent
@@ -1582,7 +1626,9 @@ TEST(CudaMultiscale, TheEnginePointsStageDropsTheHostsPairs) {
     EXPECT_GT(host.point_drops, 0);
     EXPECT_LT(host.point_drops, host.point_tests);
     EXPECT_FALSE(host.box_f_side.run_ptr.empty());
-    expect_same_screen(eng, host);
+    // The fp32 pre-scan's bound of a dropped pair exceeds the float64 maximum by at most 2 E,
+    // E ~ 2^-24 (7 c S + 5 F) < 1e-6 here: e^(2e-6 / 0.01) - 1 < 1e-3.
+    expect_same_screen(eng, host, 1e-3);
   }
   // Atoms that are not the hierarchies': a clear error.
   {
