@@ -189,6 +189,10 @@ struct RefinePass {
   double keep_at, eps;
   double* contrib;                // per block pair: its dropped atom pairs' mass, in bit order
   unsigned long long* counts;     // [0] atom pairs evaluated, [1] dropped
+  // The fp32 pre-scan's operands (d <= 3; fast_operands): per row (alpha, xi), per key (beta,
+  // gamma), and its error bound and the float64 scan's magnitude (fast_error).
+  const float4 *rows4, *keys4;
+  const double* fast;  // [0] E, [1] mag
 };
 
 /// One block per block pair (grid-stride), its set bits dealt to the warps in turn; a warp takes
@@ -205,21 +209,21 @@ struct RefinePass {
 /// only for the pairs it leaves undecided.
 constexpr int kStageKeys = 64;
 
-/// The fp32 pre-scan of an atom pair (D <= 3, atoms of at most 64 points; twenty-second
-/// session): every pair in the fp32 certificate's expanded form (lib/cuda/certify.cu), each
-/// score s_ij = f_i + g_j - c' |x_i - y_j|^2 as alpha_i + beta_j + sum_k xi_ik gamma_jk in float,
-/// with xi = fl(x - o), eta = fl(y - o) (o: the atom pair's first row of positive weight, f_o its
-/// potential), alpha = fl((f_i - f_o) - c' |xi|^2), beta = fl((g_j + f_o) - c' |eta|^2) and
-/// gamma = fl(2 c' eta) formed in double and rounded once: 5 float operations a pair (two rows a
-/// lane) instead of 9 float64 ones. That evaluation's error (docs/numerics.md section 7, the
-/// expanded certificate's model in potential units) is at most
-///   E = 2^-24 ((d + 4.01) c' S + (d + 2.01) F) (1 + 1e-5),
-/// S = sum_k (max_i |xi_ik| + max_j |eta_jk|)^2, F = max_i |f_i - f_o| + max_j |g_j + f_o| over the
-/// atoms' points of positive weight, so the largest computed score M bounds the true largest
-/// score within E. Verdicts, each the one the float64 scan (and Oracle::atom_pair_maxima) reaches:
-/// kept when some computed score less E reaches keep_at (a true score does); dropped when M + E
-/// is below keep_at by more than the float64 scan's own allowance and rounding (2
-/// maxima_allowance(mag) + 2^-46 (mag + |keep_at|)), with *top = M + E (-inf without a pair of
+/// The fp32 pre-scan (D <= 3, atoms of at most 64 points; twenty-second session): every pair
+/// of an atom pair in the fp32 certificate's expanded form (lib/cuda/certify.cu), each score
+/// s_ij = f_i + g_j - c' |x_i - y_j|^2 as alpha_i + beta_j + sum_k xi_ik gamma_jk in float, from
+/// operands formed once per point (fast_operands: xi = fl(x - o), eta = fl(y - o) with o the
+/// engine's centre, alpha = fl((f_i - f_o) - c' |xi|^2), beta = fl((g_j + f_o) - c' |eta|^2),
+/// gamma = fl(2 c' eta), formed in double and rounded once; f_o the middle of f's range): 16 bytes
+/// a point to read instead of 36, 5 float operations a pair instead of 9 float64 ones. That
+/// evaluation's error (docs/numerics.md section 7, the expanded certificate's model in potential
+/// units) is at most E = 2^-24 ((d + 4.01) c' S + (d + 2.01) F) (1 + 1e-5) for every pair, with S
+/// = sum_k (max |xi_k| + max |eta_k|)^2 and F = max |f_i - f_o| + max |g_j + f_o| over all weighted
+/// points (fast_error), so the largest computed score M bounds the true largest within E.
+/// Verdicts, each the one the float64 scan (and Oracle::atom_pair_maxima) reaches: kept when
+/// some computed score less E reaches keep_at (a true score does); dropped when M + E is below
+/// keep_at by more than the float64 scan's own allowance and rounding (2 maxima_allowance(mag) +
+/// 2^-46 (mag + |keep_at|), mag = max |f| + max |g|), with *top = M + E (-inf without a pair of
 /// positive weight): an upper bound of the true largest score, above the float64 scan's value by
 /// at most about 2 E (the dropped mass a little larger, never smaller); undecided otherwise (the
 /// float64 scan decides).
@@ -230,81 +234,18 @@ __device__ FastVerdict fast_scan(const RefinePass<T>& p, std::int64_t i0, int nr
                                  int nk, float4* keys, double* top) {
   static_assert(D >= 1 && D <= 3, "beta and D gammas in one float4");
   const int lane = int(threadIdx.x) & 31;
-  const bool in0 = lane < nr && p.a[i0 + lane] > 0;
-  const bool in1 = 32 + lane < nr && p.a[i0 + 32 + lane] > 0;
-  const unsigned b0 = __ballot_sync(0xffffffffu, in0), b1 = __ballot_sync(0xffffffffu, in1);
-  if (!(b0 | b1)) {  // no row of positive weight: no pair
-    *top = -HUGE_VAL;
-    return FastVerdict::kDropped;
-  }
-  const std::int64_t first = i0 + (b0 ? __ffs(int(b0)) - 1 : 32 + __ffs(int(b1)) - 1);
-  double o[D];
-  for (int e = 0; e < D; ++e) o[e] = p.x[first * D + e];
-  const double fo = double(p.f[first]);
-  const double cs = p.cs;
-  // Rows: two a lane.
+  // Rows: two a lane (alpha = -inf for a row of zero weight or past the atom).
   float xi[2][D], al[2];
-  double fmax_abs = 0, fdev = 0;  // largest |f_i| (the float64 scan's mag), |f_i - f_o|
-  float rx[D];
-  for (int e = 0; e < D; ++e) rx[e] = 0.0f;
   for (int r = 0; r < 2; ++r) {
-    const bool in = r ? in1 : in0;
-    const std::int64_t i = i0 + 32 * r + lane;
-    double x2 = 0;
-    for (int e = 0; e < D; ++e) {
-      xi[r][e] = in ? float(p.x[i * D + e] - o[e]) : 0.0f;
-      x2 += double(xi[r][e]) * double(xi[r][e]);
-      rx[e] = fmaxf(rx[e], fabsf(xi[r][e]));
-    }
-    const double fi = in ? double(p.f[i]) : 0.0;
-    al[r] = in ? float((fi - fo) - cs * x2) : -HUGE_VALF;
-    if (in) {
-      fmax_abs = fmax(fmax_abs, fabs(fi));
-      fdev = fmax(fdev, fabs(fi - fo));
-    }
+    const int k = 32 * r + lane;
+    const float4 v = k < nr ? p.rows4[i0 + k] : make_float4(-HUGE_VALF, 0.0f, 0.0f, 0.0f);
+    al[r] = v.x;
+    const float c[3] = {v.y, v.z, v.w};
+    for (int e = 0; e < D; ++e) xi[r][e] = c[e];
   }
-  // Keys: staged as (beta, gamma_0 .. gamma_{D-1}); beta = -inf for a key of zero weight.
-  float ry[D];
-  for (int e = 0; e < D; ++e) ry[e] = 0.0f;
-  double gmax_abs = 0, gdev = 0;
-  for (int jj = lane; jj < nk; jj += 32) {
-    const std::int64_t j = j0 + jj;
-    const bool in = p.b[j] > 0;
-    float v[4] = {-HUGE_VALF, 0.0f, 0.0f, 0.0f};
-    if (in) {
-      double e2 = 0;
-      for (int e = 0; e < D; ++e) {
-        const float eta = float(p.y[j * D + e] - o[e]);
-        e2 += double(eta) * double(eta);
-        ry[e] = fmaxf(ry[e], fabsf(eta));
-        v[1 + e] = float(2.0 * cs * double(eta));
-      }
-      const double gj = double(p.g[j]);
-      v[0] = float((gj + fo) - cs * e2);
-      gmax_abs = fmax(gmax_abs, fabs(gj));
-      gdev = fmax(gdev, fabs(gj + fo));
-    }
-    keys[jj] = make_float4(v[0], v[1], v[2], v[3]);
-  }
-  for (int o2 = 16; o2 > 0; o2 >>= 1) {
-    for (int e = 0; e < D; ++e) {
-      rx[e] = fmaxf(rx[e], __shfl_xor_sync(0xffffffffu, rx[e], o2));
-      ry[e] = fmaxf(ry[e], __shfl_xor_sync(0xffffffffu, ry[e], o2));
-    }
-    fmax_abs = fmax(fmax_abs, __shfl_xor_sync(0xffffffffu, fmax_abs, o2));
-    fdev = fmax(fdev, __shfl_xor_sync(0xffffffffu, fdev, o2));
-    gmax_abs = fmax(gmax_abs, __shfl_xor_sync(0xffffffffu, gmax_abs, o2));
-    gdev = fmax(gdev, __shfl_xor_sync(0xffffffffu, gdev, o2));
-  }
+  for (int jj = lane; jj < nk; jj += 32) keys[jj] = p.keys4[j0 + jj];
   __syncwarp();
-  double S = 0;
-  for (int e = 0; e < D; ++e) {
-    const double w = double(rx[e]) + double(ry[e]);
-    S += w * w;
-  }
-  const double E =
-      0x1.0p-24 * ((D + 4.01) * cs * S + (D + 2.01) * (fdev + gdev)) * (1 + 1e-5);
-  const double mag = fmax_abs + gmax_abs;
+  const double E = p.fast[0], mag = p.fast[1];
   float best = -HUGE_VALF;
   for (int jj = 0; jj < nk; ++jj) {
     const float4 k = keys[jj];
@@ -319,10 +260,10 @@ __device__ FastVerdict fast_scan(const RefinePass<T>& p, std::int64_t i0, int nr
     if ((jj & 7) == 7 && __any_sync(0xffffffffu, double(best) - E >= p.keep_at))
       return FastVerdict::kKept;
   }
-  for (int o2 = 16; o2 > 0; o2 >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, o2));
+  for (int o = 16; o > 0; o >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, o));
   const double M = double(best);
   if (M - E >= p.keep_at) return FastVerdict::kKept;
-  if (M == -HUGE_VAL) {  // no key of positive weight
+  if (M == -HUGE_VAL) {  // no pair of positive weight
     *top = -HUGE_VAL;
     return FastVerdict::kDropped;
   }
@@ -332,6 +273,80 @@ __device__ FastVerdict fast_scan(const RefinePass<T>& p, std::int64_t i0, int nr
     return FastVerdict::kDropped;
   }
   return FastVerdict::kUndecided;
+}
+
+/// A float's bits as an unsigned int in the float's order (negative values flipped).
+__device__ __forceinline__ unsigned ordered_bits(float v) {
+  const unsigned u = __float_as_uint(v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float from_ordered_bits(unsigned u) {
+  return __uint_as_float((u & 0x80000000u) ? (u & 0x7fffffffu) : ~u);
+}
+
+/// The pre-scan's extents over the weighted points (one thread a point, x side then y side):
+/// ext[k] = max |fl(x_k - o_k)|, ext[3 + k] the same for y, as float bits; ext[6], ext[7] the
+/// largest f and the largest -f (rounded up to float), ext[8], ext[9] those of g, as ordered bits.
+template <int D, class T>
+__global__ void __launch_bounds__(kThreads) fast_extents(RefinePass<T> p, double3 o,
+                                                         unsigned* ext) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (t >= p.n + p.m) return;
+  const bool side = t >= p.n;
+  const std::int64_t i = side ? t - p.n : t;
+  if (!((side ? p.b : p.a)[i] > 0)) return;
+  const double* pt = (side ? p.y : p.x) + i * D;
+  const double oc[3] = {o.x, o.y, o.z};
+  for (int e = 0; e < D; ++e)
+    atomicMax(&ext[3 * side + e], __float_as_uint(fabsf(float(pt[e] - oc[e]))));
+  // Rounded outward (a double potential): the extents hold the range.
+  const double v = double((side ? p.g : p.f)[i]);
+  atomicMax(&ext[6 + 2 * side], ordered_bits(__double2float_ru(v)));
+  atomicMax(&ext[7 + 2 * side], ordered_bits(__double2float_ru(-v)));
+}
+
+/// The gauge f_o = the middle of f's range, E and mag (RefinePass::fast) from the extents.
+template <int D>
+__global__ void fast_error(const unsigned* ext, double cs, double* fast) {
+  const double fmx = from_ordered_bits(ext[6]), fmn = -double(from_ordered_bits(ext[7]));
+  const double gmx = from_ordered_bits(ext[8]), gmn = -double(from_ordered_bits(ext[9]));
+  const double fo = 0.5 * (fmx + fmn);
+  double S = 0;
+  for (int e = 0; e < D; ++e) {
+    const double w = double(__uint_as_float(ext[e])) + double(__uint_as_float(ext[3 + e]));
+    S += w * w;
+  }
+  const double F = fmax(fabs(fmx - fo), fabs(fmn - fo)) + fmax(fabs(gmx + fo), fabs(gmn + fo));
+  fast[0] = 0x1.0p-24 * ((D + 4.01) * cs * S + (D + 2.01) * F) * (1 + 1e-5);
+  fast[1] = fmax(fabs(fmx), fabs(fmn)) + fmax(fabs(gmx), fabs(gmn));
+  fast[2] = fo;
+}
+
+/// The pre-scan's operands, one thread a point: rows4[i] = (alpha_i, xi_i), keys4[j] = (beta_j,
+/// gamma_j); alpha, beta = -inf for a point of zero weight.
+template <int D, class T>
+__global__ void __launch_bounds__(kThreads) fast_operands(RefinePass<T> p, double3 o,
+                                                          const double* fast, float4* rows4,
+                                                          float4* keys4) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (t >= p.n + p.m) return;
+  const bool side = t >= p.n;
+  const std::int64_t i = side ? t - p.n : t;
+  const double fo = fast[2], cs = p.cs;
+  const double oc[3] = {o.x, o.y, o.z};
+  float v[4] = {-HUGE_VALF, 0.0f, 0.0f, 0.0f};
+  if ((side ? p.b : p.a)[i] > 0) {
+    const double* pt = (side ? p.y : p.x) + i * D;
+    double q2 = 0;
+    for (int e = 0; e < D; ++e) {
+      const float c = float(pt[e] - oc[e]);
+      q2 += double(c) * double(c);
+      v[1 + e] = side ? float(2.0 * cs * double(c)) : c;
+    }
+    const double pot = double((side ? p.g : p.f)[i]);
+    v[0] = float((side ? pot + fo : pot - fo) - cs * q2);
+  }
+  (side ? keys4 : rows4)[i] = make_float4(v[0], v[1], v[2], v[3]);
 }
 
 template <int D, class T>
@@ -707,6 +722,31 @@ void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stre
       r.eps = in.eps;
       r.contrib = as<double>(contrib);
       r.counts = as<unsigned long long>(counts);
+      r.rows4 = r.keys4 = nullptr;
+      r.fast = nullptr;
+      std::shared_ptr<void> fast_mem;
+      if constexpr (decltype(D)::value > 0) {
+        // The fp32 pre-scan's operands (fast_scan), about 16 bytes a point.
+        constexpr int Dv = decltype(D)::value;
+        const double3 o{q.center[0], Dv > 1 ? q.center[1] : 0.0, Dv > 2 ? q.center[2] : 0.0};
+        const std::int64_t points = q.n + q.m;
+        fast_mem = alloc(sizeof(float4) * std::size_t(points) + 16 * sizeof(unsigned) +
+                         4 * sizeof(double));
+        float4* ops = static_cast<float4*>(fast_mem.get());
+        unsigned* ext = reinterpret_cast<unsigned*>(ops + points);
+        double* fast = reinterpret_cast<double*>(ext + 16);
+        KANTOR_CUDA_TRY(cudaMemsetAsync(ext, 0, 16 * sizeof(unsigned), st));
+        const unsigned grid = unsigned((points + kThreads - 1) / kThreads);
+        fast_extents<Dv, T><<<grid, kThreads, 0, st>>>(r, o, ext);
+        KANTOR_CUDA_CHECK_LAUNCH();
+        fast_error<Dv><<<1, 1, 0, st>>>(ext, r.cs, fast);
+        KANTOR_CUDA_CHECK_LAUNCH();
+        fast_operands<Dv, T><<<grid, kThreads, 0, st>>>(r, o, fast, ops, ops + q.n);
+        KANTOR_CUDA_CHECK_LAUNCH();
+        r.rows4 = ops;
+        r.keys4 = ops + q.n;
+        r.fast = fast;
+      }
       const unsigned blocks = unsigned(std::min<std::int64_t>(kept, std::int64_t(1) << 20));
       refine_kernel<decltype(D)::value, T><<<blocks, kRefineWarps * 32, 0, st>>>(r);
       KANTOR_CUDA_CHECK_LAUNCH();

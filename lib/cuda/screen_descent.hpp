@@ -38,6 +38,8 @@ struct DescentPoints {
   const double* g64 = nullptr;
   std::int64_t n = 0, m = 0, atom = 0;
   bool keep_box_masks = false;  ///< DescentOutput::box_masks too
+  /// The points' centre (d entries; host): the fp32 pre-scan's origin (d <= 3).
+  double center[3] = {0, 0, 0};
 };
 
 struct DescentInput {

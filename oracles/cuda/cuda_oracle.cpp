@@ -648,6 +648,7 @@ class CudaOracle final : public OracleBase<T> {
       pts.m = m_;
       pts.atom = points->atom;
       pts.keep_box_masks = points->keep_box_masks;
+      for (std::size_t k = 0; k < 3 && k < center_.size(); ++k) pts.center[k] = center_[k];
       in.points = &pts;
     }
     cuda::DescentOutput o;

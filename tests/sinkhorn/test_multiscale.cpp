@@ -1627,7 +1627,8 @@ TEST(CudaMultiscale, TheEnginePointsStageDropsTheHostsPairs) {
     EXPECT_LT(host.point_drops, host.point_tests);
     EXPECT_FALSE(host.box_f_side.run_ptr.empty());
     // The fp32 pre-scan's bound of a dropped pair exceeds the float64 maximum by at most 2 E,
-    // E ~ 2^-24 (7 c S + 5 F) < 1e-6 here: e^(2e-6 / 0.01) - 1 < 1e-3.
+    // E = 2^-24 (7.01 c S + 5.01 F) (1 + 1e-5) over all points, about 2e-6 here (S < 3, F < 2):
+    // e^(2 E / 0.01) - 1 < 1e-3.
     expect_same_screen(eng, host, 1e-3);
   }
   // Atoms that are not the hierarchies': a clear error.
