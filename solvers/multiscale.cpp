@@ -470,7 +470,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     coarse_summary = coarse_multiscale
                          ? solve(ctx, coarse, co, precision, &pc, Clock::now(), coarse_lists, true,
                                  checked)
-                         : solve_coarsest(ctx, coarse, co, precision, &pc);
+                         : solve_coarsest(ctx, coarse, co, &pc);
     s.multiscale_levels = 1 + coarse_summary.multiscale_levels;
     phase.end("coarse");
     // Lift: one c-transform per side against the other side's cells.

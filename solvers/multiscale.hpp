@@ -34,15 +34,15 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                       bool coarse = false, bool cells_checked = false);
 
 /// The coarsest level's dense solve (solvers/sinkhorn.cpp): solve_sinkhorn's dense path on
-/// `problem`, stopped on the engine's residual alone, with no certificate and no plan values
-/// for a balanced problem (its potentials only warm-start the level above, whose finest level
-/// certifies the result: the float64 certificate and plan values over every pair of a
-/// 2,048-cell level cost 1.5 ms of GPU time, twenty-second session). The Summary's
-/// marginal_error and plan values are NaN; kConverged means the residual met the tolerance. An
-/// unbalanced problem gets the full dense solve.
+/// `problem` (options.precision, unset: the data's natural precision, as before), stopped on the
+/// engine's residual alone, with no certificate and no plan values for a balanced problem (its
+/// potentials only warm-start the level above, whose finest level certifies the result: the
+/// float64 certificate and plan values over every pair of a 2,048-cell level cost 1.5 ms of GPU
+/// time, twenty-second session). The Summary's marginal_error and plan values are NaN;
+/// kConverged means the residual met the tolerance. An unbalanced problem gets the full dense
+/// solve.
 template <class T>
 SinkhornSummary solve_coarsest(const Context& ctx, const Problem<T>& problem,
-                               const SinkhornOptions& options, Precision precision,
-                               Potentials<T>* pot);
+                               const SinkhornOptions& options, Potentials<T>* pot);
 
 }  // namespace kantor::multiscale

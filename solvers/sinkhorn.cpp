@@ -293,9 +293,9 @@ class CoarseCorrection {
 // holds vectors of sizes n and m). `self_problem`: the oracle's problem is a self-problem (y = x,
 // b = a, same labels, symmetric table): from f = g (a cold start) the symmetric schedule's two
 // sides are one computation, so only the f side runs and g copies it.
-template <class T>
 // residual_only: stop on the engine's residual alone, with no certificate and no plan values
 // (multiscale::solve_coarsest: potentials that only warm-start a finer level).
+template <class T>
 SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsilon,
                              const SinkhornOptions& options, Potentials<T>* pot,
                              Clock::time_point t_start, bool self_problem = false,
@@ -696,34 +696,15 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   oracle.marginal_error(e, f, g, scalars.data());
   oracle.dual_value(f, g, scalars.data() + 1);
   const std::vector<double> head = to_host(ctx, scalars.cview());
+  // No plan values and no certificate when residual_only (cert stays NaN).
   std::vector<double> st(3, std::numeric_limits<double>::quiet_NaN());
-  if (residual_only) {
-    // No plan values, no certificate (cert stays NaN): the residual and the dual cost only.
-    s.residual = head[0];
-    s.epsilon_reached = last_eps;
-    s.dual_cost = head[1];
-    pot->epsilon = last_eps;
-    if (!(std::isfinite(s.residual) && std::isfinite(s.dual_cost)) &&
-        s.termination != TerminationType::kNumericalFailure) {
-      s.termination = TerminationType::kNumericalFailure;
-      s.message = "non-finite residual or dual cost at the end of the solve";
-    }
-    if (options.record_iterations &&
-        (s.records.empty() || s.records.back().iteration != s.iterations))
-      s.records.push_back(IterationRecord{s.iterations, last_eps, s.residual,
-                                          std::numeric_limits<double>::quiet_NaN(),
-                                          seconds_since(t_start)});
-    s.seconds_costs = seconds_since(t_costs);
-    s.seconds_total = seconds_since(t_start);
-    return s;
-  }
-  {
+  if (!residual_only) {
     Buffer<double> stats(ctx, 3);
     oracle.plan_statistics(e, f, g, stats.data());
     st = to_host(ctx, stats.cview());
   }
   // The certificate of the returned potentials (already evaluated when the last check did it).
-  if (cert_iteration != s.iterations) {
+  if (!residual_only && cert_iteration != s.iterations) {
     cert = oracle.certify(last_eps, f, g);
     ++s.certificates;
   }
@@ -755,7 +736,8 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   // eps (m_a m_b - sum P); the dual adds the same mass term to its potential part (dual_value:
   // <a, rho (1 - exp(-f / rho))> per relaxed side); the primal adds rho KL(P 1 | a) and
   // rho KL(P^T 1 | b) of the returned plan for each relaxed side.
-  if (s.unbalanced()) set_unbalanced_values(ctx, oracle, last_eps, f, g, head[1], st[0], st[2], &s);
+  if (s.unbalanced() && !residual_only)
+    set_unbalanced_values(ctx, oracle, last_eps, f, g, head[1], st[0], st[2], &s);
   pot->epsilon = last_eps;
   if (last_eps != epsilon) {
     std::ostringstream os;
@@ -769,9 +751,15 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
       (s.records.empty() || s.records.back().iteration != s.iterations))
     s.records.push_back(
         IterationRecord{s.iterations, last_eps, s.residual, cert.bound, seconds_since(t_start)});
-  if (s.termination != TerminationType::kNumericalFailure &&
-      !(std::isfinite(s.marginal_error) && std::isfinite(s.dual_cost) &&
-        std::isfinite(s.primal_cost))) {
+  if (residual_only) {
+    if (s.termination != TerminationType::kNumericalFailure &&
+        !(std::isfinite(s.residual) && std::isfinite(s.dual_cost))) {
+      s.termination = TerminationType::kNumericalFailure;
+      s.message = "non-finite residual or dual cost at the end of the solve";
+    }
+  } else if (s.termination != TerminationType::kNumericalFailure &&
+             !(std::isfinite(s.marginal_error) && std::isfinite(s.dual_cost) &&
+               std::isfinite(s.primal_cost))) {
     s.termination = TerminationType::kNumericalFailure;
     s.message = std::string("could not compute ") +
                 (!std::isfinite(s.marginal_error) ? "the certificate (marginal error)"
@@ -781,7 +769,8 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
   }
   // Guard: a converged solve whose final certificate (at another eps only if annealing was cut
   // short, which cannot converge) exceeds the tolerance would be a lie; never report it.
-  if (s.termination == TerminationType::kConverged && !(s.marginal_error <= s.tolerance)) {
+  if (!residual_only && s.termination == TerminationType::kConverged &&
+      !(s.marginal_error <= s.tolerance)) {
     s.termination = TerminationType::kMaxIterations;
     s.message += "; but the final certificate exceeds the tolerance";
   }
@@ -835,6 +824,19 @@ bool is_self_problem(const Problem<T>& problem) {
   for (std::int64_t i = 0; i < a.size; ++i)
     if (!(a[i] == b[i])) return false;
   return true;
+}
+
+// The dense solve of `problem` on its oracle: a self-problem (y = x, b = a) runs the symmetric
+// schedule from f = g, as the divergence's self-terms do (under alternating updates f_i - g_i
+// decays very slowly, docs/numerics.md).
+template <class T>
+SinkhornSummary run_dense(const Context& ctx, Oracle<T>& oracle, const Problem<T>& problem,
+                          const SinkhornOptions& options, Potentials<T>* pot,
+                          Clock::time_point t0, bool residual_only = false) {
+  SinkhornOptions run = options;
+  const bool self_problem = options.symmetric_self_problems && is_self_problem(problem);
+  if (self_problem) run.schedule = Schedule::kSymmetric;
+  return run_sinkhorn(ctx, oracle, problem.epsilon, run, pot, t0, self_problem, residual_only);
 }
 
 // Whether `options` send this solve to the multiscale solver; *why says so for the Summary.
@@ -893,19 +895,13 @@ SinkhornSummary SinkhornSolver<T>::solve_from(const SinkhornOptions& options, Po
   check_options(options);
   check_precision(options, precision_);
   Potentials<T> local;
-  // A self-problem (y = x, b = a) runs the symmetric schedule from f = g, as the divergence's
-  // self-terms do: under alternating updates f_i - g_i decays very slowly (docs/numerics.md).
   std::string why;
   if (use_multiscale(problem_, options, pot, &why)) {
     SinkhornSummary s = multiscale::solve(*ctx_, problem_, options, precision_, pot ? pot : &local, t0);
     if (!why.empty()) s.solver_note = why + "; " + s.solver_note;
     return s;
   }
-  SinkhornOptions run_options = options;
-  const bool self_problem = options.symmetric_self_problems && is_self_problem(problem_);
-  if (self_problem) run_options.schedule = Schedule::kSymmetric;
-  SinkhornSummary s = run_sinkhorn(*ctx_, *oracle_, problem_.epsilon, run_options,
-                                   pot ? pot : &local, t0, self_problem);
+  SinkhornSummary s = run_dense(*ctx_, *oracle_, problem_, options, pot ? pot : &local, t0);
   s.solver_note = why;
   return s;
 }
@@ -1072,23 +1068,18 @@ namespace multiscale {
 
 template <class T>
 SinkhornSummary solve_coarsest(const Context& ctx, const Problem<T>& problem,
-                               const SinkhornOptions& options, Precision precision,
-                               Potentials<T>* pot) {
+                               const SinkhornOptions& options, Potentials<T>* pot) {
   const auto t0 = Clock::now();
   check_options(options);
-  check_precision(options, precision);
-  const std::unique_ptr<Oracle<T>> oracle = make_oracle(ctx, problem, precision);
-  SinkhornOptions run = options;
-  const bool self_problem = options.symmetric_self_problems && is_self_problem(problem);
-  if (self_problem) run.schedule = Schedule::kSymmetric;
-  return run_sinkhorn(ctx, *oracle, problem.epsilon, run, pot, t0, self_problem,
-                      !problem.unbalanced());
+  const std::unique_ptr<Oracle<T>> oracle =
+      make_oracle(ctx, problem, options.precision.value_or(natural_precision<T>()));
+  return run_dense(ctx, *oracle, problem, options, pot, t0, !problem.unbalanced());
 }
 
 template SinkhornSummary solve_coarsest(const Context&, const Problem<float>&,
-                                        const SinkhornOptions&, Precision, Potentials<float>*);
+                                        const SinkhornOptions&, Potentials<float>*);
 template SinkhornSummary solve_coarsest(const Context&, const Problem<double>&,
-                                        const SinkhornOptions&, Precision, Potentials<double>*);
+                                        const SinkhornOptions&, Potentials<double>*);
 
 }  // namespace multiscale
 

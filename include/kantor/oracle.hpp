@@ -95,8 +95,8 @@ struct ScreenDescent {
   /// masks after it (keys whose mask it emptied keep a zero mask), `box_masks` the box stage's
   /// (when asked), and the atom pairs it evaluated and dropped with their mass bound
   /// (sum of mass_I mass_J e^(max / eps), max the pair's Oracle::atom_pair_maxima value or an
-  /// engine's upper bound of it: the CUDA engine's fp32 pre-scan reports a bound at most about
-  /// 1e-6 above it, lib/cuda/screen_descent.cu).
+  /// engine's upper bound of it: the CUDA engine's fp32 pre-scan reports a bound at most
+  /// 0.01 eps above it, lib/cuda/screen_descent.cu).
   bool points_done = false;
   std::vector<std::uint64_t> box_masks;
   std::int64_t point_tests = 0, point_drops = 0;

@@ -192,7 +192,7 @@ struct RefinePass {
   // The fp32 pre-scan's operands (d <= 3; fast_operands): per row (alpha, xi), per key (beta,
   // gamma), and its error bound and the float64 scan's magnitude (fast_error).
   const float4 *rows4, *keys4;
-  const double* fast;  // [0] E, [1] mag
+  const double* fast;  // [0] E, [1] mag, [2] the gauge f_o
 };
 
 /// One block per block pair (grid-stride), its set bits dealt to the warps in turn; a warp takes
@@ -221,13 +221,19 @@ constexpr int kStageKeys = 64;
 /// = sum_k (max |xi_k| + max |eta_k|)^2 and F = max |f_i - f_o| + max |g_j + f_o| over all weighted
 /// points (fast_error), so the largest computed score M bounds the true largest within E.
 /// Verdicts, each the one the float64 scan (and Oracle::atom_pair_maxima) reaches: kept when
-/// some computed score less E reaches keep_at (a true score does); dropped when M + E is below
-/// keep_at by more than the float64 scan's own allowance and rounding (2 maxima_allowance(mag) +
-/// 2^-46 (mag + |keep_at|), mag = max |f| + max |g|), with *top = M + E (-inf without a pair of
-/// positive weight): an upper bound of the true largest score, above the float64 scan's value by
-/// at most about 2 E (the dropped mass a little larger, never smaller); undecided otherwise (the
-/// float64 scan decides).
+/// some computed score less E reaches keep_at plus the float64 scan's rounding margin (2^-46 (2
+/// mag + |keep_at|), mag = max |f| + max |g|: a true score does, and the float64 scan's value
+/// with its allowance); dropped when M + E is below keep_at by more than the float64 scan's
+/// allowance and that margin, with *top = M + E: an upper bound of the true largest score, above
+/// the float64 scan's value by at most about 2 E (the dropped mass a little larger, never
+/// smaller; drops only while 2 E <= kFastMaxSlack eps); undecided otherwise (the float64 scan
+/// decides: also every pair without a finite score, and every pair when E or mag is not finite).
 enum class FastVerdict { kKept, kDropped, kUndecided };
+
+/// The pre-scan drops pairs only while 2 E <= kFastMaxSlack eps: its bound of a dropped pair then
+/// exceeds the float64 maximum by at most that much, so the dropped mass grows by at most
+/// e^0.01 - 1 (about 1%) over the float64 stage's.
+constexpr double kFastMaxSlack = 0.01;
 
 template <int D, class T>
 __device__ FastVerdict fast_scan(const RefinePass<T>& p, std::int64_t i0, int nr, std::int64_t j0,
@@ -246,6 +252,13 @@ __device__ FastVerdict fast_scan(const RefinePass<T>& p, std::int64_t i0, int nr
   for (int jj = lane; jj < nk; jj += 32) keys[jj] = p.keys4[j0 + jj];
   __syncwarp();
   const double E = p.fast[0], mag = p.fast[1];
+  // A potential or operand out of range (E or mag not finite): the float64 scan decides.
+  if (!(E < HUGE_VAL && mag < HUGE_VAL)) return FastVerdict::kUndecided;
+  // The float64 scan's rounding beside its allowance: a kept verdict needs its value to reach
+  // keep_at with this margin (then the float64 scan keeps the pair too), a drop its allowance
+  // and this margin below.
+  const double margin = 0x1.0p-46 * (2 * mag + fabs(p.keep_at));
+  const double keep_from = p.keep_at + margin + E;
   float best = -HUGE_VALF;
   for (int jj = 0; jj < nk; ++jj) {
     const float4 k = keys[jj];
@@ -257,18 +270,17 @@ __device__ FastVerdict fast_scan(const RefinePass<T>& p, std::int64_t i0, int nr
       for (int e = 0; e < D; ++e) z = fmaf(xi[r][e], gam[e], z);
       best = fmaxf(best, z);
     }
-    if ((jj & 7) == 7 && __any_sync(0xffffffffu, double(best) - E >= p.keep_at))
+    if ((jj & 7) == 7 && __any_sync(0xffffffffu, double(best) >= keep_from))
       return FastVerdict::kKept;
   }
   for (int o = 16; o > 0; o >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, o));
   const double M = double(best);
-  if (M - E >= p.keep_at) return FastVerdict::kKept;
-  if (M == -HUGE_VAL) {  // no pair of positive weight
-    *top = -HUGE_VAL;
-    return FastVerdict::kDropped;
-  }
-  const double guard = 2 * maxima_allowance(mag) + 0x1.0p-46 * (mag + fabs(p.keep_at));
-  if (M + E < p.keep_at - guard) {
+  if (M >= keep_from) return FastVerdict::kKept;
+  // No finite score (no pair of positive weight, or operands that overflowed), or a bound whose
+  // slack would grow the dropped mass by more than e^(2 E / eps) > 1.01 (small eps): the float64
+  // scan decides.
+  if (M == -HUGE_VAL || !(2 * E <= kFastMaxSlack * p.eps)) return FastVerdict::kUndecided;
+  if (M + E < p.keep_at - 2 * maxima_allowance(mag) - margin) {
     *top = M + E;
     return FastVerdict::kDropped;
   }
