@@ -67,8 +67,20 @@ class OracleBase : public Oracle<T> {
   bool update_g_certified(double eps, const T* f, const T* g, double relax, T* g_next,
                           CertificateSide* old_pair, CertificateSide* new_pair) override {
     if (!update_g_certified_applies() || !g_next) return false;
-    column_pass(eps, f, g, relax, g_next, old_pair, new_pair);
+    certified_pass(1, eps, f, g, relax, g_next, old_pair, new_pair);
     return std::isfinite(new_pair->extra) && std::isfinite(new_pair->error);
+  }
+  bool update_f_certified(double eps, const T* f, const T* g, double relax, T* f_next,
+                          CertificateSide* old_pair, CertificateSide* new_pair) override {
+    if (!certify_next_applies() || !f_next) return false;
+    certified_pass(0, eps, f, g, relax, f_next, old_pair, new_pair);
+    return std::isfinite(new_pair->extra) && std::isfinite(new_pair->error);
+  }
+  Certificate certificate_of(double eps, const CertificateSide& rows,
+                             const CertificateSide& cols) const override {
+    Certificate c = certificate_bound(rows, cols, n_, m_, d_, eps);
+    c.fp32 = true;
+    return c;
   }
 
   // The plain updates are the relaxed update at w = 1 (bit for bit: the engines' blend returns
@@ -163,10 +175,11 @@ class OracleBase : public Oracle<T> {
                                    T* f_next = nullptr,
                                    double rows_stop = std::numeric_limits<double>::infinity(),
                                    const CertificateSide* cols = nullptr) = 0;
-  /// update_g_certified's pass: the fp32 column side over the g-side list (every column when
-  /// none) with g_next_j = g_j - relax eps ln S_j and both pairs' sides (next_update).
-  virtual void column_pass(double eps, const T* f, const T* g, double relax, T* g_next,
-                           CertificateSide* old_pair, CertificateSide* new_pair) = 0;
+  /// update_f_certified's (side 0) and update_g_certified's (side 1) pass: the fp32 side over
+  /// that side's list (every key when none) with next_i = p_i - relax eps ln S_i and both pairs'
+  /// sides (next_update; the row side with its plan statistics).
+  virtual void certified_pass(int side, double eps, const T* f, const T* g, double relax,
+                              T* next, CertificateSide* old_pair, CertificateSide* new_pair) = 0;
   /// The rows-only result of certify_pass (the column side skipped).
   /// relaxed_update's side argument: 0 (f) or 1 (g), else InvalidArgument.
   static void check_update_side(int side) {

@@ -686,28 +686,131 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   double tail = std::numeric_limits<double>::quiet_NaN();
   const std::int64_t budget = std::max<std::int64_t>(1, options.max_iterations - s.iterations);
   if (!dense_fine) s.termination = TerminationType::kMaxIterations;
-  // The finest level's potentials on the host as of iteration host_at (-1: none): the drift
-  // checks, the final certificate's drift and the results read one download (two arrays of n
-  // and m at 2^20 points each cost the GPU machine's host milliseconds).
+  // The finest level's potentials on the host, current while host_fresh (every write to f or g
+  // clears it): the drift checks, the final certificate's drift and the results read one
+  // download (two arrays of n and m at 2^20 points each cost the GPU machine's host
+  // milliseconds).
   detail::UninitVector<double> fh, gh;
-  std::int64_t host_at = -1;
+  bool host_fresh = false;
   auto potentials_on_host = [&]() {
-    if (host_at == fine_iterations) return;
+    if (host_fresh) return;
     fh = download(ctx, f, threads);
     gh = download(ctx, g, threads);
-    host_at = fine_iterations;
+    host_fresh = true;
   };
+  // The verdict on a certificate of (f, g) as the buffers hold them: certified when its bound
+  // plus the truncation's tail is within the tolerance. The drift (a download) only where the
+  // bound alone is; where the drift exceeds the slack the mask is rebuilt from these potentials
+  // instead (the lists change: sides evaluated before no longer apply). *judged receives the
+  // bound plus the tail when the drift was computed, else stays as it is.
+  enum class Verdict { kFailed, kCertified, kRebuilt };
+  auto judge = [&](const Certificate& c, double* judged) {
+    ++level_certs;
+    fp32_certs += c.fp32 ? 1 : 0;
+    ++s.certificates;
+    if (!(c.bound <= s.tolerance)) return Verdict::kFailed;
+    potentials_on_host();
+    const double drift =
+        max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
+    if (drift > mo.slack * eps) {
+      fb = fh;
+      gb = gh;
+      build_mask();
+      oracle->set_block_lists(&sc.f_side, &sc.g_side);
+      phase.end("lists");
+      ++s.mask_rebuilds;
+      return Verdict::kRebuilt;
+    }
+    const double t = 2 * sc.dropped_mass * std::exp(drift / eps);
+    *judged = c.bound + t;
+    if (!(c.bound + t <= s.tolerance)) return Verdict::kFailed;
+    tail = t;
+    cert = c;
+    return Verdict::kCertified;
+  };
+  CertificateSide rows_new;  // the row side of (f, g) after a certified f update
   while (!dense_fine && fine_iterations < budget) {
     if (ctx.cancel_requested()) {
       s.termination = TerminationType::kUserAbort;
       s.message = "cancelled";
       break;
     }
+    host_fresh = false;  // every iteration writes f or g
     // One alternating iteration, over-relaxed: pot <- (1 - w) pot + w T(other) (f already
     // updated when a failed certificate try made its update). The engine's own passes (coarse
     // levels; the finest where the certificate's column side is not the g update) as one
     // recorded step (Oracle::repeat: one CUDA graph launch instead of 4 to 6 while w stays).
-    if (!f_ready && !(g_certified && with_next)) {
+    bool paired = false;              // this iteration's half steps through certificate sides
+    bool paired_certified = false;    // and one of them certified its pair (f, g as they are)
+    bool paired_judged = false;       // a certificate judged (whatever the verdict)
+    double paired_error = std::numeric_limits<double>::quiet_NaN();
+    if (!f_ready && g_certified && with_next) {
+      // The finest level's half steps through the certificate's sides: each side's pass
+      // returns the side of the pair before its update and of the pair after it
+      // (update_f_certified, update_g_certified), so the f step completes the certificate of
+      // (f, g) when the last g step gave its column side, and the g step that of (f_new, g):
+      // a certificate after either half step without a pass of its own (docs/multiscale.md,
+      // "The certificate"). The f side runs with the plan's statistics, dearer than the
+      // engine's update (H100, 2^20 points: 35 against 25 ms): once the residual is near the
+      // tolerance, the engine's update before (on the level's first iteration too: at 2^20 and
+      // 2^17 points the lift's (f_1, g_0) missed the tolerance, 0.240 -> 0.252 s at 2^20).
+      paired = true;
+      bool rows_known = false;  // rows_new is the row side of (f, g)
+      if (residual <= kTryWithNext * s.tolerance) {
+        const auto t_rows = Clock::now();
+        CertificateSide rows_old;
+        const bool ok = oracle->update_f_certified(eps, f.data(), g.data(), w, next_f.data(),
+                                                   &rows_old, &rows_new);
+        seconds_cert += seconds_since(t_rows);
+        ++s.fine_updates;
+        phase.end("certificate");
+        if (ok) {
+          Verdict v = Verdict::kFailed;
+          if (have_cols) {
+            paired_judged = true;
+            v = judge(oracle->certificate_of(eps, rows_old, cols_new), &paired_error);
+          }
+          paired_certified = v == Verdict::kCertified;
+          if (!paired_certified) {
+            ops.axpby(1.0, as_matrix(next_f), 0.0, as_matrix(f, false));
+            host_fresh = false;
+            rows_known = v != Verdict::kRebuilt;
+          }
+        } else {
+          // A row sum out of range: the engine's update (f untouched by the declined pass).
+          oracle->relaxed_update(0, T(eps), T(w), g.data(), f.data(), nullptr);
+        }
+      } else {
+        oracle->relaxed_update(0, T(eps), T(w), g.data(), f.data(), nullptr);
+        ++s.fine_updates;
+      }
+      have_cols = false;
+      if (!paired_certified) {
+        const bool cols =
+            oracle->update_g_certified(eps, f.data(), g.data(), w, next_g.data(), &cols_old,
+                                       &cols_new);
+        ++s.fine_updates;
+        if (cols) {
+          residual = cols_old.error;  // the column error of (f, g_old), as update_g's residual
+          Verdict v = Verdict::kFailed;
+          if (rows_known) {
+            paired_judged = true;
+            v = judge(oracle->certificate_of(eps, rows_new, cols_old), &paired_error);
+          }
+          paired_certified = v == Verdict::kCertified;
+          if (!paired_certified) {
+            ops.axpby(1.0, as_matrix(next_g), 0.0, as_matrix(g, false));
+            host_fresh = false;
+            have_cols = v != Verdict::kRebuilt;
+          }
+        } else {
+          // A column sum out of range: the engine's passes and certify_kept from now.
+          g_certified = false;
+          oracle->relaxed_update(1, T(eps), T(w), f.data(), g.data(), scalars.data());
+          residual = to_host(ctx, scalars.cview())[0];
+        }
+      }
+    } else if (!f_ready && !(g_certified && with_next)) {
       const std::uint64_t key = detail::step_key({eps, w}, {f.data(), g.data(), scalars.data()});
       oracle->repeat(1, key, [&] {
         oracle->relaxed_update(0, T(eps), T(w), g.data(), f.data(), nullptr);
@@ -828,6 +931,32 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       s.message = os.str();
       stop = true;
     } else if (coarse_level) {
+    } else if (paired) {
+      rec.certified_error = paired_error;
+      if (paired_certified) {
+        s.termination = TerminationType::kConverged;
+        cert_iteration = fine_iterations;
+        std::ostringstream os;
+        os << "certified marginal error " << std::setprecision(3) << cert.bound + tail
+           << " <= tolerance " << s.tolerance << " (kept pairs " << cert.bound
+           << ", truncation " << tail << ")";
+        s.message = os.str();
+        stop = true;
+      } else if (paired_judged) {
+        // Failed certificates near the tolerance: after kMaxFailedTries the engine's passes and
+        // certify_kept (its float64 fallback), as a failed try of certify_kept_next below.
+        if (residual <= kTryWithNext * s.tolerance && ++failed_tries >= kMaxFailedTries)
+          with_next = false;
+        if (residual <= 0.5 * s.tolerance && ++failed_certs >= 10) {
+          s.termination = TerminationType::kRoundingFloor;
+          std::ostringstream os;
+          os << "not converged: the engine's residual " << std::setprecision(3) << residual
+             << " met the tolerance but the certified error stayed above " << s.tolerance
+             << " (the rounding floor of " << to_string(s.precision) << " at this eps)";
+          s.message = os.str();
+          stop = true;
+        }
+      }
     } else if (residual <= (with_next ? kTryWithNext : kTryWithout) * s.tolerance ||
                fine_iterations == budget) {
       potentials_on_host();
@@ -863,6 +992,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         if (!certified && cert.next_written) {
           // The try's row side is the next f update: f <- (1 - w) f + w T(g).
           ops.axpby(w, as_matrix(next_f), 1 - w, as_matrix(f, false));
+          host_fresh = false;
           f_ready = true;
           ++s.fine_updates;
           cert_iteration = -1;  // f moved on: the final certificate is of the new pair
@@ -996,7 +1126,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   } else {
     // The finest level's last download where it is current (the loop and the certificate above
     // leave f and g as they were read); the dense fallback's potentials afresh.
-    if (dense_fine) host_at = -1;
+    if (dense_fine) host_fresh = false;
     potentials_on_host();
     const detail::UninitVector<double>&fs = fh, &gs = gh;
     // Every entry written by the scatter (ox, oy are permutations): no zero fill.

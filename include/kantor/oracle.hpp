@@ -327,6 +327,28 @@ class Oracle {
     (void)eps, (void)f, (void)g, (void)relax, (void)g_next, (void)old_pair, (void)new_pair;
     return false;
   }
+  /// update_f through the certificate's row side, where certify_next_applies() (every row of
+  /// positive weight: the caller's duty): update_g_certified's mirror. Sums S_i = sum_j b_j
+  /// exp((f_i + g_j - C_ij) / eps) over the f-side list on the caller's coordinates, writes
+  /// f_next_i = f_i - relax eps ln S_i (f_next must not alias f or g), and returns the row sides,
+  /// plan statistics included, of (f, g) (*old_pair) and of (f_next, g) (*new_pair). With the
+  /// column side of the same pair from update_g_certified, certificate_of gives the pair's
+  /// certificate without a pass of its own. Returns false, nothing usable written, where it does
+  /// not apply or an S_i is not positive and finite (then update_f). Synchronizes.
+  virtual bool update_f_certified(double eps, const T* f, const T* g, double relax, T* f_next,
+                                  CertificateSide* old_pair, CertificateSide* new_pair) {
+    (void)eps, (void)f, (void)g, (void)relax, (void)f_next, (void)old_pair, (void)new_pair;
+    return false;
+  }
+  /// The certificate of one pair (f, g) from its row side and its column side as
+  /// update_f_certified and update_g_certified return them (both of the same f and g, over the
+  /// current block lists): the bound certify_kept's fp32 path computes from them. Engines without
+  /// those updates return no certificate (bound NaN).
+  virtual Certificate certificate_of(double eps, const CertificateSide& rows,
+                                     const CertificateSide& cols) const {
+    (void)eps, (void)rows, (void)cols;
+    return Certificate();
+  }
 
   /// The multiscale screen's second stage (docs/multiscale.md): `pairs` holds K pairs (I, J) of
   /// atoms of `atom` points (x points [I atom, min(n, (I + 1) atom)), y points likewise; 2 K

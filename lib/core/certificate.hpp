@@ -287,13 +287,16 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double p, double rho_in
 /// it: the new row sum is S phi, phi = exp(a), a = (*next - p) / eps from the stored value, and
 /// its rounding bound `slack` (the old row's w |S - S^| bound) times phi, plus (1e-14 + 1e-15 |a|)
 /// of the row's new mass for phi's own rounding in double (a's subtraction and division, 2^-52
-/// |a|, exp's ulp and the product: below 4.5e-16 (|a| + 2)). Returns 0, or +inf when S is not
-/// positive and finite (*next untouched, +inf added to side->extra): the side's bound is then
-/// +inf and its updates unusable.
+/// |a|, exp's ulp and the product: below 4.5e-16 (|a| + 2)). `cost` and `pot` are the old row's
+/// plan statistics (sum_j e_ij C_ij and sum_j e_ij (p + p_j), e_ij the terms of S): the new
+/// row's are phi cost and phi (pot + (*next - p) S) (its terms are e_ij phi; statistics only,
+/// outside the bound). Returns 0, or +inf when S is not positive and finite (*next untouched,
+/// +inf added to side->extra): the side's bound is then +inf and its updates unusable.
 template <class T>
 KANTOR_HOST_DEVICE inline double next_update(double p, double sum, double eps, double relax,
                                              double w, double slack, T* next,
-                                             CertificateSide* side) {
+                                             CertificateSide* side, double cost = 0.0,
+                                             double pot = 0.0) {
   if (!(sum > 0) || !(sum < HUGE_VAL)) {
     if (side) side->extra += HUGE_VAL;
     return HUGE_VAL;
@@ -305,6 +308,8 @@ KANTOR_HOST_DEVICE inline double next_update(double p, double sum, double eps, d
     const double phi = exp(a);
     CertificateRow row;
     row.sum = sum * phi;
+    row.cost = cost * phi;
+    row.pot = phi * (pot + (double(v) - p) * sum);
     certificate_row(w, double(v), 0.0, row, side);
     side->extra += slack * phi + (1e-14 + 1e-15 * fabs(a)) * w * row.sum;
   }

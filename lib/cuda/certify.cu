@@ -348,17 +348,19 @@ __global__ void __launch_bounds__(kRows / R, 12)
     const double slack = fast_row_slack(kModel, wi, sum[r], weighted[r], a_max[r], 0.0,
                                         p.key_mass, double(p.nk));
     s.extra += slack;
-    // The updates: certify_kept_next's on the row side (which runs with statistics),
+    // The updates: the row side's (which runs with statistics: certify_kept_next, and
+    // update_f_certified with the new pair's side and its statistics when out_next is set),
     // update_g_certified's with the new pair's side on the column side (kNext).
     if (kStats && p.next)
-      s.extra += next_update(double(fi[r]), sum[r], p.eps, 1.0, wi, slack,
-                             p.next + row0 + t + r * kT, static_cast<CertificateSide*>(nullptr));
+      s.extra += next_update(double(fi[r]), sum[r], p.eps, p.relax, wi, slack,
+                             p.next + row0 + t + r * kT, p.out_next ? &s_next : nullptr,
+                             cost[r], pot[r]);
     if (kNext)
       s.extra += next_update(double(fi[r]), sum[r], p.eps, p.relax, wi, slack,
                              p.next + row0 + t + r * kT, &s_next);
   }
   add_side(s, p.out);
-  if (kNext) add_side(s_next, p.out_next);
+  if (kNext || (kStats && p.next && p.out_next)) add_side(s_next, p.out_next);
 }
 
 // Rows per thread of the fp32 certificate: 2 (two rows share each staged key's reads and the

@@ -276,17 +276,19 @@ class CpuOracle final : public OracleBase<T> {
     c.next_written = next;
     return c;
   }
-  void column_pass(double eps, const T* f, const T* g, double relax, T* g_next,
-                   CertificateSide* old_pair, CertificateSide* new_pair) override {
+  void certified_pass(int side, double eps, const T* f, const T* g, double relax, T* next,
+                      CertificateSide* old_pair, CertificateSide* new_pair) override {
     *new_pair = CertificateSide();
-    // Guard: the fp32 side's domain (update_g_certified_applies says it holds).
+    // Guard: the fp32 side's domain (the *_certified_applies say it holds).
     if (!this->fp32_certificate_applies()) {
       *old_pair = CertificateSide();
       new_pair->extra = HUGE_VAL;
       return;
     }
-    *old_pair = certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(), n(),
-                                  this->block_list(1), g_next, relax, new_pair);
+    *old_pair = side == 0 ? certify_side_fast(0, eps, x_ref_, y_ref_, a_ref_, b_ref_, f, g, n(),
+                                              m(), this->block_list(0), next, relax, new_pair)
+                          : certify_side_fast(1, eps, y_ref_, x_ref_, b_ref_, a_ref_, g, f, m(),
+                                              n(), this->block_list(1), next, relax, new_pair);
   }
 
  private:
@@ -424,7 +426,8 @@ class CpuOracle final : public OracleBase<T> {
         s.extra += slack;
         if (next)
           s.extra += next_update(double(pq[i0 + r]), row.sum, eps, relax, w, slack, next + i0 + r,
-                                 next_side ? &next_part[std::size_t(blk)] : nullptr);
+                                 next_side ? &next_part[std::size_t(blk)] : nullptr, row.cost,
+                                 row.pot);
       }
       part[std::size_t(blk)] = s;
     });

@@ -759,23 +759,24 @@ class CudaOracle final : public OracleBase<T> {
       }
     }
   }
-  void column_pass(double eps, const T* f, const T* g, double relax, T* g_next,
-                   CertificateSide* old_pair, CertificateSide* new_pair) override {
+  void certified_pass(int side, double eps, const T* f, const T* g, double relax, T* next,
+                      CertificateSide* old_pair, CertificateSide* new_pair) override {
     constexpr int kOut = cuda::kCertifyOutputs;
     cuda::CertifySide<T> rows, cols;
     certify_sides(eps, f, g, true, true, &rows, &cols);
-    cols.next = g_next;
-    cols.relax = relax;
-    cols.out_next = cert_out_.data() + 2 * kOut;
-    // Guard: only the fp32 kernel writes the update (update_g_certified_applies says it runs).
-    if (!cuda::certify_fast_applies(cols)) {
+    cuda::CertifySide<T>& p = side == 0 ? rows : cols;
+    p.next = next;
+    p.relax = relax;
+    p.out_next = cert_out_.data() + 2 * kOut;
+    // Guard: only the fp32 kernel writes the update (the *_certified_applies say it runs).
+    if (!cuda::certify_fast_applies(p)) {
       *old_pair = *new_pair = CertificateSide();
       new_pair->extra = HUGE_VAL;
       return;
     }
-    cuda::launch_certify_side(cols, stream_);
+    cuda::launch_certify_side(p, stream_);
     const std::vector<double> h = to_host(ctx_, cert_out_.cview());  // synchronizes
-    *old_pair = side_of(h, kOut);
+    *old_pair = side_of(h, side == 0 ? 0 : kOut);
     *new_pair = side_of(h, 2 * kOut);
   }
   /// One side's sums from the downloaded outputs (offset o: 0 rows, kCertifyOutputs columns).

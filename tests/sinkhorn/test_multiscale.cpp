@@ -818,6 +818,61 @@ void check_certify_next(Backend backend) {
     EXPECT_NEAR(given.computed, exact.computed, given.slack + exact.slack);
     EXPECT_EQ(to_host(ctx, fn.cview()), to_host(ctx, fn2.cview()));
   }
+  // update_f_certified, the mirror: f's update through the certificate's row side (relaxed
+  // too), the row sides of (f, g) and of (f_next, g) with their plan statistics; with the
+  // column side of the same pair from update_g_certified, certificate_of is that pair's
+  // certificate: an upper bound of the float64 kept-pair error, its plan values the float64
+  // ones.
+  Buffer<float> fp(ctx, n);
+  std::vector<float> fph(f0);
+  for (std::int64_t i = 0; i < n; ++i)
+    fph[std::size_t(i)] += float(0.05 * eps * std::cos(double(i)));
+  copy(ctx, VectorView<const float>{fph.data(), n, MemorySpace::kHost}, fp.view());
+  for (const double relax : {1.0, 1.5}) {
+    SCOPED_TRACE(relax);
+    Buffer<float> fn(ctx, n), gs(ctx, m), gs2(ctx, m);
+    CertificateSide old_rows, new_rows, cols_old, cols_new, cols_fp, unused;
+    ASSERT_TRUE(oracle->update_f_certified(eps, fp.data(), g.data(), relax, fn.data(),
+                                           &old_rows, &new_rows));
+    const std::vector<float> fnh = to_host(ctx, fn.cview());
+    double fworst = 0, rows_error = 0;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double ft = listed_c_transform(dp, kf, gh, 0, i, eps);  // T(g)_i
+      const double old_f = double(fph[std::size_t(i)]);
+      rows_error += dp.a[std::size_t(i)] * std::fabs(std::expm1((old_f - ft) / eps));
+      const double want = old_f + relax * (ft - old_f);
+      fworst = std::max(fworst, std::fabs(double(fnh[std::size_t(i)]) - want) /
+                                    (relax * eps * 1e-5 + 4 * std::fabs(want) * 0x1.0p-24));
+    }
+    EXPECT_LE(fworst, 1.0) << "worst f update error in units of its allowance";
+    EXPECT_GT(rows_error, 1e-3);
+    EXPECT_NEAR(old_rows.error, rows_error, old_rows.extra) << "the update's residual";
+    EXPECT_LT(old_rows.extra, 0.1 * rows_error);
+    // Both pairs' certificates from the sides against the float64 certificate of that pair.
+    ASSERT_TRUE(oracle->update_g_certified(eps, fn.data(), g.data(), 1.0, gs.data(), &cols_old,
+                                           &cols_new));
+    ASSERT_TRUE(oracle->update_g_certified(eps, fp.data(), g.data(), 1.0, gs2.data(), &cols_fp,
+                                           &unused));
+    const struct {
+      const char* name;
+      const CertificateSide& rows;
+      const CertificateSide& cols;
+      const Buffer<float>& f;
+    } pairs[] = {{"(f_next, g)", new_rows, cols_old, fn}, {"(f, g)", old_rows, cols_fp, fp}};
+    for (const auto& pr : pairs) {
+      SCOPED_TRACE(pr.name);
+      const Certificate sides = oracle->certificate_of(eps, pr.rows, pr.cols);
+      const Certificate exact = oracle->certify_kept(eps, pr.f.data(), g.data(), 0.0);
+      ASSERT_TRUE(sides.fp32 && !exact.fp32);
+      EXPECT_GE(sides.bound, exact.computed);
+      EXPECT_NEAR(sides.computed, exact.computed, sides.slack + exact.slack);
+      EXPECT_LT(sides.slack, 0.1 * exact.computed);  // not vacuous
+      EXPECT_NEAR(sides.plan_mass, exact.plan_mass, 1e-5 * exact.plan_mass);
+      EXPECT_NEAR(sides.plan_cost, exact.plan_cost, 1e-5 * std::fabs(exact.plan_cost));
+      EXPECT_NEAR(sides.plan_potentials, exact.plan_potentials,
+                  1e-5 * std::fabs(exact.plan_potentials) + 1e-6 * eps);
+    }
+  }
   // A row whose sum underflows (f_0 far below its c-transform): no usable update, a finite
   // (float64) bound all the same.
   std::vector<float> fh = to_host(ctx, f.cview());
@@ -833,6 +888,11 @@ void check_certify_next(Backend backend) {
                                                          squeezed_cloud(rng, m, d), {}, {}, eps);
   auto o64 = make_oracle(ctx, pd64.problem(), Precision::kFp64);
   EXPECT_FALSE(o64->certify_next_applies());
+  {
+    Buffer<double> a64(ctx, n), b64(ctx, m);
+    CertificateSide o, nw;
+    EXPECT_FALSE(o64->update_f_certified(eps, a64.data(), b64.data(), 1.0, a64.data(), &o, &nw));
+  }
   Buffer<double> f64(ctx, n), g64(ctx, m), n64(ctx, n);
   const std::vector<double> z64(std::size_t(std::max(n, m)), 0.0), mark(std::size_t(n), 7.0);
   copy(ctx, VectorView<const double>{z64.data(), n, MemorySpace::kHost}, f64.view());
@@ -980,6 +1040,52 @@ TEST(Multiscale, CertifiedAndEqualToDenseOnAdversarialInputsFp64) {
 TEST(Multiscale, CertifiedAndEqualToDenseFp32) {
   for (const Case& k : {kCases[0], kCases[4], kCases[7]})
     check_case<float>(k, Backend::kCpu, Precision::kFp32, 5e-3);
+}
+
+// Whatever the budget, the returned potentials are those the summary certifies: a solve
+// stopped by its iteration budget at any point of the finest level (after a failed certificate
+// whose side made the next update, between half steps) reports a bound of the potentials it
+// returns, evaluated afresh on the caller's order, and never below their float64 error. Both
+// finest-level loops: every weight positive (the half steps through the certificate's sides),
+// and zero weights (the engine's passes and certify_kept_next's tries).
+void check_budgets(Backend backend) {
+  for (const Case& k : {kCases[0], kCases[7]}) {
+    SCOPED_TRACE(k.name);
+    const PointData<float> pd = case_data<float>(k, 5);
+    Context ctx(ContextOptions{backend, 2});
+    SinkhornOptions o;
+    o.precision = Precision::kFp32;
+    o.tolerance = 1e-3;
+    o.solver = SolverKind::kMultiscale;
+    o.multiscale.max_density = 1.0;
+    o.multiscale.verify = true;
+    const SinkhornSummary full = solve_sinkhorn(ctx, pd.problem(), o);
+    ASSERT_TRUE(full.converged()) << full.full_report();
+    auto oracle = make_oracle(ctx, pd.problem(), Precision::kFp32);
+    int stopped_early = 0;
+    for (std::int64_t budget = 2; budget <= full.iterations + 1; ++budget) {
+      SCOPED_TRACE(budget);
+      o.max_iterations = budget;
+      Potentials<float> pot;
+      const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o, &pot);
+      ASSERT_TRUE(std::isfinite(s.verified_error)) << s.full_report();
+      EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
+      const Certificate c = oracle->certify(k.eps, pot.f.data(), pot.g.data());
+      // The sorted problem's weights are the caller's normalized and rounded to float again:
+      // its float64 error differs from the caller's by ~1e-9 here.
+      EXPECT_NEAR(c.computed, s.verified_error, 1e-8 + 1e-6 * s.verified_error) << s.full_report();
+      EXPECT_LE(c.computed, s.marginal_error * (1 + 1e-6) + 1e-8) << s.full_report();
+      stopped_early += s.converged() ? 0 : 1;
+    }
+    EXPECT_GE(stopped_early, 2) << "budgets that end inside the finest level";
+  }
+}
+
+TEST(Multiscale, TheBudgetsLastIterateIsTheCertifiedOne) { check_budgets(Backend::kCpu); }
+
+TEST(CudaMultiscale, TheBudgetsLastIterateIsTheCertifiedOne) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  check_budgets(Backend::kCuda);
 }
 
 // Options for 4,096 points a side on three levels: 64 cells (dense), 512 cells and the points,
