@@ -118,6 +118,13 @@ struct FastCertificateModel {
   double k_z = 4.02;
 };
 
+/// The expanded evaluation's model at dimension d (lib/cuda/certify.cu: K_S = 4.01, K_T = 71,
+/// K_F = d + 2.01, K_Z = 0). The multiscale points stage's fp32 pre-scan bounds its exponents
+/// with the same K_S and K_F (lib/cuda/screen_descent.cu, fast_error).
+KANTOR_HOST_DEVICE constexpr FastCertificateModel expanded_certificate_model(int d) {
+  return FastCertificateModel{4.01, 71.0, 0x1.0p-125, double(d) + 2.01, 0.0};
+}
+
 /// a_t of the tiles of one problem: A_t = u ((d + K_S) c S_t (1 + 1e-6) / eps + K_F F_t (1 + 1e-6)
 /// / eps + K_T) (F_t: the expanded evaluation's potentials term, 0 for the direct one), its
 /// constants formed once (no division per tile; the (1 + 1e-9) covers their rounding order),

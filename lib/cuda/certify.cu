@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kRows / R, 12)
     frow[r] = row_ok[r] ? fabs(double(fi[r]) - fo) : 0.0;
     sum[r] = cost[r] = pot[r] = weighted[r] = a_max[r] = 0;
   }
-  constexpr FastCertificateModel kModel{4.01, 71.0, 0x1.0p-125, double(D) + 2.01, 0.0};
+  constexpr FastCertificateModel kModel = expanded_certificate_model(D);
   const FastExposure exposure(kModel, D, c, p.eps);
   const KeyRanges kr(p, blockIdx.x);
   for (std::int64_t q = kr.q0; q < kr.q1; ++q) {

@@ -329,7 +329,8 @@ __global__ void fast_error(const unsigned* ext, double cs, double* fast) {
     S += w * w;
   }
   const double F = fmax(fabs(fmx - fo), fabs(fmn - fo)) + fmax(fabs(gmx + fo), fabs(gmn + fo));
-  fast[0] = 0x1.0p-24 * ((D + 4.01) * cs * S + (D + 2.01) * F) * (1 + 1e-5);
+  constexpr FastCertificateModel kModel = expanded_certificate_model(D);  // its K_S, K_F
+  fast[0] = 0x1.0p-24 * ((D + kModel.k_s) * cs * S + kModel.k_f * F) * (1 + 1e-5);
   fast[1] = fmax(fabs(fmx), fabs(fmn)) + fmax(fabs(gmx), fabs(gmn));
   fast[2] = fo;
 }

@@ -123,6 +123,71 @@ bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& key
   return true;
 }
 
+template <class T>
+bool device_morton_gather(const Context& ctx, const T* x, std::int64_t rows, int d,
+                          const MortonKey& key, const double* w,
+                          std::vector<std::int64_t>* order, T* sorted, double* sorted_w,
+                          Buffer<std::int64_t>* order_on_device) {
+  if (ctx.backend() != Backend::kCuda) return false;
+  const int kb = key.bits * key.axes;
+  if (key.axes < 1 || key.axes > d || kb < 1 || kb > 64 ||
+      key.lo.size() < std::size_t(key.axes) || key.scale.size() < std::size_t(key.axes))
+    throw InvalidArgument("device_morton_gather: a key of " + std::to_string(key.axes) +
+                          " axes x " + std::to_string(key.bits) + " bits for d = " +
+                          std::to_string(d));
+  order->resize(std::size_t(rows));
+  if (rows <= 0) return true;
+  const std::size_t pts = sizeof(T) * std::size_t(rows) * std::size_t(d);
+  Buffer<T> xd(ctx, rows * d), sd(ctx, rows * d);
+  Buffer<double> par(ctx, 2 * std::int64_t(key.axes)), wd(ctx, w ? rows : 0),
+      swd(ctx, w ? rows : 0);
+  Buffer<std::uint64_t> kin(ctx, rows), kout(ctx, rows);
+  Buffer<std::int64_t> scratch(ctx, rows), out(ctx, rows);
+  copy_bytes(ctx, xd.data(), MemorySpace::kDevice, x, MemorySpace::kHost, pts);
+  std::vector<double> lo_scale(key.lo.begin(), key.lo.begin() + key.axes);
+  lo_scale.insert(lo_scale.end(), key.scale.begin(), key.scale.begin() + key.axes);
+  copy_bytes(ctx, par.data(), MemorySpace::kDevice, lo_scale.data(), MemorySpace::kHost,
+             sizeof(double) * lo_scale.size());
+  if (w)
+    copy_bytes(ctx, wd.data(), MemorySpace::kDevice, w, MemorySpace::kHost,
+               sizeof(double) * std::size_t(rows));
+  void* const stream = ctx.cuda_stream();
+  cuda::morton_keys(xd.data(), rows, d, key.axes, key.bits, key.top, par.data(),
+                    par.data() + key.axes, kin.data(), stream);
+  const std::size_t temp_bytes = cuda::sort_order_temp_bytes(rows, kb);
+  Buffer<std::uint8_t> temp(ctx, std::int64_t(std::max<std::size_t>(temp_bytes, 1)));
+  cuda::sort_order(temp.data(), temp_bytes, kin.data(), kout.data(), scratch.data(), out.data(),
+                   rows, kb, stream);
+  cuda::gather_rows(xd.data(), w ? wd.data() : nullptr, out.data(), rows, d, sd.data(),
+                    w ? swd.data() : nullptr, stream);
+  copy_bytes(ctx, order->data(), MemorySpace::kHost, out.data(), MemorySpace::kDevice,
+             sizeof(std::int64_t) * std::size_t(rows));
+  copy_bytes(ctx, sorted, MemorySpace::kHost, sd.data(), MemorySpace::kDevice, pts);
+  if (w)
+    copy_bytes(ctx, sorted_w, MemorySpace::kHost, swd.data(), MemorySpace::kDevice,
+               sizeof(double) * std::size_t(rows));
+  if (order_on_device) *order_on_device = std::move(out);
+  return true;
+}
+template bool device_morton_gather(const Context&, const float*, std::int64_t, int,
+                                   const MortonKey&, const double*, std::vector<std::int64_t>*,
+                                   float*, double*, Buffer<std::int64_t>*);
+template bool device_morton_gather(const Context&, const double*, std::int64_t, int,
+                                   const MortonKey&, const double*, std::vector<std::int64_t>*,
+                                   double*, double*, Buffer<std::int64_t>*);
+
+template <class T>
+void device_scatter(const Context& ctx, const T* in, const std::int64_t* order,
+                    std::int64_t rows, T* out) {
+  if (ctx.backend() != Backend::kCuda)
+    throw InvalidArgument("device_scatter: a CUDA context's device arrays only");
+  cuda::scatter_rows(in, order, rows, out, ctx.cuda_stream());
+}
+template void device_scatter(const Context&, const float*, const std::int64_t*, std::int64_t,
+                             float*);
+template void device_scatter(const Context&, const double*, const std::int64_t*, std::int64_t,
+                             double*);
+
 void check_same_size(std::int64_t src, std::int64_t dst) {
   if (src != dst)
     throw InvalidArgument("copy: source has " + std::to_string(src) +
