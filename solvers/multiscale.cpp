@@ -320,18 +320,13 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // ---- order: one joint Morton key on the certificate's float64 coordinates ----
   const HostRows<T> xh = host_rows(ctx, fe.x), yh = host_rows(ctx, fe.y);
   const bool has_ref = problem.reference_x.rows > 0;
-  // The finest level on the CUDA engine, without reference coordinates (the certificate's are
-  // then double(x)): the keys, their sort and the gather on the device (device_morton_gather;
-  // the host's gather reads its input at random: 11 ms at 2^20 points a side on the H100's host
-  // against ~3 ms there). Coarse levels keep their caller's order.
-  const bool device_order = !coarse_level && !has_ref && ctx.backend() == Backend::kCuda;
   // The certificate's coordinates in the caller's order: the reference, else the engine's
-  // coordinates in double (not formed on the device path, which reads the engine's).
+  // coordinates in double.
   HostRows<double> xr, yr;
   if (has_ref) {
     xr = host_rows(ctx, problem.reference_x);
     yr = host_rows(ctx, problem.reference_y);
-  } else if (!device_order) {
+  } else {
     for (auto [to, from, rows] : {std::make_tuple(&xr, &xh, n), std::make_tuple(&yr, &yh, m)}) {
       to->own.resize(static_cast<std::size_t>(rows * d));
       const T* src = from->data;
@@ -345,111 +340,76 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // The screen works on coordinates centred on the clouds' bounding box (the cost is translation
   // invariant): it keeps the bound's arithmetic small.
   std::vector<double> lo, hi, mid(static_cast<std::size_t>(d));
-  if (device_order)
-    joint_bounds(xh.data, n, yh.data, m, d, threads, &lo, &hi);
-  else
-    joint_bounds(xr.data, n, yr.data, m, d, threads, &lo, &hi);
+  joint_bounds(xr.data, n, yr.data, m, d, threads, &lo, &hi);
   for (int a = 0; a < d; ++a) mid[std::size_t(a)] = 0.5 * (lo[std::size_t(a)] + hi[std::size_t(a)]);
   phase.end("copies");
+  // A coarse level's points are the cells of its caller, runs of the caller's Morton-sorted
+  // points: already in hierarchical order, and kept in it (identity), so that the block lists it
+  // returns index the caller's cells. (Sorted again by the cells' centroids, 55-85% of the cells
+  // moved, by up to hundreds of places at 2^17 points, and the caller lifted through lists of
+  // other cells.)
+  std::vector<std::int64_t> ox, oy;
+  if (coarse_level) {
+    ox.resize(std::size_t(n));
+    oy.resize(std::size_t(m));
+    std::iota(ox.begin(), ox.end(), std::int64_t(0));
+    std::iota(oy.begin(), oy.end(), std::int64_t(0));
+  } else {
+    // The keys' sort on the engine where it has one (the CUDA engine's radix sort: the same
+    // permutation, without the host's 8 passes over 2^21 pairs at 2^20 points a side).
+    const KeySorter sorter = [&](const std::vector<std::uint64_t>& keys, int bits,
+                                 std::vector<std::int64_t>* order) {
+      return detail::device_sort_order(ctx, keys, bits, order);
+    };
+    morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi,
+                 ctx.backend() == Backend::kCuda ? &sorter : nullptr);  // CPU: no second key pass
+  }
+  phase.end("sort");
   const std::vector<double> wa = host_weights(ctx, problem.a, n, problem.unbalanced());
   const std::vector<double> wb = host_weights(ctx, problem.b, m, problem.unbalanced());
-  // Each side in Morton order: the engine's coordinates, the screen's centred ones, the caller's
-  // reference (uncentred, when given) and the weights (double and T).
-  // Uninitialized on resize: the parallel loops below write every element (zero-filling them
+  // One gather per side in Morton order (its reads are random; one pass reads every array at
+  // the same index): the engine's coordinates, the screen's centred ones, the caller's reference
+  // (uncentred, when given) and the weights (double and T).
+  // Uninitialized on resize: the parallel loop below writes every element (zero-filling them
   // first was a serial pass over ~150 MB at 2^20 points a side).
   struct Side {
     detail::UninitVector<T> p, w;                   // engine coordinates, weights
     detail::UninitVector<double> centred, ref, wd;  // screen coordinates, reference, weights
   };
-  std::vector<std::int64_t> ox, oy;
-  Buffer<std::int64_t> oxd, oyd;  // the permutations on the device (device_order)
-  Side sx, sy;
-  if (device_order) {
-    const detail::MortonKey key = morton_key(d, lo, hi);
-    auto device_side = [&](const T* pts, std::int64_t rows, bool given,
-                           const std::vector<double>& w, std::vector<std::int64_t>* o,
-                           Buffer<std::int64_t>* od) {
-      Side out;
-      out.p.resize(std::size_t(rows * d));
-      out.centred.resize(std::size_t(rows * d));
-      out.wd.resize(std::size_t(rows));
-      out.w.resize(std::size_t(rows));
-      // Uniform weights (all 1 / rows) need no gather.
-      detail::device_morton_gather(ctx, pts, rows, d, key, given ? w.data() : nullptr, o,
-                                   out.p.data(), given ? out.wd.data() : nullptr, od);
-      detail::parallel_ranges(rows, threads, 16384, [&](std::int64_t b, std::int64_t e) {
-        for (std::int64_t k = b; k < e; ++k) {
-          for (int a = 0; a < d; ++a)
-            out.centred[std::size_t(k * d + a)] =
-                double(out.p[std::size_t(k * d + a)]) - mid[std::size_t(a)];
-          if (!given) out.wd[std::size_t(k)] = w[std::size_t(k)];
-          out.w[std::size_t(k)] = T(out.wd[std::size_t(k)]);
+  auto gather = [&](const T* eng, const double* cert, const std::vector<double>& w,
+                    const std::vector<std::int64_t>& o) {
+    Side out;
+    const std::int64_t rows = std::int64_t(o.size());
+    out.p.resize(std::size_t(rows * d));
+    out.centred.resize(std::size_t(rows * d));
+    if (has_ref) out.ref.resize(std::size_t(rows * d));
+    out.wd.resize(std::size_t(rows));
+    out.w.resize(std::size_t(rows));
+    detail::parallel_ranges(rows, threads, 16384, [&](std::int64_t b, std::int64_t e) {
+      // The reads are random (a point's rows in the input order): request those of the point
+      // kAhead places on while this one is copied.
+      constexpr std::int64_t kAhead = 16;
+      for (std::int64_t k = b; k < e; ++k) {
+        if (k + kAhead < e) {
+          const std::int64_t p = o[std::size_t(k + kAhead)];
+          __builtin_prefetch(cert + p * d);
+          __builtin_prefetch(eng + p * d);
+          __builtin_prefetch(w.data() + p);
         }
-      });
-      return out;
-    };
-    sx = device_side(xh.data, n, problem.a.size > 0, wa, &ox, &oxd);
-    sy = device_side(yh.data, m, problem.b.size > 0, wb, &oy, &oyd);
-    phase.end("sort");
-  } else {
-    // A coarse level's points are the cells of its caller, runs of the caller's Morton-sorted
-    // points: already in hierarchical order, and kept in it (identity), so that the block lists
-    // it returns index the caller's cells. (Sorted again by the cells' centroids, 55-85% of the
-    // cells moved, by up to hundreds of places at 2^17 points, and the caller lifted through
-    // lists of other cells.)
-    if (coarse_level) {
-      ox.resize(std::size_t(n));
-      oy.resize(std::size_t(m));
-      std::iota(ox.begin(), ox.end(), std::int64_t(0));
-      std::iota(oy.begin(), oy.end(), std::int64_t(0));
-    } else {
-      // The keys' sort on the engine where it has one (the CUDA engine's radix sort: the same
-      // permutation, without the host's 8 passes over 2^21 pairs at 2^20 points a side).
-      const KeySorter sorter = [&](const std::vector<std::uint64_t>& keys, int bits,
-                                   std::vector<std::int64_t>* order) {
-        return detail::device_sort_order(ctx, keys, bits, order);
-      };
-      morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi,
-                   ctx.backend() == Backend::kCuda ? &sorter : nullptr);  // CPU: no key pass
-    }
-    phase.end("sort");
-    // One gather per side (its reads are random; one pass reads every array at the same index).
-    auto gather = [&](const T* eng, const double* cert, const std::vector<double>& w,
-                      const std::vector<std::int64_t>& o) {
-      Side out;
-      const std::int64_t rows = std::int64_t(o.size());
-      out.p.resize(std::size_t(rows * d));
-      out.centred.resize(std::size_t(rows * d));
-      if (has_ref) out.ref.resize(std::size_t(rows * d));
-      out.wd.resize(std::size_t(rows));
-      out.w.resize(std::size_t(rows));
-      detail::parallel_ranges(rows, threads, 16384, [&](std::int64_t b, std::int64_t e) {
-        // The reads are random (a point's rows in the input order): request those of the point
-        // kAhead places on while this one is copied.
-        constexpr std::int64_t kAhead = 16;
-        for (std::int64_t k = b; k < e; ++k) {
-          if (k + kAhead < e) {
-            const std::int64_t p = o[std::size_t(k + kAhead)];
-            __builtin_prefetch(cert + p * d);
-            __builtin_prefetch(eng + p * d);
-            __builtin_prefetch(w.data() + p);
-          }
-          const std::int64_t i = o[std::size_t(k)];
-          for (int a = 0; a < d; ++a) {
-            const double v = cert[i * d + a];
-            out.p[std::size_t(k * d + a)] = eng[i * d + a];
-            out.centred[std::size_t(k * d + a)] = v - mid[std::size_t(a)];
-            if (has_ref) out.ref[std::size_t(k * d + a)] = v;
-          }
-          out.wd[std::size_t(k)] = w[std::size_t(i)];
-          out.w[std::size_t(k)] = T(w[std::size_t(i)]);
+        const std::int64_t i = o[std::size_t(k)];
+        for (int a = 0; a < d; ++a) {
+          const double v = cert[i * d + a];
+          out.p[std::size_t(k * d + a)] = eng[i * d + a];
+          out.centred[std::size_t(k * d + a)] = v - mid[std::size_t(a)];
+          if (has_ref) out.ref[std::size_t(k * d + a)] = v;
         }
-      });
-      return out;
-    };
-    sx = gather(xh.data, xr.data, wa, ox);
-    sy = gather(yh.data, yr.data, wb, oy);
-  }
+        out.wd[std::size_t(k)] = w[std::size_t(i)];
+        out.w[std::size_t(k)] = T(w[std::size_t(i)]);
+      }
+    });
+    return out;
+  };
+  const Side sx = gather(xh.data, xr.data, wa, ox), sy = gather(yh.data, yr.data, wb, oy);
   const detail::UninitVector<T>&xp = sx.p, &yp = sy.p, &apt = sx.w, &bpt = sy.w;
   const detail::UninitVector<double>&xs = sx.centred, &ys = sy.centred, &ap = sx.wd, &bp = sy.wd;
   const detail::UninitVector<double>&xrp = sx.ref, &yrp = sy.ref;
@@ -1161,16 +1121,6 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // are, without the round trip through the host (1.1 ms at 131,072 cells, H100).
     pot->f = std::move(f);
     pot->g = std::move(g);
-    pot->epsilon = eps;
-    phase.end("results");
-  } else if (device_order) {
-    // The permutations are on the device: the potentials scattered there (the host's scatter of
-    // random writes and the upload cost the H100's host 3.5-4 ms at 2^20 points a side).
-    Buffer<T> fo(ctx, n), go(ctx, m);
-    detail::device_scatter(ctx, f.data(), oxd.data(), n, fo.data());
-    detail::device_scatter(ctx, g.data(), oyd.data(), m, go.data());
-    pot->f = std::move(fo);
-    pot->g = std::move(go);
     pot->epsilon = eps;
     phase.end("results");
   } else {

@@ -26,22 +26,21 @@ std::int64_t chunks(std::int64_t count, std::int64_t chunk) { return (count + ch
 
 }  // namespace
 
-template <class V>
-void joint_bounds(const V* x, std::int64_t n, const V* y, std::int64_t m, int d, int threads,
-                  std::vector<double>* lo_out, std::vector<double>* hi_out) {
+void joint_bounds(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
+                  int threads, std::vector<double>* lo_out, std::vector<double>* hi_out) {
   constexpr std::int64_t kRows = std::int64_t(1) << 16;
   const std::int64_t cx = chunks(n, kRows), cy = chunks(m, kRows);
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> lo(std::size_t((cx + cy) * d), inf), hi(lo.size(), -inf);
   detail::parallel_for(cx + cy, threads, [&](std::int64_t c) {
-    const V* v = c < cx ? x : y;
+    const double* v = c < cx ? x : y;
     const std::int64_t b = (c < cx ? c : c - cx) * kRows, e = std::min(c < cx ? n : m, b + kRows);
     // One coordinate at a time, its extent in registers (the chunk's rows stay in cache).
     for (int a = 0; a < d; ++a) {
       double l = inf, h = -inf;
       for (std::int64_t i = b; i < e; ++i) {
-        l = std::min(l, double(v[i * d + a]));
-        h = std::max(h, double(v[i * d + a]));
+        l = std::min(l, v[i * d + a]);
+        h = std::max(h, v[i * d + a]);
       }
       lo[std::size_t(c * d + a)] = l;
       hi[std::size_t(c * d + a)] = h;
@@ -54,26 +53,6 @@ void joint_bounds(const V* x, std::int64_t n, const V* y, std::int64_t m, int d,
       (*lo_out)[std::size_t(a)] = std::min((*lo_out)[std::size_t(a)], lo[std::size_t(c * d + a)]);
       (*hi_out)[std::size_t(a)] = std::max((*hi_out)[std::size_t(a)], hi[std::size_t(c * d + a)]);
     }
-}
-template void joint_bounds(const float*, std::int64_t, const float*, std::int64_t, int, int,
-                           std::vector<double>*, std::vector<double>*);
-template void joint_bounds(const double*, std::int64_t, const double*, std::int64_t, int, int,
-                           std::vector<double>*, std::vector<double>*);
-
-detail::MortonKey morton_key(int d, const std::vector<double>& lo, const std::vector<double>& hi) {
-  detail::MortonKey key;
-  key.axes = std::min(d, 63);
-  // At most 52 bits: top = 2^bits - 1 must be exact in double (with 63 bits it rounds to 2^63 and
-  // the largest coordinate would wrap to key 0).
-  key.bits = std::max(1, std::min(52, 63 / d));
-  key.top = std::ldexp(1.0, key.bits) - 1;
-  key.lo = lo;
-  key.scale.assign(std::size_t(d), 0.0);
-  for (int k = 0; k < d; ++k) {
-    const double w = hi[std::size_t(k)] - lo[std::size_t(k)];
-    key.scale[std::size_t(k)] = w > 0 ? key.top / w : 0.0;
-  }
-  return key;
 }
 
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
@@ -88,10 +67,16 @@ void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t
                   std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
                   int threads, const std::vector<double>& lo, const std::vector<double>& hi,
                   const KeySorter* sorter) {
-  const detail::MortonKey mk = morton_key(d, lo, hi);
-  const int axes = mk.axes, bits = mk.bits;
-  const double top = mk.top;
-  const std::vector<double>& scale = mk.scale;
+  const int axes = std::min(d, 63);
+  // At most 52 bits: top = 2^bits - 1 must be exact in double (with 63 bits it rounds to 2^63 and
+  // the largest coordinate would wrap to key 0).
+  const int bits = std::max(1, std::min(52, 63 / d));
+  const double top = std::ldexp(1.0, bits) - 1;
+  std::vector<double> scale(std::size_t(d), 0.0);
+  for (int k = 0; k < d; ++k) {
+    const double w = hi[std::size_t(k)] - lo[std::size_t(k)];
+    scale[std::size_t(k)] = w > 0 ? top / w : 0.0;
+  }
   // The key interleaves the axes' bits from the top: bit b of axis k goes to bit b axes + (axes -
   // 1 - k). spread[(k * 8 + B) * 256 + v] is the contribution of byte B of axis k holding v.
   const int bytes = (bits + 7) / 8;

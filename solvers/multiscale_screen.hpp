@@ -10,22 +10,15 @@
 #include <functional>
 #include <vector>
 
-#include "kantor/buffer.hpp"
 #include "kantor/oracle.hpp"
 #include "parallel.hpp"
 
 namespace kantor::multiscale {
 
-/// The joint bounding box of x (n x d) and y (m x d), row-major float64 (or float: their double
-/// values, the same box): lo and hi (d each), on the host threads (chunks of 2^16 rows, merged
-/// in order).
-template <class V>
-void joint_bounds(const V* x, std::int64_t n, const V* y, std::int64_t m, int d, int threads,
-                  std::vector<double>* lo, std::vector<double>* hi);
-
-/// morton_order's key on a joint bounding box: min(52, floor(63 / d)) bits on each of the first
-/// min(d, 63) axes, scale_k = (2^bits - 1) / (hi_k - lo_k) (0 for a flat axis).
-detail::MortonKey morton_key(int d, const std::vector<double>& lo, const std::vector<double>& hi);
+/// The joint bounding box of x (n x d) and y (m x d), row-major float64: lo and hi (d each), on
+/// the host threads (chunks of 2^16 rows, merged in order).
+void joint_bounds(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
+                  int threads, std::vector<double>* lo, std::vector<double>* hi);
 
 /// The permutation that sorts the points of x (n x d) and y (m x d), row-major float64, by one
 /// joint Morton (Z-order) key on their joint bounding box: min(52, floor(63 / d)) bits per axis (at least

@@ -10,9 +10,6 @@
 
 namespace kantor {
 
-template <class T>
-class Buffer;
-
 namespace detail {
 // Allocate / free / copy raw bytes in a memory space (lib/runtime/buffer.cpp). Copies are issued on
 // the context's stream; device-to-host copies synchronize that stream before returning.
@@ -30,33 +27,6 @@ void check_same_size(std::int64_t src, std::int64_t dst);  // throws InvalidArgu
 /// a CPU context (the caller sorts on the host). Synchronizes.
 bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& keys, int bits,
                        std::vector<std::int64_t>* order);
-/// The multiscale solver's Morton key (solvers/multiscale_screen.cpp, morton_key): per axis
-/// k < axes, q_k = min(top, max(0, floor((x_k - lo_k) scale_k))) in double, its bits b < bits
-/// at bit b axes + axes - 1 - k of the key.
-struct MortonKey {
-  int axes = 0, bits = 0;
-  double top = 0;
-  std::vector<double> lo, scale;
-};
-/// device_sort_order of the Morton keys of `rows` host points x (row-major, d coordinates,
-/// their keys from double(x)), the keys formed on the device and the points gathered there:
-/// (*order)[k] the input index of the k-th point, sorted[k d + a] = x[order[k] d + a] (rows d
-/// values) and, with w (rows doubles), sorted_w[k] = w[order[k]]. Only the points and the
-/// weights go up; the permutation and the gathered arrays come back (the host's gather reads
-/// its input at random: 11 ms at 2^20 points a side on the H100's host). With
-/// order_on_device, the permutation stays there too (for device_scatter). Returns false,
-/// changing nothing, on a CPU context. Synchronizes.
-template <class T>
-bool device_morton_gather(const Context& ctx, const T* x, std::int64_t rows, int d,
-                          const MortonKey& key, const double* w,
-                          std::vector<std::int64_t>* order, T* sorted, double* sorted_w,
-                          Buffer<std::int64_t>* order_on_device = nullptr);
-/// out[order[k]] = in[k] for k < rows, device arrays of a CUDA context (order a permutation, out
-/// not aliasing in), asynchronous on its stream: results in the caller's order without the
-/// host's round trip.
-template <class T>
-void device_scatter(const Context& ctx, const T* in, const std::int64_t* order,
-                    std::int64_t rows, T* out);
 }  // namespace detail
 
 /// Owning array of `size` T in `space`. Move-only. The Context must outlive the buffer.

@@ -50,24 +50,6 @@ std::size_t sort_order_temp_bytes(std::int64_t count, int bits);
 void sort_order(void* temp, std::size_t temp_bytes, const std::uint64_t* keys_in,
                 std::uint64_t* keys_out, std::int64_t* scratch, std::int64_t* order,
                 std::int64_t count, int bits, void* stream);
-/// The multiscale solver's Morton keys (detail::MortonKey, include/kantor/buffer.hpp) of `rows`
-/// points (device, row-major, d coordinates, read as double), on `stream`; lo and scale are
-/// device arrays of `axes` doubles.
-void morton_keys(const float* x, std::int64_t rows, int d, int axes, int bits, double top,
-                 const double* lo, const double* scale, std::uint64_t* keys, void* stream);
-void morton_keys(const double* x, std::int64_t rows, int d, int axes, int bits, double top,
-                 const double* lo, const double* scale, std::uint64_t* keys, void* stream);
-/// out[k d + a] = x[order[k] d + a] and, where w, wout[k] = w[order[k]] (device arrays), on
-/// `stream`.
-void gather_rows(const float* x, const double* w, const std::int64_t* order, std::int64_t rows,
-                 int d, float* out, double* wout, void* stream);
-void gather_rows(const double* x, const double* w, const std::int64_t* order, std::int64_t rows,
-                 int d, double* out, double* wout, void* stream);
-/// out[order[k]] = in[k] for k < rows (device arrays), on `stream`.
-void scatter_rows(const float* in, const std::int64_t* order, std::int64_t rows, float* out,
-                  void* stream);
-void scatter_rows(const double* in, const std::int64_t* order, std::int64_t rows, double* out,
-                  void* stream);
 
 /// CUDA events (opaque cudaEvent_t) for stream-ordered timing.
 void* event_create();

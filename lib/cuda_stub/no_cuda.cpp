@@ -32,28 +32,6 @@ void sort_order(void*, std::size_t, const std::uint64_t*, std::uint64_t*, std::i
                 std::int64_t*, std::int64_t, int, void*) {
   not_compiled();
 }
-void morton_keys(const float*, std::int64_t, int, int, int, double, const double*, const double*,
-                 std::uint64_t*, void*) {
-  not_compiled();
-}
-void morton_keys(const double*, std::int64_t, int, int, int, double, const double*, const double*,
-                 std::uint64_t*, void*) {
-  not_compiled();
-}
-void gather_rows(const float*, const double*, const std::int64_t*, std::int64_t, int, float*,
-                 double*, void*) {
-  not_compiled();
-}
-void gather_rows(const double*, const double*, const std::int64_t*, std::int64_t, int, double*,
-                 double*, void*) {
-  not_compiled();
-}
-void scatter_rows(const float*, const std::int64_t*, std::int64_t, float*, void*) {
-  not_compiled();
-}
-void scatter_rows(const double*, const std::int64_t*, std::int64_t, double*, void*) {
-  not_compiled();
-}
 void* event_create() { not_compiled(); }
 void event_destroy(void*) noexcept {}
 void event_record(void*, void*) { not_compiled(); }

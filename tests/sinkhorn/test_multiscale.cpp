@@ -1554,43 +1554,6 @@ void check_device_morton(Backend backend) {
     EXPECT_EQ(used, backend == Backend::kCuda) << "d = " << d;
     EXPECT_EQ(ex, hx) << "d = " << d;
     EXPECT_EQ(ey, hy) << "d = " << d;
-    // The keys formed on the device and the rows gathered there (device_morton_gather): the
-    // host's permutation, the rows and weights in its order, from float coordinates (their
-    // double values make the keys) and from double ones; the weights optional.
-    const detail::MortonKey key = multiscale::morton_key(int(d), lo, hi);
-    const std::vector<double> w = random_weights(rng, n);
-    const std::vector<float> xf(x.begin(), x.end());
-    std::vector<double> lof, hif;
-    multiscale::joint_bounds(xf.data(), n, xf.data(), n, int(d), 2, &lof, &hif);
-    std::vector<std::int64_t> hf, unused;
-    std::vector<double> xfd(xf.begin(), xf.end());
-    morton_order(xfd.data(), n, xfd.data(), n, int(d), &hf, &unused, 2, lof, hif);
-    const detail::MortonKey keyf = multiscale::morton_key(int(d), lof, hif);
-    std::vector<std::int64_t> gx = {7}, gf = {7};
-    std::vector<double> sx(static_cast<std::size_t>(n * d)), sw(static_cast<std::size_t>(n));
-    std::vector<float> sf(static_cast<std::size_t>(n * d));
-    const bool on = detail::device_morton_gather(ctx, x.data(), n, int(d), key, w.data(), &gx,
-                                                 sx.data(), sw.data());
-    const bool onf = detail::device_morton_gather(ctx, xf.data(), n, int(d), keyf, nullptr, &gf,
-                                                  sf.data(), nullptr);
-    EXPECT_EQ(on, backend == Backend::kCuda);
-    EXPECT_EQ(onf, on);
-    if (on) {
-      EXPECT_EQ(gx, hx) << "d = " << d;
-      EXPECT_EQ(gf, hf) << "d = " << d << " (float)";
-      bool rows = true, weights = true, rows_f = true;
-      for (std::int64_t k = 0; k < n; ++k) {
-        const std::int64_t i = hx[std::size_t(k)], j = hf[std::size_t(k)];
-        weights = weights && sw[std::size_t(k)] == w[std::size_t(i)];
-        for (std::int64_t a = 0; a < d; ++a) {
-          rows = rows && sx[std::size_t(k * d + a)] == x[std::size_t(i * d + a)];
-          rows_f = rows_f && sf[std::size_t(k * d + a)] == xf[std::size_t(j * d + a)];
-        }
-      }
-      EXPECT_TRUE(rows && weights && rows_f) << "d = " << d;
-    } else {
-      EXPECT_EQ(gx, (std::vector<std::int64_t>{7})) << "a CPU context changes nothing";
-    }
   }
   // Small cases: ties stable, only the low bits count, one key, none.
   const std::vector<std::uint64_t> k = {3, 1, 2, 0x101, 1};
