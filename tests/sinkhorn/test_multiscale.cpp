@@ -1063,7 +1063,15 @@ void check_budgets(Backend backend) {
     ASSERT_TRUE(full.converged()) << full.full_report();
     auto oracle = make_oracle(ctx, pd.problem(), Precision::kFp32);
     int stopped_early = 0;
-    for (std::int64_t budget = 2; budget <= full.iterations + 1; ++budget) {
+    // Every budget up to convergence (a failed try's f update at the budget's end showed at
+    // budgets 89-94 of 160 only); under the sanitizer every 8th and the last 8, first case only
+    // (every budget took 10 minutes there).
+    const bool sanitizer = std::getenv("KANTOR_UNDER_SANITIZER") != nullptr;
+    if (sanitizer && std::string(k.name) != kCases[0].name) continue;
+    std::vector<std::int64_t> budgets;
+    for (std::int64_t b = 2; b <= full.iterations + 1; ++b)
+      if (!sanitizer || b % 8 == 0 || b + 8 > full.iterations) budgets.push_back(b);
+    for (const std::int64_t budget : budgets) {
       SCOPED_TRACE(budget);
       o.max_iterations = budget;
       Potentials<float> pot;
