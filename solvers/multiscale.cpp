@@ -703,24 +703,29 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // bound alone is; where the drift exceeds the slack the mask is rebuilt from these potentials
   // instead (the lists change: sides evaluated before no longer apply). *judged receives the
   // bound plus the tail when the drift was computed, else stays as it is.
+  // *drift: how far (f, g), as the buffers hold them, moved up since the mask was built. Where
+  // that exceeds the slack the mask no longer covers what the potentials may carry: it is
+  // rebuilt from them (false; the lists change).
+  auto mask_holds = [&](double* drift) {
+    potentials_on_host();
+    *drift = max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
+    if (!(*drift > mo.slack * eps)) return true;
+    fb = fh;
+    gb = gh;
+    build_mask();
+    oracle->set_block_lists(&sc.f_side, &sc.g_side);
+    phase.end("lists");
+    ++s.mask_rebuilds;
+    return false;
+  };
   enum class Verdict { kFailed, kCertified, kRebuilt };
   auto judge = [&](const Certificate& c, double* judged) {
     ++level_certs;
     fp32_certs += c.fp32 ? 1 : 0;
     ++s.certificates;
     if (!(c.bound <= s.tolerance)) return Verdict::kFailed;
-    potentials_on_host();
-    const double drift =
-        max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
-    if (drift > mo.slack * eps) {
-      fb = fh;
-      gb = gh;
-      build_mask();
-      oracle->set_block_lists(&sc.f_side, &sc.g_side);
-      phase.end("lists");
-      ++s.mask_rebuilds;
-      return Verdict::kRebuilt;
-    }
+    double drift = 0;
+    if (!mask_holds(&drift)) return Verdict::kRebuilt;
     const double t = 2 * sc.dropped_mass * std::exp(drift / eps);
     *judged = c.bound + t;
     if (!(c.bound + t <= s.tolerance)) return Verdict::kFailed;
@@ -742,8 +747,26 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // recorded step (Oracle::repeat: one CUDA graph launch instead of 4 to 6 while w stays).
     bool paired = false;              // this iteration's half steps through certificate sides
     bool paired_certified = false;    // and one of them certified its pair (f, g as they are)
-    bool paired_judged = false;       // a certificate judged (whatever the verdict)
+    bool paired_failed = false;       // a certificate judged and failed (no mask rebuilt)
     double paired_error = std::numeric_limits<double>::quiet_NaN();
+    // After a certified side's pass: the certificate of (f, g) from the two sides when `known`
+    // (both of this pair); certified, the pair stays as the buffers hold it, else the pass's
+    // update `next` becomes `pot`. Returns whether the pass's new side stays usable (no mask
+    // rebuilt by the judgement).
+    auto settle = [&](bool known, const CertificateSide& rows, const CertificateSide& cols,
+                      const Buffer<T>& next, Buffer<T>* pot) {
+      Verdict v = Verdict::kFailed;
+      if (known) {
+        v = judge(oracle->certificate_of(eps, rows, cols), &paired_error);
+        paired_failed = paired_failed || v == Verdict::kFailed;
+      }
+      paired_certified = v == Verdict::kCertified;
+      if (!paired_certified) {
+        ops.axpby(1.0, as_matrix(next), 0.0, as_matrix(*pot, false));
+        host_fresh = false;
+      }
+      return v != Verdict::kRebuilt;
+    };
     if (!f_ready && g_certified && with_next) {
       // The finest level's half steps through the certificate's sides: each side's pass
       // returns the side of the pair before its update and of the pair after it
@@ -765,20 +788,13 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         ++s.fine_updates;
         phase.end("certificate");
         if (ok) {
-          Verdict v = Verdict::kFailed;
-          if (have_cols) {
-            paired_judged = true;
-            v = judge(oracle->certificate_of(eps, rows_old, cols_new), &paired_error);
-          }
-          paired_certified = v == Verdict::kCertified;
-          if (!paired_certified) {
-            ops.axpby(1.0, as_matrix(next_f), 0.0, as_matrix(f, false));
-            host_fresh = false;
-            rows_known = v != Verdict::kRebuilt;
-          }
+          rows_known = settle(have_cols, rows_old, cols_new, next_f, &f);
         } else {
-          // A row sum out of range: the engine's update (f untouched by the declined pass).
+          // A row sum out of range: the engine's update (f untouched by the declined pass), and
+          // the engine's passes with certify_kept from now (its float64 fallback: a row side
+          // that keeps declining would leave the level without a certificate).
           oracle->relaxed_update(0, T(eps), T(w), g.data(), f.data(), nullptr);
+          with_next = false;
         }
       } else {
         oracle->relaxed_update(0, T(eps), T(w), g.data(), f.data(), nullptr);
@@ -792,17 +808,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         ++s.fine_updates;
         if (cols) {
           residual = cols_old.error;  // the column error of (f, g_old), as update_g's residual
-          Verdict v = Verdict::kFailed;
-          if (rows_known) {
-            paired_judged = true;
-            v = judge(oracle->certificate_of(eps, rows_new, cols_old), &paired_error);
-          }
-          paired_certified = v == Verdict::kCertified;
-          if (!paired_certified) {
-            ops.axpby(1.0, as_matrix(next_g), 0.0, as_matrix(g, false));
-            host_fresh = false;
-            have_cols = v != Verdict::kRebuilt;
-          }
+          have_cols = settle(rows_known, rows_new, cols_old, next_g, &g);
         } else {
           // A column sum out of range: the engine's passes and certify_kept from now.
           g_certified = false;
@@ -820,23 +826,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       have_cols = false;
       residual = to_host(ctx, scalars.cview())[0];
     } else {
-      if (!f_ready) {
-        oracle->relaxed_update(0, T(eps), T(w), g.data(), f.data(), nullptr);
-        ++s.fine_updates;
-      }
+      // f holds a failed try's update already (certify_kept_next, outside the paired steps).
       f_ready = false;
-      have_cols = g_certified && with_next &&
-                  oracle->update_g_certified(eps, f.data(), g.data(), w, next_g.data(), &cols_old,
-                                             &cols_new);
-      if (have_cols) {
-        ops.axpby(1.0, as_matrix(next_g), 0.0, as_matrix(g, false));
-        residual = cols_old.error;  // the column error of (f, g_old), as update_g's residual
-      } else {
-        // A column sum out of range (update_g_certified declined): the engine's passes from now.
-        if (g_certified && with_next) g_certified = false;
-        oracle->relaxed_update(1, T(eps), T(w), f.data(), g.data(), scalars.data());
-        residual = to_host(ctx, scalars.cview())[0];
-      }
+      have_cols = false;
+      oracle->relaxed_update(1, T(eps), T(w), f.data(), g.data(), scalars.data());
+      residual = to_host(ctx, scalars.cview())[0];
       ++s.fine_updates;
     }
     ++fine_iterations;
@@ -942,7 +936,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
            << ", truncation " << tail << ")";
         s.message = os.str();
         stop = true;
-      } else if (paired_judged) {
+      } else if (paired_failed) {
         // Failed certificates near the tolerance: after kMaxFailedTries the engine's passes and
         // certify_kept (its float64 fallback), as a failed try of certify_kept_next below.
         if (residual <= kTryWithNext * s.tolerance && ++failed_tries >= kMaxFailedTries)
@@ -959,17 +953,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       }
     } else if (residual <= (with_next ? kTryWithNext : kTryWithout) * s.tolerance ||
                fine_iterations == budget) {
-      potentials_on_host();
-      const double drift =
-          max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
-      if (drift > mo.slack * eps) {
-        // The mask no longer covers what the potentials may carry: rebuild it from them.
-        fb = fh;
-        gb = gh;
-        build_mask();
-        oracle->set_block_lists(&sc.f_side, &sc.g_side);
-        phase.end("lists");
-        ++s.mask_rebuilds;
+      double drift = 0;
+      if (!mask_holds(&drift)) {
         have_cols = false;  // of the old lists
       } else {
         const auto t_cert = Clock::now();
@@ -977,7 +962,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         // The decision is kept-pair bound + tail <= tolerance: the engine may decide it in fp32.
         const double target = std::max(0.0, s.tolerance - tail);
         cert = with_next ? oracle->certify_kept_next(eps, f.data(), g.data(), target,
-                                                     next_f.data(), have_cols ? &cols_new : nullptr)
+                                                     next_f.data(), nullptr)
                          : oracle->certify_kept(eps, f.data(), g.data(), target);
         seconds_cert += seconds_since(t_cert);
         phase.end("certificate");

@@ -286,8 +286,9 @@ KANTOR_HOST_DEVICE inline void certificate_row(double w, double p, double rho_in
   side->potentials += w * row.pot;
 }
 
-/// The certificate side as the next potential update (Oracle::certify_kept_next's row side,
-/// Oracle::update_g_certified's column side), one row of positive weight and strict marginal:
+/// The certificate side as the next potential update (Oracle::certify_kept_next's and
+/// Oracle::update_f_certified's row side, Oracle::update_g_certified's column side), one row of
+/// positive weight and strict marginal:
 /// its sum S = sum_j v_j exp((p + p_j - C_ij) / eps) gives the relaxed update
 /// *next = p - relax eps ln S (rounded once to T; relax = 1: update_f / update_g's value). With
 /// `side`, the row's share of the side of the new pair (*next against the same keys) is added to

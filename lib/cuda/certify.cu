@@ -187,7 +187,9 @@ constexpr int kFastKeys = 64;
 template <int D, bool kStats, int R, bool kNext>
 __global__ void __launch_bounds__(kRows / R, 12)
     certify_side_fast_kernel(const CertifySide<float> p) {
-  static_assert(!(kStats && kNext), "the update with the new pair's side: the column side");
+  // kNext: the column side's update with the new pair's side (no statistics); the row side's
+  // (kStats) takes p.out_next at run time.
+  static_assert(!(kStats && kNext), "kNext is the column side's variant");
   constexpr int kT = kRows / R;  // threads a block; thread t owns rows t, t + kT, ...
   static_assert(kT >= kFastKeys && kT > D, "one staged key a thread at most");
   // A staged key as kW float4 words: beta_j, then gamma_jk = 2 c L eta_jk (k < D), zero-padded;

@@ -48,14 +48,15 @@ struct CertifySide {
   bool stats = true;
   /// The sum of the key side's weights (the fp32 bound's term for negative exponents).
   double key_mass = 1;
-  /// The fp32 path with statistics only (the row side of Oracle::certify_kept_next): each row
-  /// of positive weight also writes
-  /// next[i] = p_i - eps ln S_i (next_update, lib/core/certificate.hpp); a row whose S_i is not
-  /// positive and finite adds +inf to out[8]. Null = nothing written.
+  /// The fp32 path: each row of positive weight also writes next[i] = p_i - relax eps ln S_i
+  /// (next_update, lib/core/certificate.hpp); a row whose S_i is not positive and finite adds
+  /// +inf to out[8]. Null = nothing written. With statistics: the row side of
+  /// Oracle::certify_kept_next (relax 1) and of Oracle::update_f_certified; without: the column
+  /// side as Oracle::update_g_certified (with out_next).
   T* next = nullptr;
-  /// The column side as Oracle::update_g_certified (fp32 path without statistics): with
-  /// out_next, next[j] = p_j - relax eps ln S_j, and the side of the new pair (next against the
-  /// same keys) accumulated into out_next (kCertifyOutputs doubles, zeroed first).
+  /// With next and out_next, the side of the new pair (next against the same keys; with
+  /// statistics, its plan statistics too) accumulated into out_next (kCertifyOutputs doubles,
+  /// zeroed first): update_f_certified's and update_g_certified's new pair.
   double relax = 1;
   double* out_next = nullptr;
 };
