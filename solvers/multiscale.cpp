@@ -698,11 +698,6 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     gh = download(ctx, g, threads);
     host_fresh = true;
   };
-  // The verdict on a certificate of (f, g) as the buffers hold them: certified when its bound
-  // plus the truncation's tail is within the tolerance. The drift (a download) only where the
-  // bound alone is; where the drift exceeds the slack the mask is rebuilt from these potentials
-  // instead (the lists change: sides evaluated before no longer apply). *judged receives the
-  // bound plus the tail when the drift was computed, else stays as it is.
   // *drift: how far (f, g), as the buffers hold them, moved up since the mask was built. Where
   // that exceeds the slack the mask no longer covers what the potentials may carry: it is
   // rebuilt from them (false; the lists change).
@@ -718,6 +713,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     ++s.mask_rebuilds;
     return false;
   };
+  // The verdict on a certificate of (f, g) as the buffers hold them: certified when its bound
+  // plus the truncation's tail is within the tolerance. The drift (a download) only where the
+  // bound alone is; where the drift exceeds the slack the mask is rebuilt from these potentials
+  // instead (the lists change: sides evaluated before no longer apply). *judged receives the
+  // bound plus the tail when the drift was computed, else stays as it is.
   enum class Verdict { kFailed, kCertified, kRebuilt };
   auto judge = [&](const Certificate& c, double* judged) {
     ++level_certs;
@@ -733,7 +733,6 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     cert = c;
     return Verdict::kCertified;
   };
-  CertificateSide rows_new;  // the row side of (f, g) after a certified f update
   while (!dense_fine && fine_iterations < budget) {
     if (ctx.cancel_requested()) {
       s.termination = TerminationType::kUserAbort;
@@ -773,12 +772,13 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       // (update_f_certified, update_g_certified), so the f step completes the certificate of
       // (f, g) when the last g step gave its column side, and the g step that of (f_new, g):
       // a certificate after either half step without a pass of its own (docs/multiscale.md,
-      // "The certificate"). The f side runs with the plan's statistics, dearer than the
+      // step 6, "Half steps through both sides"). The f side runs with the plan's statistics, dearer than the
       // engine's update (H100, 2^20 points: 35 against 25 ms): once the residual is near the
       // tolerance, the engine's update before (on the level's first iteration too: at 2^20 and
       // 2^17 points the lift's (f_1, g_0) missed the tolerance, 0.240 -> 0.252 s at 2^20).
       paired = true;
-      bool rows_known = false;  // rows_new is the row side of (f, g)
+      CertificateSide rows_new;  // after a certified f update: the row side of (f, g)
+      bool rows_known = false;   // rows_new holds it
       if (residual <= kTryWithNext * s.tolerance) {
         const auto t_rows = Clock::now();
         CertificateSide rows_old;
