@@ -16,6 +16,7 @@
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/uninit_vector.hpp"
+#include "multiscale_lift.hpp"
 #include "multiscale_screen.hpp"
 #include "parallel.hpp"
 #include "relaxation.hpp"
@@ -161,13 +162,15 @@ detail::UninitVector<double> download(const Context& ctx, const Buffer<T>& b, in
 }
 
 // Cells of `size` consecutive sorted points: mass-weighted centroids (plain means for cells
-// without mass) and masses.
+// without mass), masses and, where `spread` is given, spreads (the mean squared distance of the
+// cell's points to its centroid per coordinate, same weights: the Gaussian lift's s).
 template <class T>
-void coarsen(const T* x, const double* w, std::int64_t n, int d,
-             std::int64_t size, std::vector<T>* xc, std::vector<T>* wc, int threads) {
+void coarsen(const T* x, const double* w, std::int64_t n, int d, std::int64_t size,
+             std::vector<T>* xc, std::vector<T>* wc, std::vector<double>* spread, int threads) {
   const std::int64_t K = (n + size - 1) / size;
   xc->resize(std::size_t(K * d));
   wc->resize(std::size_t(K));
+  if (spread) spread->resize(std::size_t(K));
   detail::parallel_ranges(K, threads, 4096, [&](std::int64_t kb, std::int64_t ke) {
     std::vector<double> acc(static_cast<std::size_t>(d));
     for (std::int64_t k = kb; k < ke; ++k) {
@@ -181,6 +184,17 @@ void coarsen(const T* x, const double* w, std::int64_t n, int d,
       }
       for (int a = 0; a < d; ++a) (*xc)[std::size_t(k * d + a)] = T(acc[std::size_t(a)]);
       (*wc)[std::size_t(k)] = T(mass);
+      if (!spread) continue;
+      double sq = 0;  // about the stored (rounded) centroid: the lift's cell is that point
+      for (std::int64_t i = b; i < e; ++i) {
+        const double wi = mass > 0 ? w[std::size_t(i)] / mass : 1.0 / double(e - b);
+        for (int a = 0; a < d; ++a) {
+          const double v =
+              double(x[std::size_t(i * d + a)]) - double((*xc)[std::size_t(k * d + a)]);
+          sq += wi * v * v;
+        }
+      }
+      (*spread)[std::size_t(k)] = sq / double(d);
     }
   });
 }
@@ -272,7 +286,7 @@ template <class T>
 SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                       const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
                       Clock::time_point t0, BlockList* lists, bool coarse_level,
-                      bool cells_checked) {
+                      bool cells_checked, CellImages* images) {
   // A coarse level's cells are weighted means of points scanned one level up: their coordinates
   // are not scanned again (shapes, weights and scalars are). validate() scans host views only:
   // after it, this level's coordinates are checked when all of them are host memory (always on
@@ -432,6 +446,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   s.solver = "multiscale";
   SinkhornSummary coarse_summary;
   double seconds_lift = 0, seconds_lift_oracles = 0;
+  bool gaussian_lift = false;  // this level's potentials come from a Gaussian lift
+  bool first_pair = false;     // whose first pair may meet the tolerance (kFirstPairCellRatio)
   Buffer<T> f(ctx, n), g(ctx, m);
   if (warm) {
     const detail::UninitVector<double> fi = download(ctx, pot->f, threads),
@@ -444,8 +460,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     s.solver_note = "multiscale from a warm start (no coarse levels)";
   } else {
     std::vector<T> xc, ac, yc, bc;
-    coarsen(xp.data(), ap.data(), n, d, mo.cell_points, &xc, &ac, threads);
-    coarsen(yp.data(), bp.data(), m, d, mo.cell_points, &yc, &bc, threads);
+    std::vector<double> sxc;  // the x cells' spreads
+    coarsen(xp.data(), ap.data(), n, d, mo.cell_points, &xc, &ac, &sxc, threads);
+    coarsen(yp.data(), bp.data(), m, d, mo.cell_points, &yc, &bc, nullptr, threads);
     phase.end("coarsen");
     const std::int64_t K = std::int64_t(ac.size()), Km = std::int64_t(bc.size());
     Problem<T> coarse;
@@ -467,26 +484,75 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     co.max_iterations = std::max<std::int64_t>(1, options.max_iterations / 2);
     Potentials<T> pc;
     BlockList coarse_lists[2];
+    // The Gaussian lift (below): a multiscale coarse level returns the images it needs.
+    const double median_ratio = median_cell_ratio(sxc, c, eps);
+    gaussian_lift = mo.gaussian_lift && !coarse_level && !problem.unbalanced() &&
+                    median_ratio <= kMaxMedianCellRatio;
+    first_pair = gaussian_lift && median_ratio <= kFirstPairCellRatio;
+    CellImages images;
     coarse_summary = coarse_multiscale
                          ? solve(ctx, coarse, co, precision, &pc, Clock::now(), coarse_lists, true,
-                                 checked)
+                                 checked, gaussian_lift ? &images : nullptr)
                          : solve_coarsest(ctx, coarse, co, &pc);
     s.multiscale_levels = 1 + coarse_summary.multiscale_levels;
     phase.end("coarse");
-    // Lift: one c-transform per side against the other side's cells.
+    // Lift: one c-transform per side against the other side's cells. For a balanced problem the
+    // g side's cells are Gaussians of their points' spread around the coarse plan's images (the
+    // Gaussian lift, solvers/multiscale_lift.hpp: one more coordinate, shifted key potentials, a
+    // row shift subtracted after the pass), so that the first pair (f_1, g_0) is nearer its
+    // marginals. The f side keeps its cells' centroids: its lift only builds the mask, and the
+    // centroids' kernel, narrower, overestimates f, where a lower Gaussian f moved up past the
+    // mask's slack (2^17 points, CPU: a rebuild and a fourth iteration). The finest level only:
+    // a coarse level lifted so took more iterations (2^20 points, H200: the 131,072-cell level
+    // 9 instead of 7), its potentials only a warm start. Not where most of the level's cells are
+    // too wide for the model (kMaxMedianCellRatio), nor for an unbalanced problem, whose damped
+    // updates would scale the row shift.
+    const auto t_lift = Clock::now();
     Problem<T> fx = coarse, gy = coarse;
     fx.cost = SqEuclidean<T>{host_matrix(xp.data(), n, d), host_matrix(yc.data(), Km, d), c};
     fx.a = sorted.a;
     gy.cost = SqEuclidean<T>{host_matrix(xc.data(), K, d), host_matrix(yp.data(), m, d), c};
     gy.b = sorted.b;
+    std::vector<T> yq, xkeys;  // the Gaussian lift's points and cells
+    Buffer<T> fkeys, yshift;   // its key potentials and row shifts
+    if (gaussian_lift) {
+      // The coarse plan's images of the x cells, sum_J P_IJ y_J, and their masses: from the
+      // multiscale coarse level, over its lists; here for a dense one.
+      if (images.mass.empty()) {
+        auto cells = make_level_oracle(coarse);
+        const Buffer<T> yv = upload(ctx, yc);
+        Buffer<T> tx(ctx, K * d), mx(ctx, K);
+        cells->apply_mat(T(eps), pc.f.data(), pc.g.data(), {yv.data(), Km, d, d, yv.space()},
+                         {tx.data(), K, d, d, tx.space()}, mx.data());
+        const detail::UninitVector<double> th = download(ctx, tx, threads),
+                                           mh = download(ctx, mx, threads);
+        images.sums.assign(th.begin(), th.end());
+        images.mass.assign(mh.begin(), mh.end());
+      }
+      phase.end("lift images");
+      std::vector<double> shift;  // the key potentials' shifts
+      lift_keys(xc.data(), sxc.data(), images.sums.data(), images.mass.data(), K, d, mid.data(),
+                c, eps, threads, &xkeys, &shift);
+      const detail::UninitVector<double> fc = download(ctx, pc.f, threads);
+      std::vector<T> fk(static_cast<std::size_t>(K));
+      for (std::int64_t k = 0; k < K; ++k)
+        fk[std::size_t(k)] = T(fc[std::size_t(k)] + shift[std::size_t(k)]);
+      fkeys = upload(ctx, fk);
+      std::vector<T> ry;
+      lift_queries(yp.data(), m, d, mid.data(), c, threads, &yq, &ry);
+      yshift = upload(ctx, ry);
+      gy.cost = SqEuclidean<T>{host_matrix(xkeys.data(), K, d + 1),
+                               host_matrix(yq.data(), m, d + 1), c};
+      phase.end("lift operands");
+    }
     detail::fill_bytes(ctx, f.data(), f.space(), 0, sizeof(T) * std::size_t(n));
     detail::fill_bytes(ctx, g.data(), g.space(), 0, sizeof(T) * std::size_t(m));
     // Through the coarse level's block lists when it kept some (its cells are runs of the
     // sorted points, so its row tiles map onto the points' row tiles); dense otherwise.
-    const auto t_lift = Clock::now();
+    const auto t_oracles = Clock::now();
     auto lift_f = make_level_oracle(fx);
     auto lift_g = make_level_oracle(gy);
-    seconds_lift_oracles = seconds_since(t_lift);
+    seconds_lift_oracles = seconds_since(t_oracles);
     if (!coarse_lists[0].run_ptr.empty()) {
       const BlockList lf = lift_list(coarse_lists[0], n, mo.cell_points, lift_f->block_shape(), threads);
       const BlockList lg = lift_list(coarse_lists[1], m, mo.cell_points, lift_g->block_shape(), threads);
@@ -495,7 +561,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     }
     phase.end("lift setup");
     lift_f->update_f(T(eps), pc.g.data(), f.data(), nullptr);
-    lift_g->update_g(T(eps), pc.f.data(), g.data(), nullptr);
+    lift_g->update_g(T(eps), gaussian_lift ? fkeys.data() : pc.f.data(), g.data(), nullptr);
+    if (gaussian_lift)
+      lift_g->ops().axpby(-1.0, {yshift.data(), m, 1, 1, yshift.space()}, 1.0,
+                          {g.data(), m, 1, 1, g.space()});
     seconds_lift = seconds_since(t_lift);
     phase.end("lift");
     // The levels, coarsest first: "K x Km: ..." per level.
@@ -772,14 +841,16 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       // (update_f_certified, update_g_certified), so the f step completes the certificate of
       // (f, g) when the last g step gave its column side, and the g step that of (f_new, g):
       // a certificate after either half step without a pass of its own (docs/multiscale.md,
-      // step 6, "Half steps through both sides"). The f side runs with the plan's statistics, dearer than the
-      // engine's update (H100, 2^20 points: 35 against 25 ms): once the residual is near the
-      // tolerance, the engine's update before (on the level's first iteration too: at 2^20 and
-      // 2^17 points the lift's (f_1, g_0) missed the tolerance, 0.240 -> 0.252 s at 2^20).
+      // step 6, "Half steps through both sides"). The f side runs with the plan's statistics,
+      // dearer than the engine's update (H100, 2^20 points: 35 against 25 ms): once the
+      // residual is near the tolerance, and on the first iteration after a Gaussian lift of
+      // narrow cells, whose (f_1, g_0) can meet it (kFirstPairCellRatio; 2^20 points, CPU:
+      // certified at 4.5e-3 after one f and one g pass, where the centroids' lift left 5.9e-3
+      // and took three passes); the engine's update before.
       paired = true;
       CertificateSide rows_new;  // after a certified f update: the row side of (f, g)
       bool rows_known = false;   // rows_new holds it
-      if (residual <= kTryWithNext * s.tolerance) {
+      if (residual <= kTryWithNext * s.tolerance || (fine_iterations == 0 && first_pair)) {
         const auto t_rows = Clock::now();
         CertificateSide rows_old;
         const bool ok = oracle->update_f_certified(eps, f.data(), g.data(), w, next_f.data(),
@@ -1104,6 +1175,18 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   if (coarse_level) {
     // A coarse level keeps its caller's order (identity permutations): its potentials as they
     // are, without the round trip through the host (1.1 ms at 131,072 cells, H100).
+    if (images) {
+      // The returned pair's images of this level's x points over its lists (the caller's
+      // Gaussian lift): one value pass of the engine that holds them.
+      const Buffer<T> yv = upload(ctx, yp);
+      Buffer<T> sums(ctx, n * d), mass(ctx, n);
+      oracle->apply_mat(T(eps), f.data(), g.data(), {yv.data(), m, d, d, yv.space()},
+                        {sums.data(), n, d, d, sums.space()}, mass.data());
+      const detail::UninitVector<double> sh = download(ctx, sums, threads),
+                                         mh = download(ctx, mass, threads);
+      images->sums.assign(sh.begin(), sh.end());
+      images->mass.assign(mh.begin(), mh.end());
+    }
     pot->f = std::move(f);
     pot->g = std::move(g);
     pot->epsilon = eps;
@@ -1138,7 +1221,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                       std::string*);                                          \
   template SinkhornSummary solve(const Context&, const Problem<T>&, const SinkhornOptions&,   \
                                  Precision, Potentials<T>*, Clock::time_point, BlockList*, \
-                                 bool, bool);
+                                 bool, bool, CellImages*);
 KANTOR_INSTANTIATE(float)
 KANTOR_INSTANTIATE(double)
 #undef KANTOR_INSTANTIATE

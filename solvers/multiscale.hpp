@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "kantor/oracle.hpp"
 #include "kantor/sinkhorn.hpp"
@@ -26,12 +27,18 @@ bool auto_picks_multiscale(const Problem<T>& problem, const SinkhornOptions& opt
 /// their density and stops on the engine's residual (no certificate; the finest level
 /// certifies the result). `lists` is for coarse levels only. `cells_checked` (coarse levels):
 /// the caller's points were scanned for non-finite coordinates, so its cells, weighted means of
-/// them, are not scanned again.
+/// them, are not scanned again. `images` (coarse levels, optional): the returned plan's images
+/// of the x points, sums (n x d, row-major) sum_j P_ij y_j and masses sum_j P_ij, over the
+/// level's lists (the Gaussian lift's T, solvers/multiscale_lift.hpp).
+struct CellImages {
+  std::vector<double> sums, mass;
+};
 template <class T>
 SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                       const SinkhornOptions& options, Precision precision, Potentials<T>* pot,
                       std::chrono::steady_clock::time_point t0, BlockList* lists = nullptr,
-                      bool coarse = false, bool cells_checked = false);
+                      bool coarse = false, bool cells_checked = false,
+                      CellImages* images = nullptr);
 
 /// The coarsest level's dense solve (solvers/sinkhorn.cpp): solve_sinkhorn's dense path on
 /// `problem` (options.precision, unset: the data's natural precision, as before), stopped on the

@@ -107,6 +107,10 @@ struct MultiscaleOptions {
   /// residual grows twice in a row, rises 4x, or stalls; docs/multiscale.md, step 5), 1 =
   /// plain, (1, 2) fixed. The dense coarsest level uses SinkhornOptions::relaxation = 0.
   double relaxation = 0;
+  /// Lift a balanced problem's coarse potentials with each cell a Gaussian of its points'
+  /// spread around the coarse plan's image of it (docs/multiscale.md, step 3): the lifted pair
+  /// starts the finer level about twice as close to its marginals as the centroids' lift (false).
+  bool gaussian_lift = true;
   /// Keep the finest level's f-side block list in SinkhornSummary::mask (for pictures).
   bool keep_mask = false;
   /// After the solve, one dense float64 certificate over all pairs (SinkhornSummary::
