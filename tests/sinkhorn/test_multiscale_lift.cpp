@@ -121,6 +121,13 @@ TEST(MultiscaleLift, TheOperandsInOneMoreCoordinateAreTheGaussianScore) {
   }
 }
 
+// |a - b|^2 over d coordinates.
+double dist2(const double* a, const double* b, std::int64_t d) {
+  double s = 0;
+  for (std::int64_t k = 0; k < d; ++k) s += (a[k] - b[k]) * (a[k] - b[k]);
+  return s;
+}
+
 // -eps log sum_k w_k exp(s_k / eps), in double.
 double neg_lse(const std::vector<double>& s, const std::vector<double>& w, double eps) {
   double mx = -HUGE_VAL;
@@ -196,9 +203,7 @@ TEST(MultiscaleLift, TheGaussianLiftsFirstPairIsNearerItsMarginals) {
   std::vector<double> images(K * d, 0.0), mass(K, 0.0);
   for (std::int64_t I = 0; I < K; ++I)
     for (std::int64_t J = 0; J < K; ++J) {
-      double cost = 0;
-      for (std::int64_t a = 0; a < d; ++a)
-        cost += (xc[I * d + a] - yc[J * d + a]) * (xc[I * d + a] - yc[J * d + a]);
+      const double cost = dist2(&xc[I * d], &yc[J * d], d);
       const double pij = std::exp((fc[I] + gc[J] - c * cost) / eps) / double(K * K);
       mass[I] += pij;
       for (std::int64_t a = 0; a < d; ++a) images[I * d + a] += pij * yc[J * d + a];
@@ -211,33 +216,17 @@ TEST(MultiscaleLift, TheGaussianLiftsFirstPairIsNearerItsMarginals) {
   multiscale::lift_queries(y.data(), n, int(d), mid, c, 1, &queries, &row);
   std::vector<double> g_plain(n), g_gauss(n), sc(K);
   for (std::int64_t j = 0; j < n; ++j) {
-    for (std::int64_t I = 0; I < K; ++I) {
-      double cost = 0;
-      for (std::int64_t a = 0; a < d; ++a)
-        cost += (xc[I * d + a] - y[j * d + a]) * (xc[I * d + a] - y[j * d + a]);
-      sc[I] = fc[I] - c * cost;
-    }
+    for (std::int64_t I = 0; I < K; ++I) sc[I] = fc[I] - c * dist2(&xc[I * d], &y[j * d], d);
     g_plain[j] = neg_lse(sc, wc, eps);
-    for (std::int64_t I = 0; I < K; ++I) {
-      double qk = 0;
-      for (std::int64_t a = 0; a <= d; ++a) {
-        const double v = queries[j * (d + 1) + a] - keys[I * (d + 1) + a];
-        qk += v * v;
-      }
-      sc[I] = fc[I] + shift[I] - c * qk;
-    }
+    for (std::int64_t I = 0; I < K; ++I)
+      sc[I] = fc[I] + shift[I] - c * dist2(&queries[j * (d + 1)], &keys[I * (d + 1)], d + 1);
     g_gauss[j] = neg_lse(sc, wc, eps) - row[j];
   }
   // The column error of (f_1, g_0), f_1 = T(g_0) over every pair.
   auto column_error = [&](const std::vector<double>& g0) {
     std::vector<double> f1(n), s(n), col(n, 0.0);
     for (std::int64_t i = 0; i < n; ++i) {
-      for (std::int64_t j = 0; j < n; ++j) {
-        double cost = 0;
-        for (std::int64_t a = 0; a < d; ++a)
-          cost += (x[i * d + a] - y[j * d + a]) * (x[i * d + a] - y[j * d + a]);
-        s[j] = g0[j] - c * cost;
-      }
+      for (std::int64_t j = 0; j < n; ++j) s[j] = g0[j] - c * dist2(&x[i * d], &y[j * d], d);
       f1[i] = neg_lse(s, wp, eps);
       for (std::int64_t j = 0; j < n; ++j)
         col[j] += std::exp((f1[i] + s[j]) / eps) / double(n) / double(n);
