@@ -447,7 +447,6 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   SinkhornSummary coarse_summary;
   double seconds_lift = 0, seconds_lift_oracles = 0;
   bool gaussian_lift = false;  // this level's potentials come from a Gaussian lift
-  bool first_pair = false;     // whose first pair may meet the tolerance (kFirstPairCellRatio)
   Buffer<T> f(ctx, n), g(ctx, m);
   if (warm) {
     const detail::UninitVector<double> fi = download(ctx, pot->f, threads),
@@ -488,7 +487,6 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     const double median_ratio = median_cell_ratio(sxc, c, eps);
     gaussian_lift = mo.gaussian_lift && !coarse_level && !problem.unbalanced() &&
                     median_ratio <= kMaxMedianCellRatio;
-    first_pair = gaussian_lift && median_ratio <= kFirstPairCellRatio;
     CellImages images;
     coarse_summary = coarse_multiscale
                          ? solve(ctx, coarse, co, precision, &pc, Clock::now(), coarse_lists, true,
@@ -504,9 +502,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // centroids' kernel, narrower, overestimates f, where a lower Gaussian f moved up past the
     // mask's slack (2^17 points, CPU: a rebuild and a fourth iteration). The finest level only:
     // a coarse level lifted so took more iterations (2^20 points, H200: the 131,072-cell level
-    // 9 instead of 7), its potentials only a warm start. Not where most of the level's cells are
-    // too wide for the model (kMaxMedianCellRatio), nor for an unbalanced problem, whose damped
-    // updates would scale the row shift.
+    // 9 instead of 7), its potentials only a warm start. Only where the first pair can meet the
+    // tolerance (kMaxMedianCellRatio: the lift buys nothing after it), and not for an unbalanced
+    // problem, whose damped updates would scale the row shift.
     const auto t_lift = Clock::now();
     Problem<T> fx = coarse, gy = coarse;
     fx.cost = SqEuclidean<T>{host_matrix(xp.data(), n, d), host_matrix(yc.data(), Km, d), c};
@@ -843,14 +841,14 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       // a certificate after either half step without a pass of its own (docs/multiscale.md,
       // step 6, "Half steps through both sides"). The f side runs with the plan's statistics,
       // dearer than the engine's update (H100, 2^20 points: 35 against 25 ms): once the
-      // residual is near the tolerance, and on the first iteration after a Gaussian lift of
-      // narrow cells, whose (f_1, g_0) can meet it (kFirstPairCellRatio; 2^20 points, CPU:
+      // residual is near the tolerance, and on the first iteration after a Gaussian lift,
+      // whose (f_1, g_0) can meet it (kMaxMedianCellRatio; 2^20 points, CPU:
       // certified at 4.5e-3 after one f and one g pass, where the centroids' lift left 5.9e-3
       // and took three passes); the engine's update before.
       paired = true;
       CertificateSide rows_new;  // after a certified f update: the row side of (f, g)
       bool rows_known = false;   // rows_new holds it
-      if (residual <= kTryWithNext * s.tolerance || (fine_iterations == 0 && first_pair)) {
+      if (residual <= kTryWithNext * s.tolerance || (fine_iterations == 0 && gaussian_lift)) {
         const auto t_rows = Clock::now();
         CertificateSide rows_old;
         const bool ok = oracle->update_f_certified(eps, f.data(), g.data(), w, next_f.data(),

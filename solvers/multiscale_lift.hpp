@@ -43,19 +43,17 @@ namespace kantor::multiscale {
 /// at 4.48e-3, the centroid's kernel for cells past 0.5 left 5.14e-3 (tolerance 5e-3).
 constexpr double kMaxCellRatio = 1.0;
 
-/// A level's cells take the Gaussian model only where their median 2 c s / eps is at most this:
-/// with fewer cells within the model's reach the lift mixes two kernels, and its first pair came
-/// out further from its marginals than the centroids' (the data at 16,384 points, cells
-/// of 8, median 0.36-0.69: column error of (f_1, g_0) 0.203 against 0.165). Morton cells of 8
-/// points on the data (numpy): medians 0.02-0.04 at 2^20 points, 0.09-0.17 at 2^17.
-constexpr double kMaxMedianCellRatio = 0.25;
-
-/// Where the level's median 2 c s / eps is at most this, its first pair (f_1, g_0) is near
-/// enough its marginals to be worth a certificate: the finest level's first f update runs on
-/// the certificate's row side. On the data (tolerance 5e-3): at 2^20 points (median 0.04)
-/// (f_1, g_0) certified at 4.48e-3; at 2^17 (median 0.17) its column error was 2.1e-2, and the
-/// row side's extra cost (on the CPU engine 1.3 s of a 7.7 s solve) bought nothing.
-constexpr double kFirstPairCellRatio = 0.1;
+/// The finest level takes the Gaussian lift, and runs its first f update on the certificate's
+/// row side, where its cells' median 2 c s / eps is at most this: there its first pair
+/// (f_1, g_0) can meet the tolerance, and that is all the lift buys (after one Sinkhorn
+/// iteration both starts sit on the same slow modes). On the data (tolerance 5e-3): at
+/// 2^20 points (median 0.04) (f_1, g_0) certified at 4.48e-3 after two passes where the
+/// centroids' lift took three; at 2^17 (median 0.17) its column error was 2.1e-2 against 3.5e-2,
+/// the level took three iterations either way, certified at 4.92e-3 against 4.68e-3, and the
+/// row side's extra cost (on the CPU engine 1.3 s of a 7.7 s solve) bought nothing. (Mixing the
+/// two kernels, most cells past the clip, made the first pair worse: 16,384 points, median
+/// 0.36-0.69, 0.203 against 0.165.)
+constexpr double kMaxMedianCellRatio = 0.1;
 
 /// The median of 2 c s / eps over a level's cells (NaN for none).
 double median_cell_ratio(const std::vector<double>& spread, double c, double eps);
