@@ -242,6 +242,33 @@ BlockList lift_list(const BlockList& coarse, std::int64_t rows, std::int64_t cel
   return assemble_list(tiles, shape.row_tile, coarse.key_tile, threads, emit);
 }
 
+// The plan's images of the rows of `oracle`'s problem (rows x d: sum_j P_ij y_j) and their
+// masses (sum_j P_ij), in double: P V on the engine with V = y - mid (its value pass rounds V's
+// entries; centred, the error does not grow with the clouds' offset), mid added back here.
+template <class T>
+CellImages plan_images(const Context& ctx, Oracle<T>& oracle, double eps, const T* f, const T* g,
+                       const T* y, std::int64_t rows, std::int64_t m, int d,
+                       const std::vector<double>& mid, int threads) {
+  std::vector<T> yc(static_cast<std::size_t>(m * d));
+  for (std::int64_t j = 0; j < m; ++j)
+    for (int a = 0; a < d; ++a)
+      yc[std::size_t(j * d + a)] = T(double(y[j * d + a]) - mid[std::size_t(a)]);
+  const Buffer<T> yv = upload(ctx, yc);
+  Buffer<T> sums(ctx, rows * d), mass(ctx, rows);
+  oracle.apply_mat(T(eps), f, g, {yv.data(), m, d, d, yv.space()},
+                   {sums.data(), rows, d, d, sums.space()}, mass.data());
+  const detail::UninitVector<double> sh = download(ctx, sums, threads),
+                                     mh = download(ctx, mass, threads);
+  CellImages out;
+  out.sums.resize(std::size_t(rows * d));
+  out.mass.assign(mh.begin(), mh.end());
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (int a = 0; a < d; ++a)
+      out.sums[std::size_t(i * d + a)] =
+          sh[std::size_t(i * d + a)] + out.mass[std::size_t(i)] * mid[std::size_t(a)];
+  return out;
+}
+
 // max_i (now_i - build_i) over the points of positive weight, on the host threads (a maximum: the
 // same value in any order).
 double max_drift(const detail::UninitVector<double>& now, const detail::UninitVector<double>& build,
@@ -518,14 +545,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       // multiscale coarse level, over its lists; here for a dense one.
       if (images.mass.empty()) {
         auto cells = make_level_oracle(coarse);
-        const Buffer<T> yv = upload(ctx, yc);
-        Buffer<T> tx(ctx, K * d), mx(ctx, K);
-        cells->apply_mat(T(eps), pc.f.data(), pc.g.data(), {yv.data(), Km, d, d, yv.space()},
-                         {tx.data(), K, d, d, tx.space()}, mx.data());
-        const detail::UninitVector<double> th = download(ctx, tx, threads),
-                                           mh = download(ctx, mx, threads);
-        images.sums.assign(th.begin(), th.end());
-        images.mass.assign(mh.begin(), mh.end());
+        images = plan_images(ctx, *cells, eps, pc.f.data(), pc.g.data(), yc.data(), K, Km, d,
+                             mid, threads);
       }
       phase.end("lift images");
       std::vector<double> shift;  // the key potentials' shifts
@@ -1176,14 +1197,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     if (images) {
       // The returned pair's images of this level's x points over its lists (the caller's
       // Gaussian lift): one value pass of the engine that holds them.
-      const Buffer<T> yv = upload(ctx, yp);
-      Buffer<T> sums(ctx, n * d), mass(ctx, n);
-      oracle->apply_mat(T(eps), f.data(), g.data(), {yv.data(), m, d, d, yv.space()},
-                        {sums.data(), n, d, d, sums.space()}, mass.data());
-      const detail::UninitVector<double> sh = download(ctx, sums, threads),
-                                         mh = download(ctx, mass, threads);
-      images->sums.assign(sh.begin(), sh.end());
-      images->mass.assign(mh.begin(), mh.end());
+      *images = plan_images(ctx, *oracle, eps, f.data(), g.data(), yp.data(), n, m, d, mid,
+                            threads);
     }
     pot->f = std::move(f);
     pot->g = std::move(g);

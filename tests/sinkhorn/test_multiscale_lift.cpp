@@ -273,7 +273,10 @@ void check_solver_lifts(Backend backend) {
     EXPECT_NEAR(sg.dual_cost, sp.dual_cost, 2e-5 * std::abs(sp.dual_cost)) << eps;
     ASSERT_FALSE(sg.records.empty());
     ASSERT_FALSE(sp.records.empty());
-    if (eps == 0.0025) {  // one path (the CUDA engine's residual sums may differ in rounding)
+    if (eps == 0.02) {  // the Gaussian lift ran: another first pair
+      EXPECT_GT(std::abs(sg.records.front().marginal_error - sp.records.front().marginal_error),
+                1e-3 * sp.records.front().marginal_error);
+    } else {  // one path (the CUDA engine's residual sums may differ in rounding)
       EXPECT_NEAR(sg.records.front().marginal_error, sp.records.front().marginal_error,
                   1e-9 + 1e-5 * sp.records.front().marginal_error);
       EXPECT_EQ(sg.fine_updates, sp.fine_updates);
