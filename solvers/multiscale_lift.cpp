@@ -14,7 +14,7 @@ CellKernel gaussian_cell(double c, double eps, int d, double spread) {
   if (!(spread > 0)) return k;
   // 2 c s / eps, at most kMaxCellRatio (a cell of a few points has no Gaussian tails).
   const double r = std::min(kMaxCellRatio, 2 * c * spread / eps);
-  k.kappa = c * r / (1 + r);              // = 2 c^2 s / (eps + 2 c s)
+  k.kappa = c * r / (1 + r);  // = 2 c^2 s / (eps + 2 c s)
   k.shift = -0.5 * double(d) * eps * std::log1p(r);
   return k;
 }
@@ -83,12 +83,11 @@ void lift_keys(const T* cells, const double* spread, const double* images, const
   });
 }
 
-#define KANTOR_LIFT(T)                                                                         \
-  template void lift_queries<T>(const T*, std::int64_t, int, const double*, double, int,       \
-                                std::vector<T>*, std::vector<T>*);                             \
-  template void lift_keys<T>(const T*, const double*, const double*, const double*,            \
-                             std::int64_t, int,                                               \
-                             const double*, double, double, int, std::vector<T>*,             \
+#define KANTOR_LIFT(T)                                                                            \
+  template void lift_queries<T>(const T*, std::int64_t, int, const double*, double, int,          \
+                                std::vector<T>*, std::vector<T>*);                                \
+  template void lift_keys<T>(const T*, const double*, const double*, const double*, std::int64_t, \
+                             int, const double*, double, double, int, std::vector<T>*,            \
                              std::vector<double>*);
 KANTOR_LIFT(float)
 KANTOR_LIFT(double)

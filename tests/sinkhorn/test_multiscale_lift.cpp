@@ -44,9 +44,9 @@ TEST(MultiscaleLift, TheCellsTermsAreTheGaussianIntegral) {
     double c, eps, s;
     std::vector<double> w;
   };
-  const Case cases[] = {{1.0, 0.0025, 3.2e-5, {0.01, -0.02, 0.005}},   // 2^20 points in cells of 8
-                        {1.0, 0.0025, 1.2e-4, {0.03, 0.0, -0.01}},     // 2^17
-                        {2.5, 0.01, 1.0e-3, {0.05}},                   // d = 1, another scale
+  const Case cases[] = {{1.0, 0.0025, 3.2e-5, {0.01, -0.02, 0.005}},  // 2^20 points in cells of 8
+                        {1.0, 0.0025, 1.2e-4, {0.03, 0.0, -0.01}},    // 2^17
+                        {2.5, 0.01, 1.0e-3, {0.05}},                  // d = 1, another scale
                         {0.5, 0.04, 1.9e-2, {0.1, -0.1, 0.2, 0.05, 0.0, -0.3}}};  // d = 6
   for (const Case& k : cases) {
     const int d = int(k.w.size());
@@ -90,12 +90,12 @@ TEST(MultiscaleLift, TheOperandsInOneMoreCoordinateAreTheGaussianScore) {
     spread[k] = 0.2 * eps * (U(rng) + 1.2);  // 2 c s / eps from 0.14 to 1.5: some clipped
     f[k] = 0.3 * U(rng);
   }
-  mass[3] = 0;                   // no mass: the centroid's kernel
-  images[5 * d + 1] = NAN;       // a non-finite image: the same
+  mass[3] = 0;              // no mass: the centroid's kernel
+  images[5 * d + 1] = NAN;  // a non-finite image: the same
   for (double& v : pts) v = U(rng);
   std::vector<double> keys, shift, queries, row;
-  multiscale::lift_keys(cells.data(), spread.data(), images.data(), mass.data(), K, d, mid, c,
-                        eps, 1, &keys, &shift);
+  multiscale::lift_keys(cells.data(), spread.data(), images.data(), mass.data(), K, d, mid, c, eps,
+                        1, &keys, &shift);
   multiscale::lift_queries(pts.data(), n, d, mid, c, 1, &queries, &row);
   ASSERT_EQ(keys.size(), std::size_t(K * (d + 1)));
   ASSERT_EQ(queries.size(), std::size_t(n * (d + 1)));
@@ -211,8 +211,8 @@ TEST(MultiscaleLift, TheGaussianLiftsFirstPairIsNearerItsMarginals) {
   // g_0 both ways.
   const double mid[3] = {0.5, 0.5, 0.5};
   std::vector<double> keys, shift, queries, row;
-  multiscale::lift_keys(xc.data(), sx.data(), images.data(), mass.data(), K, int(d), mid, c, eps,
-                        1, &keys, &shift);
+  multiscale::lift_keys(xc.data(), sx.data(), images.data(), mass.data(), K, int(d), mid, c, eps, 1,
+                        &keys, &shift);
   multiscale::lift_queries(y.data(), n, int(d), mid, c, 1, &queries, &row);
   std::vector<double> g_plain(n), g_gauss(n), sc(K);
   for (std::int64_t j = 0; j < n; ++j) {
