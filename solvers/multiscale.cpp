@@ -40,6 +40,12 @@ constexpr int kRelaxRun = 4;
 constexpr int kRelaxGrace = 5;
 // A coarse level whose residual has not improved by 1% in this many iterations stops.
 constexpr std::int64_t kCoarseStall = 100;
+// The finest level checks its mask after this many iterations without a 1% better residual:
+// a mask built from poor potentials (a warm start, a lift far from the solution) can admit no
+// plan with the marginals, and its iterations then never come near the tolerance, where the
+// mask is otherwise checked (two clusters a side, 0.5 / 0.5 against 0.9 / 0.1 of the mass, from
+// zero potentials: 20,000 iterations at a residual of 0.8, the potentials diverging).
+constexpr std::int64_t kFineStall = 50;
 // The finest level tries its certificate once the engine's residual is below this multiple of
 // the tolerance where the certificate's row side also makes the next f update
 // (Oracle::certify_kept_next: a failed try then costs the difference between that side and an
@@ -1092,6 +1098,15 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
           stop = true;
         }
       }
+    }
+    if (!stop && !coarse_level && fine_iterations - best_at >= kFineStall) {
+      // A stall (kFineStall): the drift since the mask was built, and the mask rebuilt from
+      // these potentials where it exceeds the slack (the kept set then follows the potentials
+      // where the iterations pushed them). Checked again after kFineStall more either way.
+      double drift = 0;
+      if (!mask_holds(&drift)) have_cols = false;  // of the old lists
+      best_norm = HUGE_VAL;
+      best_at = fine_iterations;
     }
     if (options.record_iterations) s.records.push_back(rec);
     for (const auto& cb : options.callbacks) {

@@ -1416,6 +1416,59 @@ TEST(Multiscale, HighDimensionFallsBackToDensePassesCorrectly) {
   EXPECT_NEAR(s.dual_cost, sd.dual_cost, 1e-3 * std::fabs(sd.dual_cost));
 }
 
+// A warm start whose mask admits no plan: two clusters a side, 0.5 / 0.5 of the mass on x and
+// 0.9 / 0.1 on y, zero potentials. The screen of (0, 0) keeps only the pairs inside a cluster
+// (the clusters are 60 eps apart), where no coupling meets the marginals: the kept-set
+// iterations cannot converge and their residual stays near 0.8, far from the tolerance, where
+// the mask is otherwise checked. The finest level's stall rule checks the drift and rebuilds
+// the mask from the drifted potentials; the solve then certifies. (Before the rule: 20,000
+// iterations at a residual of 0.8, kMaxIterations.)
+void check_stalled_warm_start(Backend backend) {
+  Rng rng(41);
+  std::normal_distribution<double> N(0.0, 0.03);
+  const std::int64_t per = 512, d = 2;
+  std::vector<double> x, y, a, b;
+  for (const double cx : {0.2, 0.8}) {
+    for (std::int64_t i = 0; i < per; ++i) {
+      x.push_back(cx + N(rng));
+      x.push_back(0.5 + N(rng));
+      a.push_back(0.5 / per);
+      y.push_back(cx + N(rng));
+      y.push_back(0.5 + N(rng));
+      b.push_back((cx < 0.5 ? 0.9 : 0.1) / per);
+    }
+  }
+  const PointData<double> pd = make_point_data<double>(d, x, y, a, b, 0.006);
+  Context ctx(ContextOptions{backend, 2});
+  SinkhornOptions o;
+  o.precision = Precision::kFp64;
+  o.tolerance = 1e-3;
+  o.max_iterations = 4000;
+  o.solver = SolverKind::kMultiscale;
+  o.multiscale.max_density = 1.0;
+  o.multiscale.verify = true;
+  Potentials<double> pot;
+  const std::vector<double> zero(std::size_t(2 * per), 0.0);
+  for (Buffer<double>* p : {&pot.f, &pot.g}) {
+    *p = Buffer<double>(ctx, 2 * per);
+    copy(ctx, host_vector(zero.data(), 2 * per), p->view());
+  }
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o, &pot);
+  ASSERT_TRUE(std::isfinite(s.verified_error)) << s.full_report();
+  EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
+  EXPECT_TRUE(s.converged()) << s.full_report();
+  EXPECT_GE(s.mask_rebuilds, 1) << s.full_report();
+  EXPECT_LE(s.iterations, 500) << s.full_report();  // 85 on the CPU engine
+  EXPECT_NE(s.solver_note.find("warm start"), std::string::npos) << s.solver_note;
+}
+
+TEST(Multiscale, AStalledFinestLevelRebuildsItsMask) { check_stalled_warm_start(Backend::kCpu); }
+
+TEST(CudaMultiscale, AStalledFinestLevelRebuildsItsMask) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  check_stalled_warm_start(Backend::kCuda);
+}
+
 TEST(Multiscale, TooFewPointsSolveDenseAndSaySo) {
   const Case k{"tiny", 12, 10, 2, 0.01, 0, 0};  // fewer than 2 cells of 8 points on a side
   const PointData<double> pd = case_data<double>(k, 8);
