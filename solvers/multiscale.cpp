@@ -44,7 +44,8 @@ constexpr std::int64_t kCoarseStall = 100;
 // a mask built from poor potentials (a warm start, a lift far from the solution) can admit no
 // plan with the marginals, and its iterations then never come near the tolerance, where the
 // mask is otherwise checked (two clusters a side, 0.5 / 0.5 against 0.9 / 0.1 of the mass, from
-// zero potentials: 20,000 iterations at a residual of 0.8, the potentials diverging).
+// zero potentials: the whole budget, 4,000 iterations, at a residual of 0.8, the potentials
+// diverging).
 constexpr std::int64_t kFineStall = 50;
 // The finest level tries its certificate once the engine's residual is below this multiple of
 // the tolerance where the certificate's row side also makes the next f update
@@ -1104,7 +1105,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       // these potentials where it exceeds the slack (the kept set then follows the potentials
       // where the iterations pushed them). Checked again after kFineStall more either way.
       double drift = 0;
-      if (!mask_holds(&drift)) have_cols = false;  // of the old lists
+      if (!mask_holds(&drift)) {
+        have_cols = false;    // of the old lists
+        cert_iteration = -1;  // no certificate of this pair on the new lists
+      }
       best_norm = HUGE_VAL;
       best_at = fine_iterations;
     }

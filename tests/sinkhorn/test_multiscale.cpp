@@ -1422,8 +1422,8 @@ TEST(Multiscale, HighDimensionFallsBackToDensePassesCorrectly) {
 // (the clusters are 60 eps apart), where no coupling meets the marginals: the kept-set
 // iterations cannot converge and their residual stays near 0.8, far from the tolerance, where
 // the mask is otherwise checked. The finest level's stall rule checks the drift and rebuilds
-// the mask from the drifted potentials; the solve then certifies. (Before the rule: 20,000
-// iterations at a residual of 0.8, kMaxIterations.)
+// the mask from the drifted potentials; the solve then certifies. (Before the rule: the budget of
+// 4,000 iterations at a residual of 0.8, kMaxIterations.)
 void check_stalled_warm_start(Backend backend) {
   Rng rng(41);
   std::normal_distribution<double> N(0.0, 0.03);
