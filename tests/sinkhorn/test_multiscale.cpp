@@ -971,19 +971,26 @@ PointData<T> case_data(const Case& k, std::uint64_t seed) {
   return make_point_data<T>(k.d, x, y, a, b, k.eps);
 }
 
+// A forced multiscale solve whose truncated passes run even where they prune little, with the
+// dense float64 check of its certificate (MultiscaleOptions::verify).
+SinkhornOptions verified_multiscale(Precision precision, double tol, std::int64_t budget) {
+  SinkhornOptions o;
+  o.precision = precision;
+  o.tolerance = tol;
+  o.max_iterations = budget;
+  o.solver = SolverKind::kMultiscale;
+  o.multiscale.max_density = 1.0;
+  o.multiscale.verify = true;
+  return o;
+}
+
 template <class T>
 void check_case(const Case& k, Backend backend, Precision precision, double tol) {
   SCOPED_TRACE(k.name);
   if (k.tol > 0) tol = k.tol;
   const PointData<T> pd = case_data<T>(k, 99);
   Context ctx(ContextOptions{backend, 2});
-  SinkhornOptions o;
-  o.precision = precision;
-  o.tolerance = tol;
-  o.max_iterations = 20000;
-  o.solver = SolverKind::kMultiscale;
-  o.multiscale.max_density = 1.0;  // keep the truncated passes even where they prune little
-  o.multiscale.verify = true;
+  const SinkhornOptions o = verified_multiscale(precision, tol, 20000);
   Potentials<T> pot;
   const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o, &pot);
   // The rule: the reported bound is never below the true error, converged or not.
@@ -1283,13 +1290,7 @@ TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
   Context ctx(ContextOptions{Backend::kCpu, 2});
   for (const bool retry : {true, false}) {
     SCOPED_TRACE(retry ? "theta_trial 8" : "slack 0.05");
-    SinkhornOptions o;
-    o.precision = Precision::kFp64;
-    o.tolerance = 1e-3;
-    o.max_iterations = 20000;
-    o.solver = SolverKind::kMultiscale;
-    o.multiscale.max_density = 1.0;
-    o.multiscale.verify = true;
+    SinkhornOptions o = verified_multiscale(Precision::kFp64, 1e-3, 20000);
     if (retry)
       o.multiscale.theta_trial = 8;
     else
@@ -1441,13 +1442,7 @@ void check_stalled_warm_start(Backend backend) {
   }
   const PointData<double> pd = make_point_data<double>(d, x, y, a, b, 0.006);
   Context ctx(ContextOptions{backend, 2});
-  SinkhornOptions o;
-  o.precision = Precision::kFp64;
-  o.tolerance = 1e-3;
-  o.max_iterations = 4000;
-  o.solver = SolverKind::kMultiscale;
-  o.multiscale.max_density = 1.0;
-  o.multiscale.verify = true;
+  const SinkhornOptions o = verified_multiscale(Precision::kFp64, 1e-3, 4000);
   Potentials<double> pot;
   const std::vector<double> zero(std::size_t(2 * per), 0.0);
   for (Buffer<double>* p : {&pot.f, &pot.g}) {
@@ -1513,13 +1508,8 @@ void check_random_problems(Backend backend, int count) {
           << clusters << ", eps " << eps << ", weights sigma " << sigma << ", tol " << tol
           << (fp32 ? ", fp32" : ", fp64") << (warm ? ", warm start 0" : "");
     SCOPED_TRACE(label.str());
-    SinkhornOptions o;
-    o.precision = fp32 ? Precision::kFp32 : Precision::kFp64;
-    o.tolerance = tol;
-    o.max_iterations = 20000;
-    o.solver = SolverKind::kMultiscale;
-    o.multiscale.max_density = 1.0;
-    o.multiscale.verify = true;
+    const SinkhornOptions o =
+        verified_multiscale(fp32 ? Precision::kFp32 : Precision::kFp64, tol, 20000);
     auto run = [&](const auto& pd) {
       using T = typename std::decay_t<decltype(pd.x)>::value_type;
       Potentials<T> pot;
