@@ -1268,7 +1268,8 @@ TEST(Multiscale, TheEnginePointsStageOnTheCpuIsTheHosts) {
 
 // A tolerance below fp32's reach: the coarse solves get at most half the iteration budget, so
 // the points' level still iterates and ends at its rounding floor near the tolerance (before,
-// the dense coarsest level spent all 10,000 iterations and the result had error 0.5).
+// the dense coarsest level spent all 10,000 iterations and the result had error 0.5); and they
+// are asked for kCoarseTolerance (1e-4) at most, so that a coarse level that can converge does.
 TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
   const PointData<float> pd = case_data<float>(Case{"fp32 floor", 4096, 4096, 3, 0.0025, 0, 0}, 31);
   Context ctx(ContextOptions{Backend::kCpu, 2});
@@ -1280,6 +1281,18 @@ TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
   EXPECT_LT(s.iterations, o.max_iterations) << s.solver_note;
   EXPECT_LT(s.marginal_error, 1e-3) << s.full_report();
   EXPECT_GE(s.marginal_error, s.verified_error);
+  // Two levels (the default: 512 cells, dense, and the points). The coarse level is asked for
+  // kCoarseTolerance at most: it converges instead of spending half the budget below fp32's
+  // reach (2,000 iterations before), and the points end at the same floor.
+  SinkhornOptions o2 = o;
+  o2.multiscale.dense_pairs = SinkhornOptions().multiscale.dense_pairs;
+  Potentials<float> pot2;
+  const SinkhornSummary s2 = solve_sinkhorn(ctx, pd.problem(), o2, &pot2);
+  EXPECT_EQ(s2.solver_note.rfind("512 x 512 dense: ", 0), 0u) << s2.solver_note;
+  EXPECT_NE(s2.solver_note.find("iterations (converged)"), std::string::npos) << s2.solver_note;
+  EXPECT_LT(s2.iterations, 1000) << s2.solver_note;
+  EXPECT_LT(s2.marginal_error, 1e-3) << s2.full_report();
+  EXPECT_GE(s2.marginal_error, s2.verified_error);
 }
 
 TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
