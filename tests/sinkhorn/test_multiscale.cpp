@@ -1293,6 +1293,18 @@ TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
   EXPECT_LT(s2.iterations, 1000) << s2.solver_note;
   EXPECT_LT(s2.marginal_error, 1e-3) << s2.full_report();
   EXPECT_GE(s2.marginal_error, s2.verified_error);
+  // A tolerance of 1e-7, far past fp32's reach at this eps (its rounding floor about 1e-4): the
+  // points' engine residual stalls near 4e-6, where certificates are not even tried. The level
+  // stops on its stall check with "rounding floor", as the dense solver does (before: the
+  // whole budget).
+  o2.tolerance = 1e-7;
+  Potentials<float> pot3;
+  const SinkhornSummary s3 = solve_sinkhorn(ctx, pd.problem(), o2, &pot3);
+  EXPECT_EQ(s3.termination, TerminationType::kRoundingFloor) << s3.full_report();
+  EXPECT_NE(s3.message.find("rounding floor of fp32"), std::string::npos) << s3.message;
+  EXPECT_LT(s3.iterations, 1000) << s3.full_report();
+  EXPECT_LT(s3.marginal_error, 1e-3) << s3.full_report();
+  EXPECT_GE(s3.marginal_error, s3.verified_error);
 }
 
 TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
