@@ -521,7 +521,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // At most half the budget: a coarse solve that cannot reach the tolerance (one below the
     // precision's reach) leaves the finer levels iterations of their own.
     co.max_iterations = std::max<std::int64_t>(1, options.max_iterations / 2);
-    co.tolerance = std::max(options.tolerance, kCoarseTolerance);
+    const double tolerance =
+        options.tolerance > 0 ? options.tolerance : default_tolerance(precision);
+    co.tolerance = std::max(tolerance, kCoarseTolerance);
     Potentials<T> pc;
     BlockList coarse_lists[2];
     // The Gaussian lift (below): a multiscale coarse level returns the images it needs.
@@ -780,6 +782,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   double relax_cap = kMaxLevelRelaxation, change_norm = HUGE_VAL;
   double run_start = 0;
   std::int64_t fine_iterations = 0, failed_certs = 0, cert_iteration = -1;
+  int floor_stalls = 0;  // stall checks in a row at the precision's rounding floor
   double residual = std::numeric_limits<double>::quiet_NaN();
   double norm_residual = std::numeric_limits<double>::quiet_NaN();  // residual / its factor
   double best_norm = HUGE_VAL;
@@ -1113,14 +1116,18 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       // where the iterations pushed them). Checked again after kFineStall more either way.
       double drift = 0;
       const double floor_at = s.resolvable_epsilon / eps;  // the precision's rounding floor
+      const bool at_floor = residual <= floor_at && !(residual <= 0.5 * s.tolerance);
+      floor_stalls = at_floor ? floor_stalls + 1 : 0;
       if (!mask_holds(&drift)) {
         have_cols = false;    // of the old lists
         cert_iteration = -1;  // no certificate of this pair on the new lists
-      } else if (residual <= floor_at && !(residual <= 0.5 * s.tolerance)) {
-        // The engine's residual stopped improving at the precision's rounding floor with the
-        // tolerance below it, where certificates are not even tried: more iterations do not
-        // move it (4,096 points in fp32 at a tolerance of 1e-7: the whole budget at a residual
-        // near 4e-6 before; the dense solver stops there too, "rounding floor").
+        floor_stalls = 0;
+      } else if (floor_stalls >= 2) {
+        // Two stall checks in a row (2 kFineStall iterations without a 1% better residual) with
+        // the engine's residual at the precision's rounding floor (resolvable eps / eps) and
+        // the tolerance below half of it, where the certificate's rule (residual within half
+        // the tolerance) never applies: more iterations do not move it (4,096 points in fp32 at
+        // a tolerance of 1e-7: the whole budget at a residual near 4e-6 before).
         s.termination = TerminationType::kRoundingFloor;
         std::ostringstream os;
         os << "not converged: the engine's " << to_string(s.precision) << " residual "

@@ -43,7 +43,9 @@ enum class TerminationType {
   /// Not converged: the engine's own iteration converged (its residual met the tolerance) but the
   /// certificate on the caller's coordinates stayed above it and stopped improving (10 honest
   /// checks in a row): the rounding floor of the precision at this eps. The message names a
-  /// precision that would resolve it.
+  /// precision that would resolve it. The multiscale solver's points also stop so where their
+  /// engine residual stalls at the precision's rounding floor (resolvable eps / eps) above
+  /// half the tolerance (docs/multiscale.md, "Coarse tolerance").
   kRoundingFloor,
 };
 std::string to_string(TerminationType t);

@@ -1268,8 +1268,9 @@ TEST(Multiscale, TheEnginePointsStageOnTheCpuIsTheHosts) {
 
 // A tolerance below fp32's reach: the coarse solves get at most half the iteration budget, so
 // the points' level still iterates and ends at its rounding floor near the tolerance (before,
-// the dense coarsest level spent all 10,000 iterations and the result had error 0.5); and they
-// are asked for kCoarseTolerance (1e-4) at most, so that a coarse level that can converge does.
+// the dense coarsest level spent all 10,000 iterations and the result had error 0.5); and no
+// tolerance below kCoarseTolerance (1e-4) is asked of them, so that a coarse level that can
+// converge does.
 TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
   const PointData<float> pd = case_data<float>(Case{"fp32 floor", 4096, 4096, 3, 0.0025, 0, 0}, 31);
   Context ctx(ContextOptions{Backend::kCpu, 2});
@@ -1282,8 +1283,8 @@ TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
   EXPECT_LT(s.marginal_error, 1e-3) << s.full_report();
   EXPECT_GE(s.marginal_error, s.verified_error);
   // Two levels (the default: 512 cells, dense, and the points). The coarse level is asked for
-  // kCoarseTolerance at most: it converges instead of spending half the budget below fp32's
-  // reach (2,000 iterations before), and the points end at the same floor.
+  // no less than kCoarseTolerance: it converges instead of spending half the budget below
+  // fp32's reach (2,000 iterations before), and the points end at the same floor.
   SinkhornOptions o2 = o;
   o2.multiscale.dense_pairs = SinkhornOptions().multiscale.dense_pairs;
   Potentials<float> pot2;

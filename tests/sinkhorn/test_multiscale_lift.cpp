@@ -260,7 +260,7 @@ void check_solver_lifts(Backend backend) {
   o.tolerance = 5e-3;
   o.record_iterations = true;
   o.multiscale.verify = true;
-  o.multiscale.gaussian_lift = true;  // opt-in (off by default: clustered data, see below)
+  o.multiscale.gaussian_lift = true;  // opt-in (MassCarriedBetweenClustersCertifies: why)
   SinkhornOptions plain = o;
   plain.multiscale.gaussian_lift = false;
   for (const double eps : {0.02, 0.0025}) {
