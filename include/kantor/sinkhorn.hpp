@@ -45,7 +45,8 @@ enum class TerminationType {
   /// checks in a row): the rounding floor of the precision at this eps. The message names a
   /// precision that would resolve it. The multiscale solver's points also stop so where their
   /// engine residual stalls at the precision's rounding floor (resolvable eps / eps) above
-  /// half the tolerance (docs/multiscale.md, "Coarse tolerance").
+  /// half the tolerance; that message names the floor instead (docs/multiscale.md, "Coarse
+  /// tolerance").
   kRoundingFloor,
 };
 std::string to_string(TerminationType t);
