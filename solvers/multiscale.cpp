@@ -630,7 +630,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   set_unbalanced_facts(*oracle, &s);
   s.tolerance = options.tolerance > 0 ? options.tolerance : default_tolerance(s.precision);
   s.initial_epsilon = warm ? eps : coarse_summary.initial_epsilon;
-  s.resolvable_epsilon = coarse_summary.resolvable_epsilon;
+  // The dense solver's guards on eps, for the points (a warm start has no coarse level that ran
+  // them; a coarse level's cells span a smaller box): an eps the engine cannot resolve on these
+  // points is refused by name, not iterated into a non-finite error; the floor it names is the
+  // finest level's rounding floor below.
+  s.resolvable_epsilon = check_epsilon_range(*oracle, eps);
   s.iterations = coarse_summary.iterations;
   s.annealing_iterations = coarse_summary.annealing_iterations;
   s.relaxation = 1.0;
@@ -717,7 +721,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   };
   build_mask();
   const double first_screen = seconds_screen;
-  double seconds_cert = 0;
+  double seconds_cert = 0, seconds_loop_certs = 0;  // all certificates; those inside the loop
   int level_certs = 0, fp32_certs = 0;  // certificates on this level; decided in fp32
   const bool dense_fine = !coarse_level && sc.kept_fraction > mo.max_density;
   if (dense_fine) {
@@ -1164,6 +1168,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       s.message = "iteration budget of " + std::to_string(options.max_iterations) +
                   " spent before the tolerance was met";
     s.seconds_iterations = seconds_since(t_iter);
+    seconds_loop_certs = seconds_cert;
     if (lists) {
       const bool box = !sc.box_f_side.run_ptr.empty();  // lift through the box stage's lists
       BlockList& lf = box ? sc.box_f_side : sc.f_side;
@@ -1238,7 +1243,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
        << "); seconds: order " << t_setup << ", lift " << seconds_lift << " (oracles "
        << seconds_lift_oracles << "), engine " << seconds_engine << ", screen " << seconds_screen
        << " (engine descent " << seconds_descent << "), passes "
-       << s.seconds_iterations - (seconds_screen - first_screen) - seconds_cert
+       << s.seconds_iterations - (seconds_screen - first_screen) - seconds_loop_certs
        << ", certificates " << seconds_cert << " (" << level_certs << ", " << fp32_certs
        << " in fp32), values "
        << s.seconds_costs;

@@ -332,75 +332,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
     throw InvalidArgument("warm-start potentials are in " + to_string(pot->f.space()) +
                           " memory but the context works in " + to_string(ctx.memory_space()));
   }
-  // Guard: a largest cost (c*D^2 [+ c_w max W]) that overflows T makes every score inf/NaN and
-  // the annealing schedule infinite; refuse it before iterating.
-  {
-    const double cmax = oracle.max_cost();
-    if (!std::isfinite(cmax) || cmax > double(std::numeric_limits<T>::max()) / 4) {
-      std::ostringstream os;
-      os << "problem: the largest cost c*D^2 = " << cmax
-         << " (D the diagonal of the clouds' bounding box, plus the largest label term) "
-         << "overflows " << to_string(s.precision)
-         << " arithmetic; rescale the clouds or the cost scale";
-      throw InvalidArgument(os.str());
-    }
-    // Guard: eps must survive the conversion to T, and the scores (up to c*D^2/eps) must stay
-    // finite in T; otherwise every update divides by 0 or overflows.
-    const double lowest = double(std::numeric_limits<T>::min());
-    if (!(double(T(epsilon)) >= lowest) || !(cmax / epsilon < double(std::numeric_limits<T>::max()) / 4)) {
-      std::ostringstream os;
-      os << "problem.epsilon = " << epsilon << " is out of range for " << to_string(s.precision)
-         << " arithmetic with a largest cost c*D^2 = " << cmax
-         << " (need eps >= " << lowest << " and c*D^2/eps representable)";
-      throw InvalidArgument(os.str());
-    }
-    // Guard: the scores are (g_j - C_ij)/eps + log w_j. When eps is so large that the cost part
-    // falls below the rounding of log w_j (|log w| ~ log of the number of points), the updates
-    // lose the cost altogether and the potentials are rounding noise times eps, while the
-    // marginal error, computed from the same rounded scores, still reads ~0 (seen: fp32,
-    // eps = 1e9 on costs ~5 reported "converged" with dual -141 instead of 5.689). Refuse eps
-    // beyond the point where that rounding exceeds 1e-3 of the largest cost.
-    const double u = double(std::numeric_limits<T>::epsilon());
-    const double log_w = 1.0 + std::log(double(std::max(s.n, s.m)));
-    const double eps_max = 1e-3 * cmax / (u * log_w);
-    if (cmax > 0 && epsilon > eps_max) {
-      std::ostringstream os;
-      os << "problem.epsilon = " << epsilon << " is too large for " << to_string(s.precision)
-         << " arithmetic: with a largest cost c*D^2 = " << cmax
-         << " the cost would be lost in rounding (need eps <= " << eps_max
-         << "; use fp64 or a smaller eps)";
-      throw InvalidArgument(os.str());
-    }
-    // Guard: below the resolvable eps the rounding of a score term or of a potential, divided
-    // by eps, is 1 or more: no digit of the plan can be right (seen: fp64 at eps = 1e-17 on unit
-    // costs "converged" with plan mass 2). Refuse it, naming the bound and what would resolve it.
-    s.resolvable_epsilon = resolvable_epsilon(s.precision, oracle.max_score_term(), cmax);
-    if (epsilon < s.resolvable_epsilon) {
-      std::ostringstream os;
-      os << "problem.epsilon = " << epsilon << " is below the smallest eps "
-         << to_string(s.precision) << " can resolve for this data, " << s.resolvable_epsilon
-         << " (the ulp of the largest score term c|x|^2 = " << oracle.max_score_term()
-         << " or of a potential ~ c*D^2 = " << cmax << "): no digit of the plan could be right";
-      // The least precise precision, finer than this one, that resolves this eps.
-      const Precision order[] = {Precision::kBf16, Precision::kTf32, Precision::kFp32,
-                                 Precision::kFp64};
-      bool finer = false, named = false;
-      for (Precision q : order) {
-        if (q == s.precision) {
-          finer = true;
-          continue;
-        }
-        const double rq = resolvable_epsilon(q, oracle.max_score_term(), cmax);
-        if (finer && epsilon >= rq) {
-          os << "; use " << to_string(q) << " (resolves eps >= " << rq << ")";
-          named = true;
-          break;
-        }
-      }
-      if (!named) os << "; use a larger eps or rescale the problem";
-      throw InvalidArgument(os.str());
-    }
-  }
+  s.resolvable_epsilon = multiscale::check_epsilon_range(oracle, epsilon);
   // Annealing starts at c*D^2 unless told otherwise; a warm start resumes at the target.
   double eps = epsilon;
   if (options.anneal && !warm) {
@@ -1065,6 +997,82 @@ SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
 }
 
 namespace multiscale {
+
+template <class T>
+double check_epsilon_range(const Oracle<T>& oracle, double epsilon) {
+  const Precision precision = oracle.precision();
+  // Guard: a largest cost (c*D^2 [+ c_w max W]) that overflows T makes every score inf/NaN and
+  // the annealing schedule infinite; refuse it before iterating.
+  const double cmax = oracle.max_cost();
+  if (!std::isfinite(cmax) || cmax > double(std::numeric_limits<T>::max()) / 4) {
+    std::ostringstream os;
+    os << "problem: the largest cost c*D^2 = " << cmax
+       << " (D the diagonal of the clouds' bounding box, plus the largest label term) "
+       << "overflows " << to_string(precision)
+       << " arithmetic; rescale the clouds or the cost scale";
+    throw InvalidArgument(os.str());
+  }
+  // Guard: eps must survive the conversion to T, and the scores (up to c*D^2/eps) must stay
+  // finite in T; otherwise every update divides by 0 or overflows.
+  const double lowest = double(std::numeric_limits<T>::min());
+  if (!(double(T(epsilon)) >= lowest) || !(cmax / epsilon < double(std::numeric_limits<T>::max()) / 4)) {
+    std::ostringstream os;
+    os << "problem.epsilon = " << epsilon << " is out of range for " << to_string(precision)
+       << " arithmetic with a largest cost c*D^2 = " << cmax
+       << " (need eps >= " << lowest << " and c*D^2/eps representable)";
+    throw InvalidArgument(os.str());
+  }
+  // Guard: the scores are (g_j - C_ij)/eps + log w_j. When eps is so large that the cost part
+  // falls below the rounding of log w_j (|log w| ~ log of the number of points), the updates
+  // lose the cost altogether and the potentials are rounding noise times eps, while the
+  // marginal error, computed from the same rounded scores, still reads ~0 (seen: fp32,
+  // eps = 1e9 on costs ~5 reported "converged" with dual -141 instead of 5.689). Refuse eps
+  // beyond the point where that rounding exceeds 1e-3 of the largest cost.
+  const double u = double(std::numeric_limits<T>::epsilon());
+  const double log_w = 1.0 + std::log(double(std::max(oracle.n(), oracle.m())));
+  const double eps_max = 1e-3 * cmax / (u * log_w);
+  if (cmax > 0 && epsilon > eps_max) {
+    std::ostringstream os;
+    os << "problem.epsilon = " << epsilon << " is too large for " << to_string(precision)
+       << " arithmetic: with a largest cost c*D^2 = " << cmax
+       << " the cost would be lost in rounding (need eps <= " << eps_max
+       << "; use fp64 or a smaller eps)";
+    throw InvalidArgument(os.str());
+  }
+  // Guard: below the resolvable eps the rounding of a score term or of a potential, divided
+  // by eps, is 1 or more: no digit of the plan can be right (seen: fp64 at eps = 1e-17 on unit
+  // costs "converged" with plan mass 2). Refuse it, naming the bound and what would resolve it.
+  const double resolvable = resolvable_epsilon(precision, oracle.max_score_term(), cmax);
+  if (epsilon < resolvable) {
+    std::ostringstream os;
+    os << "problem.epsilon = " << epsilon << " is below the smallest eps "
+       << to_string(precision) << " can resolve for this data, " << resolvable
+       << " (the ulp of the largest score term c|x|^2 = " << oracle.max_score_term()
+       << " or of a potential ~ c*D^2 = " << cmax << "): no digit of the plan could be right";
+    // The least precise precision, finer than this one, that resolves this eps.
+    const Precision order[] = {Precision::kBf16, Precision::kTf32, Precision::kFp32,
+                               Precision::kFp64};
+    bool finer = false, named = false;
+    for (Precision q : order) {
+      if (q == precision) {
+        finer = true;
+        continue;
+      }
+      const double rq = resolvable_epsilon(q, oracle.max_score_term(), cmax);
+      if (finer && epsilon >= rq) {
+        os << "; use " << to_string(q) << " (resolves eps >= " << rq << ")";
+        named = true;
+        break;
+      }
+    }
+    if (!named) os << "; use a larger eps or rescale the problem";
+    throw InvalidArgument(os.str());
+  }
+  return resolvable;
+}
+
+template double check_epsilon_range(const Oracle<float>&, double);
+template double check_epsilon_range(const Oracle<double>&, double);
 
 template <class T>
 SinkhornSummary solve_coarsest(const Context& ctx, const Problem<T>& problem,

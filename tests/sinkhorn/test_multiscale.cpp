@@ -1308,6 +1308,55 @@ TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
   EXPECT_GE(s3.marginal_error, s3.verified_error);
 }
 
+// A warm start runs no coarse level, and the coarse levels' dense solves were where the eps
+// guards ran: an eps below what fp32 resolves on these points (the ulp of c|x|^2 ~ 2.4e-7) was
+// iterated from a warm start into "numerical failure: non-finite marginal error" (plan mass
+// inf). It is refused as the dense solver refuses it, naming the bound and fp64. And the finest
+// level's rounding floor comes from its own points, so a warm start at a tolerance past fp32's
+// reach stops on it (before: the floor was 0 from a warm start and the budget was spent).
+TEST(Multiscale, AWarmStartGetsTheEpsGuardsAndItsRoundingFloor) {
+  const PointData<float> pd = case_data<float>(Case{"warm fp32", 4096, 4096, 3, 0.0025, 0, 0}, 31);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o = verified_multiscale(Precision::kFp32, 1e-4, 3000);
+  Potentials<float> pot;
+  const SinkhornSummary cold = solve_sinkhorn(ctx, pd.problem(), o, &pot);
+  ASSERT_TRUE(cold.converged()) << cold.full_report();
+  EXPECT_GT(cold.resolvable_epsilon, 0.0);
+  // The same potentials as a warm start, at a tolerance of 1e-7 (fp32's floor here ~1e-4).
+  SinkhornOptions w = o;
+  w.tolerance = 1e-7;
+  auto copy_of = [&ctx](const Potentials<float>& from) {
+    Potentials<float> to;
+    to.f = Buffer<float>(ctx, from.f.size());
+    to.g = Buffer<float>(ctx, from.g.size());
+    copy(ctx, from.f.cview(), to.f.view());
+    copy(ctx, from.g.cview(), to.g.view());
+    return to;
+  };
+  Potentials<float> warm = copy_of(pot);
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), w, &warm);
+  EXPECT_NE(s.solver_note.find("warm start"), std::string::npos) << s.solver_note;
+  EXPECT_EQ(s.resolvable_epsilon, cold.resolvable_epsilon) << s.full_report();
+  EXPECT_EQ(s.termination, TerminationType::kRoundingFloor) << s.full_report();
+  EXPECT_LT(s.iterations, 1000) << s.full_report();
+  EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
+  // An eps fp32 cannot resolve on these points, from a warm start: refused by name.
+  Problem<float> tiny = pd.problem();
+  tiny.epsilon = 1e-9;
+  for (const bool from_warm : {true, false}) {
+    Potentials<float> p2 = from_warm ? copy_of(pot) : Potentials<float>{};
+    try {
+      const SinkhornSummary r = solve_sinkhorn(ctx, tiny, o, &p2);
+      ADD_FAILURE() << "expected InvalidArgument, got " << r.full_report();
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("below the smallest eps fp32 can resolve"),
+                std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("use fp64"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
   // theta_trial = 8: the first screen (theta_b - 8) drops more mass than the tolerance allows,
   // so the screen runs again at theta_b. slack = 0.05: the potentials soon drift by more than
