@@ -1015,7 +1015,8 @@ double check_epsilon_range(const Oracle<T>& oracle, double epsilon) {
   // Guard: eps must survive the conversion to T, and the scores (up to c*D^2/eps) must stay
   // finite in T; otherwise every update divides by 0 or overflows.
   const double lowest = double(std::numeric_limits<T>::min());
-  if (!(double(T(epsilon)) >= lowest) || !(cmax / epsilon < double(std::numeric_limits<T>::max()) / 4)) {
+  if (!(double(T(epsilon)) >= lowest) ||
+      !(cmax / epsilon < double(std::numeric_limits<T>::max()) / 4)) {
     std::ostringstream os;
     os << "problem.epsilon = " << epsilon << " is out of range for " << to_string(precision)
        << " arithmetic with a largest cost c*D^2 = " << cmax
