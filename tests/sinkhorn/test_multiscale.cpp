@@ -1357,6 +1357,31 @@ TEST(Multiscale, AWarmStartGetsTheEpsGuardsAndItsRoundingFloor) {
   }
 }
 
+// A coarse level whose engine residual cannot reach its target (0.3 of max(tolerance, 1e-4)):
+// fp32 at eps = 2.5e-4 on 256 points, whose rounding floor there is about 1e-3. The 32-cell
+// level (multiscale: dense_pairs = 64) stops on kCoarseStall, 100 iterations without a 1% better
+// residual, long before its share of the budget (about 480 iterations), and says so in the note;
+// the result stays honest.
+TEST(Multiscale, ACoarseLevelBelowItsFloorStopsOnItsStall) {
+  const PointData<float> pd = case_data<float>(Case{"stall", 256, 256, 3, 2.5e-4, 0, 0}, 31);
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o = three_levels(1e-6);
+  o.max_iterations = 1000;
+  o.multiscale.dense_pairs = 64;
+  const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o);
+  const std::string level = "32 x 32 points: ";
+  const std::size_t at = s.solver_note.find(level);
+  ASSERT_NE(at, std::string::npos) << s.solver_note;
+  const std::int64_t its = std::stoll(s.solver_note.substr(at + level.size()));
+  EXPECT_EQ(s.solver_note.find(" iterations (stalled)", at), at + level.size() +
+                                                                 std::to_string(its).size())
+      << s.solver_note;
+  EXPECT_GE(its, 100) << s.solver_note;
+  EXPECT_LT(its, 300) << s.solver_note;  // 133 on the CPU engine
+  EXPECT_LE(s.iterations, o.max_iterations) << s.full_report();
+  EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
+}
+
 TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
   // theta_trial = 8: the first screen (theta_b - 8) drops more mass than the tolerance allows,
   // so the screen runs again at theta_b. slack = 0.05: the potentials soon drift by more than
@@ -1491,6 +1516,15 @@ TEST(Multiscale, HighDimensionFallsBackToDensePassesCorrectly) {
   od.solver = SolverKind::kDense;
   const SinkhornSummary sd = solve_sinkhorn(ctx, pd.problem(), od);
   EXPECT_NEAR(s.dual_cost, sd.dual_cost, 1e-3 * std::fabs(sd.dual_cost));
+  // The dense passes get what the coarse levels left of the budget, not the whole of it.
+  SinkhornOptions ob = o;
+  ob.tolerance = 1e-14;
+  ob.max_iterations = 40;
+  const SinkhornSummary sb = solve_sinkhorn(ctx, pd.problem(), ob);
+  EXPECT_NE(sb.solver_note.find("dense passes"), std::string::npos) << sb.solver_note;
+  EXPECT_EQ(sb.termination, TerminationType::kMaxIterations) << sb.full_report();
+  EXPECT_LE(sb.iterations, ob.max_iterations) << sb.full_report();
+  EXPECT_GE(sb.marginal_error, sb.verified_error);
 }
 
 // A warm start whose mask admits no plan: two clusters a side, 0.5 / 0.5 of the mass on x and
