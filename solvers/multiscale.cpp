@@ -11,6 +11,7 @@
 #include <numeric>
 #include <sstream>
 #include <tuple>
+#include <type_traits>
 
 #include "kantor/buffer.hpp"
 #include "kantor/error.hpp"
@@ -103,7 +104,7 @@ class Phases {
 // else a copy.
 template <class U>
 struct HostRows {
-  std::vector<U> own;
+  detail::UninitVector<U> own;  // every element written before it is read
   const U* data = nullptr;
 };
 template <class U>
@@ -116,7 +117,12 @@ HostRows<U> host_rows(const Context& ctx, const MatrixView<const U>& v) {
   out.own.resize(static_cast<std::size_t>(v.rows * v.cols));
   out.data = out.own.data();
   if (v.rows == 0) return out;
-  std::vector<U> raw;
+  if (v.stride == v.cols || v.rows <= 1) {  // contiguous rows in device memory: one copy
+    detail::copy_bytes(ctx, out.own.data(), MemorySpace::kHost, v.data, v.space,
+                       sizeof(U) * out.own.size());
+    return out;
+  }
+  detail::UninitVector<U> raw;
   const U* src = v.data;
   if (v.space != MemorySpace::kHost) {
     raw.resize(std::size_t((v.rows - 1) * v.stride + v.cols));
@@ -382,9 +388,13 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     yr = host_rows(ctx, problem.reference_y);
   } else {
     for (auto [to, from, rows] : {std::make_tuple(&xr, &xh, n), std::make_tuple(&yr, &yh, m)}) {
+      if constexpr (std::is_same_v<T, double>) {  // already double: no copy
+        to->data = from->data;
+        continue;
+      }
       to->own.resize(static_cast<std::size_t>(rows * d));
       const T* src = from->data;
-      std::vector<double>& dst = to->own;
+      detail::UninitVector<double>& dst = to->own;
       detail::parallel_ranges(rows * d, threads, 1 << 18, [&](std::int64_t b, std::int64_t e) {
         for (std::int64_t k = b; k < e; ++k) dst[std::size_t(k)] = double(src[k]);
       });
@@ -447,13 +457,15 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         if (k + kAhead < e) {
           const std::int64_t p = o[std::size_t(k + kAhead)];
           __builtin_prefetch(cert + p * d);
-          __builtin_prefetch(eng + p * d);
+          if (has_ref) __builtin_prefetch(eng + p * d);
           __builtin_prefetch(w.data() + p);
         }
         const std::int64_t i = o[std::size_t(k)];
         for (int a = 0; a < d; ++a) {
           const double v = cert[i * d + a];
-          out.p[std::size_t(k * d + a)] = eng[i * d + a];
+          // Without a reference the certificate's coordinates are the engine's in double, so
+          // T(v) is the engine's coordinate exactly: one random read stream less.
+          out.p[std::size_t(k * d + a)] = has_ref ? eng[i * d + a] : T(v);
           out.centred[std::size_t(k * d + a)] = v - mid[std::size_t(a)];
           if (has_ref) out.ref[std::size_t(k * d + a)] = v;
         }
@@ -491,9 +503,16 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   if (warm) {
     const detail::UninitVector<double> fi = download(ctx, pot->f, threads),
                                        gi = download(ctx, pot->g, threads);
-    std::vector<T> fs(static_cast<std::size_t>(n)), gs(static_cast<std::size_t>(m));
-    for (std::int64_t k = 0; k < n; ++k) fs[std::size_t(k)] = T(fi[std::size_t(ox[std::size_t(k)])]);
-    for (std::int64_t k = 0; k < m; ++k) gs[std::size_t(k)] = T(gi[std::size_t(oy[std::size_t(k)])]);
+    // Into Morton order on the host threads (every entry written: no zero fill).
+    detail::UninitVector<T> fs(static_cast<std::size_t>(n)), gs(static_cast<std::size_t>(m));
+    for (auto [to, from, o] : {std::make_tuple(&fs, &fi, &ox), std::make_tuple(&gs, &gi, &oy)}) {
+      detail::parallel_ranges(std::int64_t(o->size()), threads, 1 << 16,
+                              [&](std::int64_t b, std::int64_t e) {
+                                for (std::int64_t k = b; k < e; ++k)
+                                  (*to)[std::size_t(k)] =
+                                      T((*from)[std::size_t((*o)[std::size_t(k)])]);
+                              });
+    }
     f = upload(ctx, fs);
     g = upload(ctx, gs);
     s.solver_note = "multiscale from a warm start (no coarse levels)";
