@@ -1315,7 +1315,7 @@ TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
 // level's rounding floor comes from its own points, so a warm start at a tolerance past fp32's
 // reach stops on it (before: the floor was 0 from a warm start and the budget was spent).
 TEST(Multiscale, AWarmStartGetsTheEpsGuardsAndItsRoundingFloor) {
-  const PointData<float> pd = case_data<float>(Case{"warm fp32", 4096, 4096, 3, 0.0025, 0, 0}, 31);
+  const PointData<float> pd = case_data<float>(Case{"warm fp32", 2048, 2048, 3, 0.0025, 0, 0}, 31);
   Context ctx(ContextOptions{Backend::kCpu, 2});
   SinkhornOptions o = verified_multiscale(Precision::kFp32, 1e-4, 3000);
   Potentials<float> pot;
