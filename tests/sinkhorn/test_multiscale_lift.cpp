@@ -263,14 +263,17 @@ void check_solver_lifts(Backend backend) {
   o.multiscale.gaussian_lift = true;  // opt-in (MassCarriedBetweenClustersCertifies: why)
   SinkhornOptions plain = o;
   plain.multiscale.gaussian_lift = false;
+  plain.multiscale.verify = false;  // the dense float64 checks dominate the test's time
   for (const double eps : {0.02, 0.0025}) {
     p.epsilon = eps;
     Potentials<float> pg, pp;
-    const SinkhornSummary sg = solve_sinkhorn(ctx, p, o, &pg);
+    SinkhornOptions og = o;
+    og.multiscale.verify = eps == 0.02;  // at 0.0025 the two solves are one path
+    const SinkhornSummary sg = solve_sinkhorn(ctx, p, og, &pg);
     const SinkhornSummary sp = solve_sinkhorn(ctx, p, plain, &pp);
     ASSERT_TRUE(sg.converged()) << sg.full_report();
     ASSERT_TRUE(sp.converged()) << sp.full_report();
-    EXPECT_GE(sg.marginal_error, sg.verified_error) << eps;
+    if (og.multiscale.verify) EXPECT_GE(sg.marginal_error, sg.verified_error) << eps;
     EXPECT_NEAR(sg.dual_cost, sp.dual_cost, 2e-5 * std::abs(sp.dual_cost)) << eps;
     ASSERT_FALSE(sg.records.empty());
     ASSERT_FALSE(sp.records.empty());
