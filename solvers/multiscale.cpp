@@ -99,6 +99,12 @@ class Phases {
   Clock::time_point last_;
 };
 
+// The message of a solve that spent its budget (the caller's, whatever its levels were given).
+std::string budget_spent(std::int64_t max_iterations) {
+  return "iteration budget of " + std::to_string(max_iterations) +
+         " spent before the tolerance was met";
+}
+
 // A matrix view (host or device, any stride) as contiguous host rows x cols: the view's own
 // memory when it already is that (no copy: at 2^20 points each copy is ~25 MB of fresh pages),
 // else a copy.
@@ -772,8 +778,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     s.kept_fraction = 1.0;
     s.iterations += coarse_it;
     if (s.termination == TerminationType::kMaxIterations)  // the caller's budget, not the rest
-      s.message = "iteration budget of " + std::to_string(options.max_iterations) +
-                  " spent before the tolerance was met";
+      s.message = budget_spent(options.max_iterations);
     s.fine_updates = 2 * fine.iterations;
     s.initial_epsilon = coarse_summary.initial_epsilon;
     s.annealing_iterations = coarse_summary.annealing_iterations;
@@ -1195,8 +1200,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   if (!dense_fine) {
     s.iterations += fine_iterations;
     if (s.termination == TerminationType::kMaxIterations)
-      s.message = "iteration budget of " + std::to_string(options.max_iterations) +
-                  " spent before the tolerance was met";
+      s.message = budget_spent(options.max_iterations);
     s.seconds_iterations = seconds_since(t_iter);
     seconds_loop_certs = seconds_cert;
     if (lists) {
