@@ -1446,10 +1446,15 @@ TEST(Multiscale, ACoarseLevelsListsIndexItsCallersCells) {
   o.solver = SolverKind::kMultiscale;
   o.tolerance = 1e-3;
   o.multiscale.dense_pairs = 1 << 16;  // 1,024 cells a side: one dense level of 128 below
+  // The box bound alone: the lists returned are those the passes ran on (a points stage
+  // returns the box stage's, a superset).
+  o.multiscale.points_stage = PointsStage::kOff;
   Potentials<double> pot;
   BlockList lists[2];
+  multiscale::CellImages images;
   const SinkhornSummary s = multiscale::solve(ctx, pd.problem(), o, Precision::kFp64, &pot,
-                                              std::chrono::steady_clock::now(), lists, true);
+                                              std::chrono::steady_clock::now(), lists, true,
+                                              false, &images);
   ASSERT_EQ(s.multiscale_levels, 1) << s.solver_note;
   ASSERT_FALSE(lists[0].run_ptr.empty());
   const std::vector<double> f = to_host(ctx, pot.f.cview()), g = to_host(ctx, pot.g.cview());
@@ -1476,6 +1481,41 @@ TEST(Multiscale, ACoarseLevelsListsIndexItsCallersCells) {
   EXPECT_GT(matter, K);
   EXPECT_EQ(missed_f, 0) << "of " << matter << " pairs";
   EXPECT_EQ(missed_g, 0) << "of " << matter << " pairs";
+  // The returned pair's plan images of the cells (the Gaussian lift's T): one value pass over
+  // the level's f-side list (here the lists returned: no points stage), against the float64
+  // sums sum_j P_ij y_j and masses sum_j P_ij of the same potentials over the same pairs,
+  // P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) (a wrong centring showed as 0.5 here); and over
+  // all pairs, which differ by the mass the lists drop (~1e-18 here; with the points stage's
+  // tighter lists, as in the solver, one row lost 2% of its mass, within the L1 budget).
+  ASSERT_EQ(images.mass.size(), std::size_t(K));
+  ASSERT_EQ(images.sums.size(), std::size_t(K * d));
+  double worst_mass = 0, worst_image = 0, dropped = 0;
+  for (std::int64_t i = 0; i < K; ++i) {
+    double mass = 0, all = 0, sums[3] = {0, 0, 0};
+    for (std::int64_t j = 0; j < K; ++j) {
+      double c2 = 0;
+      for (std::int64_t a = 0; a < d; ++a) {
+        const double t = xc[std::size_t(i * d + a)] - yc[std::size_t(j * d + a)];
+        c2 += t * t;
+      }
+      const double p = std::exp((f[std::size_t(i)] + g[std::size_t(j)] - c2) / pd.epsilon) /
+                       double(K) / double(K);
+      all += p;
+      if (!kept(lists[0], i, j)) continue;
+      mass += p;
+      for (std::int64_t a = 0; a < d; ++a) sums[a] += p * yc[std::size_t(j * d + a)];
+    }
+    // Relative to the row's mass, about a_i = 1 / K; the coordinates are below 1.
+    worst_mass = std::max(worst_mass, std::abs(images.mass[std::size_t(i)] - mass) * K);
+    for (std::int64_t a = 0; a < d; ++a)
+      worst_image = std::max(worst_image,
+                             std::abs(images.sums[std::size_t(i * d + a)] - sums[a]) * K);
+    dropped += all - mass;
+  }
+  EXPECT_LT(worst_mass, 1e-12);
+  EXPECT_LT(worst_image, 1e-12);
+  EXPECT_GE(dropped, 0.0);
+  EXPECT_LT(dropped, o.tolerance);
   // Lists come from coarse levels only.
   EXPECT_THROW(multiscale::solve(ctx, pd.problem(), o, Precision::kFp64, &pot,
                                  std::chrono::steady_clock::now(), lists, false),
