@@ -17,6 +17,7 @@
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
 #include "kantor/uninit_vector.hpp"
+#include "epsilon_range.hpp"
 #include "multiscale_lift.hpp"
 #include "multiscale_screen.hpp"
 #include "parallel.hpp"
@@ -662,7 +663,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // points is refused by name, not iterated into a non-finite error; the floor it names is the
   // finest level's rounding floor below.
   // (A coarse level's cells lie inside its caller's box: the finest level's check covers them.)
-  if (!coarse_level) s.resolvable_epsilon = check_epsilon_range(*oracle, eps);
+  if (!coarse_level) s.resolvable_epsilon = detail::check_epsilon_range(*oracle, eps);
   s.iterations = coarse_summary.iterations;
   s.annealing_iterations = coarse_summary.annealing_iterations;
   s.relaxation = 1.0;

@@ -52,12 +52,4 @@ template <class T>
 SinkhornSummary solve_coarsest(const Context& ctx, const Problem<T>& problem,
                                const SinkhornOptions& options, Potentials<T>* pot);
 
-/// The dense solver's guards on eps for the data of `oracle` (solvers/sinkhorn.cpp): a largest
-/// cost that overflows the engine's type, an eps out of its range, an eps so large that the cost
-/// is lost in the rounding of the log weights, and an eps below the smallest one the engine's
-/// precision resolves (docs/numerics.md, "Resolvable range"), each refused with an
-/// InvalidArgument that names the bound. Returns that smallest resolvable eps.
-template <class T>
-double check_epsilon_range(const Oracle<T>& oracle, double epsilon);
-
 }  // namespace kantor::multiscale

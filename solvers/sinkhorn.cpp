@@ -13,6 +13,7 @@
 #include "kantor/buffer.hpp"
 #include "kantor/error.hpp"
 #include "kantor/oracle.hpp"
+#include "epsilon_range.hpp"
 #include "multiscale.hpp"
 #include "relaxation.hpp"
 #include "unbalanced.hpp"
@@ -332,7 +333,7 @@ SinkhornSummary run_sinkhorn(const Context& ctx, Oracle<T>& oracle, double epsil
     throw InvalidArgument("warm-start potentials are in " + to_string(pot->f.space()) +
                           " memory but the context works in " + to_string(ctx.memory_space()));
   }
-  s.resolvable_epsilon = multiscale::check_epsilon_range(oracle, epsilon);
+  s.resolvable_epsilon = detail::check_epsilon_range(oracle, epsilon);
   // Annealing starts at c*D^2 unless told otherwise; a warm start resumes at the target.
   double eps = epsilon;
   if (options.anneal && !warm) {
@@ -996,7 +997,7 @@ SinkhornSummary solve_sinkhorn(const Context& ctx, const Problem<T>& problem,
   return solver.solve_from(options, potentials, t0);
 }
 
-namespace multiscale {
+namespace detail {
 
 template <class T>
 double check_epsilon_range(const Oracle<T>& oracle, double epsilon) {
@@ -1074,6 +1075,10 @@ double check_epsilon_range(const Oracle<T>& oracle, double epsilon) {
 
 template double check_epsilon_range(const Oracle<float>&, double);
 template double check_epsilon_range(const Oracle<double>&, double);
+
+}  // namespace detail
+
+namespace multiscale {
 
 template <class T>
 SinkhornSummary solve_coarsest(const Context& ctx, const Problem<T>& problem,
