@@ -41,7 +41,7 @@ struct Options {
   std::int64_t dense_pairs = 0;  // 0: the library's default
   double max_density = -1;  // < 0: the library's default
   std::string points_stage = "auto";
-  bool verify = false, json = false, phases = false;
+  bool verify = false, json = false, phases = false, gaussian_lift = false;
   std::string mask_path;
 };
 
@@ -102,6 +102,7 @@ int run(const Options& o) {
     so.multiscale.phase_timer = [&phases](const char* name, std::int64_t n, double seconds) {
       phases.push_back({name, n, seconds});
     };
+  so.multiscale.gaussian_lift = o.gaussian_lift;
   so.multiscale.points_stage = o.points_stage == "on"       ? PointsStage::kOn
                                : o.points_stage == "off"    ? PointsStage::kOff
                                : o.points_stage == "engine" ? PointsStage::kEngine
@@ -166,6 +167,7 @@ int run(const Options& o) {
       .add("solver", s.solver)
       .add("solver_note", s.solver_note)
       .add("points_stage", o.points_stage)
+      .add("gaussian_lift", o.gaussian_lift)
       .add("cell_points", so.multiscale.cell_points)
       .add("dense_pairs", so.multiscale.dense_pairs)
       .add("max_density", so.multiscale.max_density)
@@ -249,6 +251,9 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
      "multiscale: evaluate the screen's kept atom pairs on their points: auto (engine on CUDA, "
      "on on the CPU) | on (over the host's pair lists) | off | engine (inside the engine's "
      "descent) (default auto)")
+    ("gaussian-lift", po::bool_switch(&o.gaussian_lift),
+     "multiscale: lift the finest level's g side with the cells as Gaussians "
+     "(MultiscaleOptions::gaussian_lift; off by default)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("kernel", po::value(&o.kernel),

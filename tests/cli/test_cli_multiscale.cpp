@@ -116,6 +116,24 @@ TEST_F(CliMultiscaleTest, BenchSolvePhasesTimeTheLastRun) {
   EXPECT_FALSE(plain.has("records"));
 }
 
+// --gaussian-lift: MultiscaleOptions::gaussian_lift (off by default), named in the JSON; at eps
+// 0.02 on 2,048 points in 2-D the finest level takes it, so its first pair differs (first
+// residual 1.04e-3 against 1.54e-3 when written) and the solve still converges.
+TEST_F(CliMultiscaleTest, BenchSolveGaussianLiftIsAnOption) {
+  const std::string args = "bench solve --backend cpu --n 2048 --d 2 --epsilon 0.02 --tolerance "
+                           "1e-2 --repeats 1 --phases";
+  const Json plain = run_json(args);
+  const Json lifted = run_json(args + " --gaussian-lift");
+  EXPECT_FALSE(plain["gaussian_lift"].b);
+  EXPECT_TRUE(lifted["gaussian_lift"].b);
+  EXPECT_TRUE(plain["converged"].b);
+  EXPECT_TRUE(lifted["converged"].b);
+  ASSERT_FALSE(plain["records"].items.empty());
+  ASSERT_FALSE(lifted["records"].items.empty());
+  EXPECT_NE(plain["records"].items.front().items[3].num,
+            lifted["records"].items.front().items[3].num);
+}
+
 TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {
   const BadCase cases[] = {
       {"solve --demo --solver sparse", {"--solver", "sparse"}},
