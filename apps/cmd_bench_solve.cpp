@@ -167,7 +167,7 @@ int run(const Options& o) {
       .add("solver", s.solver)
       .add("solver_note", s.solver_note)
       .add("points_stage", o.points_stage)
-      .add("gaussian_lift", o.gaussian_lift)
+      .add("gaussian_lift_asked", o.gaussian_lift)
       .add("cell_points", so.multiscale.cell_points)
       .add("dense_pairs", so.multiscale.dense_pairs)
       .add("max_density", so.multiscale.max_density)
@@ -252,8 +252,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
      "on on the CPU) | on (over the host's pair lists) | off | engine (inside the engine's "
      "descent) (default auto)")
     ("gaussian-lift", po::bool_switch(&o.gaussian_lift),
-     "multiscale: lift the finest level's g side with the cells as Gaussians "
-     "(MultiscaleOptions::gaussian_lift; off by default)")
+     "multiscale: ask for the Gaussian lift of the finest level's g side (the level takes it "
+     "only where its cells are narrow against eps; the solver note then says \"Gaussian\")")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("kernel", po::value(&o.kernel),

@@ -1277,8 +1277,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                double((m + shape.key_tile - 1) / shape.key_tile))
        << "%, points stage " << sc.point_tests << " tested, " << sc.point_drops
        << " dropped, theta " << screen_theta << (screen_retries ? ", after a retry" : "")
-       << "); seconds: order " << t_setup << ", lift " << seconds_lift << " (oracles "
-       << seconds_lift_oracles << "), engine " << seconds_engine << ", screen " << seconds_screen
+       << "); seconds: order " << t_setup << ", lift " << seconds_lift << " ("
+       << (gaussian_lift ? "Gaussian, " : "") << "oracles " << seconds_lift_oracles
+       << "), engine " << seconds_engine << ", screen " << seconds_screen
        << " (engine descent " << seconds_descent << "), passes "
        << s.seconds_iterations - (seconds_screen - first_screen) - seconds_loop_certs
        << ", certificates " << seconds_cert << " (" << level_certs << ", " << fp32_certs

@@ -1302,8 +1302,9 @@ TEST(Multiscale, ATolerancePastFp32LeavesTheFinerLevelsIterations) {
   // A tolerance of 1e-7, far past fp32's reach at this eps (its rounding floor about 1e-4): the
   // points' engine residual stalls near 4e-6, where certificates are not even tried. The level
   // stops on its stall check with "rounding floor", as the dense solver does (before: the
-  // whole budget). Not under the sanitizers, where this solve alone took over 3 minutes: the
-  // same stop on 2,048 points runs there in AWarmStartGetsTheEpsGuardsAndItsRoundingFloor.
+  // whole budget). Not under the sanitizers, where this solve alone took over 3 minutes (a
+  // similar stop, from a warm start on 2,048 points, runs there in
+  // AWarmStartGetsTheEpsGuardsAndItsRoundingFloor).
   if (std::getenv("KANTOR_UNDER_SANITIZER") != nullptr) return;
   o2.tolerance = 1e-7;
   Potentials<float> pot3;
@@ -1424,107 +1425,139 @@ TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
   EXPECT_THROW(solve_sinkhorn(ctx, pd.problem(), bad), InvalidArgument);
 }
 
-// A coarse level's points are its caller's cells (centroids of runs of 8 sorted points) and its
-// block lists must index them in that order: the caller lifts through them. Every pair
-// that matters to the returned potentials (f_i + g_j - C_ij >= -eps, far above the screen's
-// threshold) lies in a kept run of its row tile, on both sides. (When a coarse level sorted its
-// cells again by their centroids' Morton keys, its lists named the sorted cells: on the Morton
-// order 54% of 8,192 cells moved, 25 of them by more than 32 places.)
-TEST(Multiscale, ACoarseLevelsListsIndexItsCallersCells) {
-  Rng rng(41);
-  const std::int64_t d = 3, n = 8192, cell = 8;
-  const std::vector<double> x0 = uniform_cloud(rng, n, d), y0 = squeezed_cloud(rng, n, d);
-  const ScreenData sorted = screen_data(rng, x0, y0, d);  // in their joint Morton order
-  // The caller's cells in reverse Morton order: runs of runs are still cells (a hierarchy as
-  // good as Morton's), but sorted again they would all move.
-  auto cells = [&](const std::vector<double>& v) {
-    std::vector<double> c(std::size_t(n / cell * d), 0.0);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t a = 0; a < d; ++a)
-        c[std::size_t(i / cell * d + a)] += v[std::size_t((n - 1 - i) * d + a)] / cell;
-    return c;
-  };
-  const std::vector<double> xc = cells(sorted.x), yc = cells(sorted.y);
-  const PointData<double> pd = make_point_data<double>(d, xc, yc, {}, {}, 0.003);
-  Context ctx(ContextOptions{Backend::kCpu, 2});
+// The cells of a caller's 8,192 points a side (uniform and squeezed clouds, in their joint
+// Morton order) as a coarse level sees them: centroids of runs of 8 sorted points, here in
+// reverse Morton order (runs of runs are still cells, a hierarchy as good as Morton's, but sorted
+// again they would all move); eps 0.003.
+struct CallersCells {
+  std::int64_t d = 3, n = 8192, cell = 8;
+  std::vector<double> xc, yc;
+  PointData<double> pd;
+  CallersCells() {
+    Rng rng(41);
+    const std::vector<double> x0 = uniform_cloud(rng, n, d), y0 = squeezed_cloud(rng, n, d);
+    const ScreenData sorted = screen_data(rng, x0, y0, d);  // in their joint Morton order
+    auto cells = [&](const std::vector<double>& v) {
+      std::vector<double> c(std::size_t(n / cell * d), 0.0);
+      for (std::int64_t i = 0; i < n; ++i)
+        for (std::int64_t a = 0; a < d; ++a)
+          c[std::size_t(i / cell * d + a)] += v[std::size_t((n - 1 - i) * d + a)] / cell;
+      return c;
+    };
+    xc = cells(sorted.x);
+    yc = cells(sorted.y);
+    pd = make_point_data<double>(d, xc, yc, {}, {}, 0.003);
+  }
+  // C_ij of cells i and j.
+  double cost(std::int64_t i, std::int64_t j) const {
+    double c2 = 0;
+    for (std::int64_t a = 0; a < d; ++a) {
+      const double t = xc[std::size_t(i * d + a)] - yc[std::size_t(j * d + a)];
+      c2 += t * t;
+    }
+    return c2;
+  }
+};
+
+SinkhornOptions coarse_level_options() {
   SinkhornOptions o;
   o.solver = SolverKind::kMultiscale;
   o.tolerance = 1e-3;
   o.multiscale.dense_pairs = 1 << 16;  // 1,024 cells a side: one dense level of 128 below
-  // The box bound alone: the lists returned are those the passes ran on (a points stage
-  // returns the box stage's, a superset).
+  return o;
+}
+
+// Whether a block list keeps the pair (row, key).
+bool list_keeps(const BlockList& l, std::int64_t row, std::int64_t key) {
+  const std::int64_t r = row / l.row_tile, t = key / l.key_tile;
+  for (std::int64_t q = l.run_ptr[std::size_t(r)]; q < l.run_ptr[std::size_t(r + 1)]; ++q)
+    if (t >= l.runs[std::size_t(2 * q)] && t < l.runs[std::size_t(2 * q + 1)]) return true;
+  return false;
+}
+
+// A coarse level's points are its caller's cells and its block lists must index them in that
+// order: the caller lifts through them. Every pair that matters to the returned potentials
+// (f_i + g_j - C_ij >= -eps, far above the screen's threshold) lies in a kept run of its row
+// tile, on both sides. (When a coarse level sorted its cells again by their centroids' Morton
+// keys, its lists named the sorted cells: on the Morton order 54% of 8,192 cells moved, 25 of
+// them by more than 32 places.)
+TEST(Multiscale, ACoarseLevelsListsIndexItsCallersCells) {
+  const CallersCells cc;
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  const SinkhornOptions o = coarse_level_options();
+  Potentials<double> pot;
+  BlockList lists[2];
+  const SinkhornSummary s = multiscale::solve(ctx, cc.pd.problem(), o, Precision::kFp64, &pot,
+                                              std::chrono::steady_clock::now(), lists, true);
+  ASSERT_EQ(s.multiscale_levels, 1) << s.solver_note;
+  ASSERT_FALSE(lists[0].run_ptr.empty());
+  const std::vector<double> f = to_host(ctx, pot.f.cview()), g = to_host(ctx, pot.g.cview());
+  const std::int64_t K = cc.pd.n;
+  std::int64_t matter = 0, missed_f = 0, missed_g = 0;
+  for (std::int64_t i = 0; i < K; ++i)
+    for (std::int64_t j = 0; j < K; ++j) {
+      if (f[std::size_t(i)] + g[std::size_t(j)] - cc.cost(i, j) < -cc.pd.epsilon) continue;
+      ++matter;
+      missed_f += list_keeps(lists[0], i, j) ? 0 : 1;
+      missed_g += list_keeps(lists[1], j, i) ? 0 : 1;
+    }
+  EXPECT_GT(matter, K);
+  EXPECT_EQ(missed_f, 0) << "of " << matter << " pairs";
+  EXPECT_EQ(missed_g, 0) << "of " << matter << " pairs";
+  // Lists come from coarse levels only.
+  EXPECT_THROW(multiscale::solve(ctx, cc.pd.problem(), o, Precision::kFp64, &pot,
+                                 std::chrono::steady_clock::now(), lists, false),
+               InvalidArgument);
+}
+
+// A coarse level's plan images of its x cells (the Gaussian lift's T, CellImages): one value
+// pass over the level's f-side list, against the float64 sums sum_j P_ij y_j and masses
+// sum_j P_ij of the returned potentials over the same pairs, P_ij = a_i b_j exp((f_i + g_j -
+// C_ij) / eps) (an image without the centring added back was off by 0.5 here). With the box
+// bound alone (no points stage) the lists returned are those the passes ran on (a points stage
+// returns the box stage's, a superset). Over all pairs the images differ by the mass the lists
+// drop, within the level's L1 budget (about 1e-18 here).
+TEST(Multiscale, ACoarseLevelsPlanImagesAreItsListsValuePass) {
+  const CallersCells cc;
+  Context ctx(ContextOptions{Backend::kCpu, 2});
+  SinkhornOptions o = coarse_level_options();
   o.multiscale.points_stage = PointsStage::kOff;
   Potentials<double> pot;
   BlockList lists[2];
   multiscale::CellImages images;
-  const SinkhornSummary s = multiscale::solve(ctx, pd.problem(), o, Precision::kFp64, &pot,
+  const SinkhornSummary s = multiscale::solve(ctx, cc.pd.problem(), o, Precision::kFp64, &pot,
                                               std::chrono::steady_clock::now(), lists, true,
                                               false, &images);
   ASSERT_EQ(s.multiscale_levels, 1) << s.solver_note;
   ASSERT_FALSE(lists[0].run_ptr.empty());
   const std::vector<double> f = to_host(ctx, pot.f.cview()), g = to_host(ctx, pot.g.cview());
-  const std::int64_t K = pd.n;
-  auto kept = [](const BlockList& l, std::int64_t row, std::int64_t key) {
-    const std::int64_t r = row / l.row_tile, t = key / l.key_tile;
-    for (std::int64_t q = l.run_ptr[std::size_t(r)]; q < l.run_ptr[std::size_t(r + 1)]; ++q)
-      if (t >= l.runs[std::size_t(2 * q)] && t < l.runs[std::size_t(2 * q + 1)]) return true;
-    return false;
-  };
-  std::int64_t matter = 0, missed_f = 0, missed_g = 0;
-  for (std::int64_t i = 0; i < K; ++i)
-    for (std::int64_t j = 0; j < K; ++j) {
-      double c2 = 0;
-      for (std::int64_t a = 0; a < d; ++a) {
-        const double t = xc[std::size_t(i * d + a)] - yc[std::size_t(j * d + a)];
-        c2 += t * t;
-      }
-      if (f[std::size_t(i)] + g[std::size_t(j)] - c2 < -pd.epsilon) continue;
-      ++matter;
-      missed_f += kept(lists[0], i, j) ? 0 : 1;
-      missed_g += kept(lists[1], j, i) ? 0 : 1;
-    }
-  EXPECT_GT(matter, K);
-  EXPECT_EQ(missed_f, 0) << "of " << matter << " pairs";
-  EXPECT_EQ(missed_g, 0) << "of " << matter << " pairs";
-  // The returned pair's plan images of the cells (the Gaussian lift's T): one value pass over
-  // the level's f-side list (here the lists returned: no points stage), against the float64
-  // sums sum_j P_ij y_j and masses sum_j P_ij of the same potentials over the same pairs,
-  // P_ij = a_i b_j exp((f_i + g_j - C_ij) / eps) (a wrong centring showed as 0.5 here); and over
-  // all pairs, which differ by the mass the lists drop (~1e-18 here; with the points stage's
-  // tighter lists, as in the solver, one row lost 2% of its mass, within the L1 budget).
+  const std::int64_t K = cc.pd.n, d = cc.d;
   ASSERT_EQ(images.mass.size(), std::size_t(K));
   ASSERT_EQ(images.sums.size(), std::size_t(K * d));
   double worst_mass = 0, worst_image = 0, dropped = 0;
   for (std::int64_t i = 0; i < K; ++i) {
-    double mass = 0, all = 0, sums[3] = {0, 0, 0};
+    double mass = 0, all = 0;
+    std::vector<double> sums(std::size_t(d), 0.0);
     for (std::int64_t j = 0; j < K; ++j) {
-      double c2 = 0;
-      for (std::int64_t a = 0; a < d; ++a) {
-        const double t = xc[std::size_t(i * d + a)] - yc[std::size_t(j * d + a)];
-        c2 += t * t;
-      }
-      const double p = std::exp((f[std::size_t(i)] + g[std::size_t(j)] - c2) / pd.epsilon) /
-                       double(K) / double(K);
+      const double p =
+          std::exp((f[std::size_t(i)] + g[std::size_t(j)] - cc.cost(i, j)) / cc.pd.epsilon) /
+          double(K) / double(K);
       all += p;
-      if (!kept(lists[0], i, j)) continue;
+      if (!list_keeps(lists[0], i, j)) continue;
       mass += p;
-      for (std::int64_t a = 0; a < d; ++a) sums[a] += p * yc[std::size_t(j * d + a)];
+      for (std::int64_t a = 0; a < d; ++a)
+        sums[std::size_t(a)] += p * cc.yc[std::size_t(j * d + a)];
     }
     // Relative to the row's mass, about a_i = 1 / K; the coordinates are below 1.
     worst_mass = std::max(worst_mass, std::abs(images.mass[std::size_t(i)] - mass) * K);
     for (std::int64_t a = 0; a < d; ++a)
-      worst_image = std::max(worst_image,
-                             std::abs(images.sums[std::size_t(i * d + a)] - sums[a]) * K);
+      worst_image = std::max(
+          worst_image, std::abs(images.sums[std::size_t(i * d + a)] - sums[std::size_t(a)]) * K);
     dropped += all - mass;
   }
   EXPECT_LT(worst_mass, 1e-12);
   EXPECT_LT(worst_image, 1e-12);
-  EXPECT_GE(dropped, 0.0);
   EXPECT_LT(dropped, o.tolerance);
-  // Lists come from coarse levels only.
-  EXPECT_THROW(multiscale::solve(ctx, pd.problem(), o, Precision::kFp64, &pot,
-                                 std::chrono::steady_clock::now(), lists, false),
-               InvalidArgument);
 }
 
 TEST(Multiscale, RecursiveLevelsLiftThroughTheCoarseLists) {
