@@ -1433,6 +1433,7 @@ struct CallersCells {
   std::int64_t d = 3, n = 8192, cell = 8;
   std::vector<double> xc, yc;
   PointData<double> pd;
+  DenseProblem dense;  // the float64 reference of the same cells (uniform weights)
   CallersCells() {
     Rng rng(41);
     const std::vector<double> x0 = uniform_cloud(rng, n, d), y0 = squeezed_cloud(rng, n, d);
@@ -1447,15 +1448,12 @@ struct CallersCells {
     xc = cells(sorted.x);
     yc = cells(sorted.y);
     pd = make_point_data<double>(d, xc, yc, {}, {}, 0.003);
+    dense = make_dense_problem<double>(xc, yc, d, {}, {}, 1.0);
   }
-  // C_ij of cells i and j.
-  double cost(std::int64_t i, std::int64_t j) const {
-    double c2 = 0;
-    for (std::int64_t a = 0; a < d; ++a) {
-      const double t = xc[std::size_t(i * d + a)] - yc[std::size_t(j * d + a)];
-      c2 += t * t;
-    }
-    return c2;
+  // The (i, j) mask of a coarse level's block list (side 0: the f side's, 1: the g side's).
+  std::vector<char> mask(const BlockList& l, int side) const {
+    return block_list_mask(l.run_ptr, l.runs, l.row_tile, l.key_tile, side ? dense.m : dense.n,
+                           side ? dense.n : dense.m, side == 1);
   }
 };
 
@@ -1465,14 +1463,6 @@ SinkhornOptions coarse_level_options() {
   o.tolerance = 1e-3;
   o.multiscale.dense_pairs = 1 << 16;  // 1,024 cells a side: one dense level of 128 below
   return o;
-}
-
-// Whether a block list keeps the pair (row, key).
-bool list_keeps(const BlockList& l, std::int64_t row, std::int64_t key) {
-  const std::int64_t r = row / l.row_tile, t = key / l.key_tile;
-  for (std::int64_t q = l.run_ptr[std::size_t(r)]; q < l.run_ptr[std::size_t(r + 1)]; ++q)
-    if (t >= l.runs[std::size_t(2 * q)] && t < l.runs[std::size_t(2 * q + 1)]) return true;
-  return false;
 }
 
 // A coarse level's points are its caller's cells and its block lists must index them in that
@@ -1492,14 +1482,15 @@ TEST(Multiscale, ACoarseLevelsListsIndexItsCallersCells) {
   ASSERT_EQ(s.multiscale_levels, 1) << s.solver_note;
   ASSERT_FALSE(lists[0].run_ptr.empty());
   const std::vector<double> f = to_host(ctx, pot.f.cview()), g = to_host(ctx, pot.g.cview());
+  const std::vector<char> keep_f = cc.mask(lists[0], 0), keep_g = cc.mask(lists[1], 1);
   const std::int64_t K = cc.pd.n;
   std::int64_t matter = 0, missed_f = 0, missed_g = 0;
   for (std::int64_t i = 0; i < K; ++i)
     for (std::int64_t j = 0; j < K; ++j) {
-      if (f[std::size_t(i)] + g[std::size_t(j)] - cc.cost(i, j) < -cc.pd.epsilon) continue;
+      if (f[std::size_t(i)] + g[std::size_t(j)] - cc.dense.cost(i, j) < -cc.pd.epsilon) continue;
       ++matter;
-      missed_f += list_keeps(lists[0], i, j) ? 0 : 1;
-      missed_g += list_keeps(lists[1], j, i) ? 0 : 1;
+      missed_f += keep_f[std::size_t(i * K + j)] ? 0 : 1;
+      missed_g += keep_g[std::size_t(i * K + j)] ? 0 : 1;
     }
   EXPECT_GT(matter, K);
   EXPECT_EQ(missed_f, 0) << "of " << matter << " pairs";
@@ -1511,14 +1502,14 @@ TEST(Multiscale, ACoarseLevelsListsIndexItsCallersCells) {
 }
 
 // A coarse level's plan images of its x cells (the Gaussian lift's T, CellImages): one value
-// pass over the level's f-side list, against the float64 sums sum_j P_ij y_j and masses
-// sum_j P_ij of the returned potentials over the same pairs, P_ij = a_i b_j exp((f_i + g_j -
-// C_ij) / eps) (an image without the centring added back was off by 0.5 here). With the box
-// bound alone (no points stage) the lists returned are those the passes ran on (a points stage
-// returns the box stage's, a superset). Over all pairs the images differ by the mass the lists
-// drop, within the level's L1 budget (about 1e-18 here).
+// pass over the level's f-side list, against the float64 reference (tests/support/
+// dense_reference.hpp) of the returned potentials' plan masked to the same list, P V with V = y
+// and P 1 (an image without the centring added back was off by 0.5 here). With the box bound
+// alone (no points stage) the lists returned are those the passes ran on (a points stage returns
+// the box stage's, a superset). Over all pairs the masses differ by the mass the list drops,
+// within the level's L1 budget (about 1e-18 here).
 TEST(Multiscale, ACoarseLevelsPlanImagesAreItsListsValuePass) {
-  const CallersCells cc;
+  CallersCells cc;
   Context ctx(ContextOptions{Backend::kCpu, 2});
   SinkhornOptions o = coarse_level_options();
   o.multiscale.points_stage = PointsStage::kOff;
@@ -1534,26 +1525,21 @@ TEST(Multiscale, ACoarseLevelsPlanImagesAreItsListsValuePass) {
   const std::int64_t K = cc.pd.n, d = cc.d;
   ASSERT_EQ(images.mass.size(), std::size_t(K));
   ASSERT_EQ(images.sums.size(), std::size_t(K * d));
+  cc.dense.keep_f = cc.mask(lists[0], 0);
+  const std::vector<double> plan = dense_plan(cc.dense, cc.pd.epsilon, f, g);
+  const std::vector<double> kept = masked_plan(cc.dense, plan, 0);
+  const std::vector<double> sums = dense_apply_mat(cc.dense, kept, cc.yc, d);
+  const std::vector<double> mass = dense_row_sums(cc.dense, kept);
+  const std::vector<double> all = dense_row_sums(cc.dense, plan);
   double worst_mass = 0, worst_image = 0, dropped = 0;
   for (std::int64_t i = 0; i < K; ++i) {
-    double mass = 0, all = 0;
-    std::vector<double> sums(std::size_t(d), 0.0);
-    for (std::int64_t j = 0; j < K; ++j) {
-      const double p =
-          std::exp((f[std::size_t(i)] + g[std::size_t(j)] - cc.cost(i, j)) / cc.pd.epsilon) /
-          double(K) / double(K);
-      all += p;
-      if (!list_keeps(lists[0], i, j)) continue;
-      mass += p;
-      for (std::int64_t a = 0; a < d; ++a)
-        sums[std::size_t(a)] += p * cc.yc[std::size_t(j * d + a)];
-    }
     // Relative to the row's mass, about a_i = 1 / K; the coordinates are below 1.
-    worst_mass = std::max(worst_mass, std::abs(images.mass[std::size_t(i)] - mass) * K);
+    worst_mass = std::max(worst_mass,
+                          std::abs(images.mass[std::size_t(i)] - mass[std::size_t(i)]) * K);
     for (std::int64_t a = 0; a < d; ++a)
-      worst_image = std::max(
-          worst_image, std::abs(images.sums[std::size_t(i * d + a)] - sums[std::size_t(a)]) * K);
-    dropped += all - mass;
+      worst_image = std::max(worst_image, std::abs(images.sums[std::size_t(i * d + a)] -
+                                                   sums[std::size_t(i * d + a)]) * K);
+    dropped += all[std::size_t(i)] - mass[std::size_t(i)];
   }
   EXPECT_LT(worst_mass, 1e-12);
   EXPECT_LT(worst_image, 1e-12);
