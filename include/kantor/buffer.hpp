@@ -10,6 +10,9 @@
 
 namespace kantor {
 
+template <class T>
+class Buffer;
+
 namespace detail {
 // Allocate / free / copy raw bytes in a memory space (lib/runtime/buffer.cpp). Copies are issued on
 // the context's stream; device-to-host copies synchronize that stream before returning.
@@ -24,9 +27,19 @@ void check_same_size(std::int64_t src, std::int64_t dst);  // throws InvalidArgu
 /// The permutation that sorts `keys` by their low `bits` bits (1..64), stably, computed on the
 /// context's device (CUDA: a radix sort; only the keys go up and only the permutation comes
 /// back): (*order)[k] is the index of the k-th smallest key. Returns false, changing nothing, on
-/// a CPU context (the caller sorts on the host). Synchronizes.
+/// a CPU context (the caller sorts on the host). Synchronizes. `device_order`, when given,
+/// receives the permutation on the device as well (for device_permute).
 bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& keys, int bits,
-                       std::vector<std::int64_t>* order);
+                       std::vector<std::int64_t>* order,
+                       Buffer<std::int64_t>* device_order = nullptr);
+/// On the context's device, through a permutation held there (`order`, count entries, such as
+/// device_sort_order's): scatter dst[order[k]] = src[k] (scatter) or gather dst[k] =
+/// src[order[k]]; src and dst device arrays of count values that do not overlap. Returns false,
+/// changing nothing, on a CPU context. Stream-ordered (no synchronization).
+bool device_permute(const Context& ctx, const std::int64_t* order, const float* src, float* dst,
+                    std::int64_t count, bool scatter);
+bool device_permute(const Context& ctx, const std::int64_t* order, const double* src,
+                    double* dst, std::int64_t count, bool scatter);
 }  // namespace detail
 
 /// Owning array of `size` T in `space`. Move-only. The Context must outlive the buffer.

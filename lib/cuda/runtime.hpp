@@ -51,6 +51,12 @@ void sort_order(void* temp, std::size_t temp_bytes, const std::uint64_t* keys_in
                 std::uint64_t* keys_out, std::int64_t* scratch, std::int64_t* order,
                 std::int64_t count, int bits, void* stream);
 
+/// dst[order[k]] = src[k] (scatter) or dst[k] = src[order[k]] (gather), k < count, on `stream`
+/// (device arrays; order a permutation of [0, count)).
+template <class T>
+void permute_by_order(const std::int64_t* order, const T* src, T* dst, std::int64_t count,
+                      bool scatter, void* stream);
+
 /// CUDA events (opaque cudaEvent_t) for stream-ordered timing.
 void* event_create();
 void event_destroy(void* event) noexcept;

@@ -32,6 +32,14 @@ void sort_order(void*, std::size_t, const std::uint64_t*, std::uint64_t*, std::i
                 std::int64_t*, std::int64_t, int, void*) {
   not_compiled();
 }
+template <class T>
+void permute_by_order(const std::int64_t*, const T*, T*, std::int64_t, bool, void*) {
+  not_compiled();
+}
+template void permute_by_order<float>(const std::int64_t*, const float*, float*, std::int64_t,
+                                      bool, void*);
+template void permute_by_order<double>(const std::int64_t*, const double*, double*,
+                                       std::int64_t, bool, void*);
 void* event_create() { not_compiled(); }
 void event_destroy(void*) noexcept {}
 void event_record(void*, void*) { not_compiled(); }

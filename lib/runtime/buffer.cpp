@@ -7,6 +7,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <utility>
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -121,7 +122,7 @@ void fill_bytes(const Context& ctx, void* dst, MemorySpace space, int value, std
 }
 
 bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& keys, int bits,
-                       std::vector<std::int64_t>* order) {
+                       std::vector<std::int64_t>* order, Buffer<std::int64_t>* device_order) {
   if (ctx.backend() != Backend::kCuda) return false;
   if (bits < 1 || bits > 64)
     throw InvalidArgument("device_sort_order: bits must be in [1, 64], got " + std::to_string(bits));
@@ -129,6 +130,11 @@ bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& key
   order->resize(keys.size());
   if (count < 2) {
     if (count == 1) (*order)[0] = 0;
+    if (device_order) {
+      *device_order = Buffer<std::int64_t>(ctx, count);
+      copy_bytes(ctx, device_order->data(), MemorySpace::kDevice, order->data(),
+                 MemorySpace::kHost, sizeof(std::int64_t) * keys.size());
+    }
     return true;
   }
   Buffer<std::uint64_t> kin(ctx, count), kout(ctx, count);
@@ -141,7 +147,27 @@ bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& key
                    count, bits, ctx.cuda_stream());
   copy_bytes(ctx, order->data(), MemorySpace::kHost, out.data(), MemorySpace::kDevice,
              sizeof(std::int64_t) * keys.size());
+  if (device_order) *device_order = std::move(out);
   return true;
+}
+
+template <class T>
+bool permute_on_device(const Context& ctx, const std::int64_t* order, const T* src, T* dst,
+                       std::int64_t count, bool scatter) {
+  if (ctx.backend() != Backend::kCuda) return false;
+  if (count < 0) check_non_negative_size(count);
+  cuda::permute_by_order(order, src, dst, count, scatter, ctx.cuda_stream());
+  return true;
+}
+
+bool device_permute(const Context& ctx, const std::int64_t* order, const float* src, float* dst,
+                    std::int64_t count, bool scatter) {
+  return permute_on_device(ctx, order, src, dst, count, scatter);
+}
+
+bool device_permute(const Context& ctx, const std::int64_t* order, const double* src,
+                    double* dst, std::int64_t count, bool scatter) {
+  return permute_on_device(ctx, order, src, dst, count, scatter);
 }
 
 void check_same_size(std::int64_t src, std::int64_t dst) {

@@ -1642,6 +1642,54 @@ void check_stalled_warm_start(Backend backend) {
   EXPECT_NE(s.solver_note.find("warm start"), std::string::npos) << s.solver_note;
 }
 
+// A warm start from the solver's own solution (in the caller's order): the potentials come into
+// Morton order (on the device where the engine sorted: detail::device_permute's gather), so the
+// second solve certifies within a few iterations and returns the first one's potentials to the
+// tolerance's accuracy. A g side scrambled on the way in takes tens of iterations (an f side
+// is recomputed by the first half step). The way out (the scatter) is checked against the
+// dense solver by CertifiedAndEqualToDense* and its GPU twin.
+void check_warm_start_from_its_solution(Backend backend) {
+  Rng rng(47);
+  const std::int64_t n = 3000, m = 2500, d = 2;
+  const PointData<double> pd = make_point_data<double>(d, uniform_cloud(rng, n, d),
+                                                       squeezed_cloud(rng, m, d), {}, {}, 0.002);
+  Context ctx(ContextOptions{backend, 2});
+  SinkhornOptions o = verified_multiscale(Precision::kFp64, 1e-3, 4000);
+  o.multiscale.verify = false;
+  Potentials<double> cold;
+  const SinkhornSummary s1 = solve_sinkhorn(ctx, pd.problem(), o, &cold);
+  ASSERT_TRUE(s1.converged()) << s1.full_report();
+  ASSERT_EQ(s1.solver, "multiscale") << s1.full_report();
+  const std::vector<double> f1 = to_host(ctx, cold.f.cview()), g1 = to_host(ctx, cold.g.cview());
+  Potentials<double> warm;
+  warm.f = Buffer<double>(ctx, n);
+  warm.g = Buffer<double>(ctx, m);
+  copy(ctx, host_vector(f1.data(), n), warm.f.view());
+  copy(ctx, host_vector(g1.data(), m), warm.g.view());
+  const SinkhornSummary s2 = solve_sinkhorn(ctx, pd.problem(), o, &warm);
+  EXPECT_TRUE(s2.converged()) << s2.full_report();
+  EXPECT_NE(s2.solver_note.find("warm start"), std::string::npos) << s2.solver_note;
+  EXPECT_LE(s2.iterations, 3) << s2.full_report();
+  const std::vector<double> f2 = to_host(ctx, warm.f.cview()), g2 = to_host(ctx, warm.g.cview());
+  // Potentials are defined up to f + c, g - c: compare f + g pairs through their sums' shift.
+  const double shift = f2[0] - f1[0];
+  double worst = 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::fabs(f2[std::size_t(i)] - f1[std::size_t(i)] - shift));
+  for (std::int64_t j = 0; j < m; ++j)
+    worst = std::max(worst, std::fabs(g2[std::size_t(j)] - g1[std::size_t(j)] + shift));
+  EXPECT_LE(worst, 0.01 * pd.epsilon) << "the warm solve moved its potentials";
+}
+
+TEST(Multiscale, AWarmStartFromItsSolutionStaysThere) {
+  check_warm_start_from_its_solution(Backend::kCpu);
+}
+
+TEST(CudaMultiscale, AWarmStartFromItsSolutionStaysThere) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  check_warm_start_from_its_solution(Backend::kCuda);
+}
+
 TEST(Multiscale, AStalledFinestLevelRebuildsItsMask) { check_stalled_warm_start(Backend::kCpu); }
 
 TEST(CudaMultiscale, AStalledFinestLevelRebuildsItsMask) {
@@ -1944,6 +1992,63 @@ void check_device_morton(Backend backend) {
     EXPECT_TRUE(v.empty());
     EXPECT_THROW(detail::device_sort_order(ctx, k, 65, &v), InvalidArgument);
   }
+}
+
+// detail::device_permute through the permutation device_sort_order keeps on the device: the
+// scatter and the gather against the host's loops over the host copy of the same permutation
+// (float and double, a one-entry order too); on a CPU context it declines and changes nothing.
+void check_device_permute(Backend backend) {
+  ContextOptions co;
+  co.backend = backend;
+  const Context ctx(co);
+  Rng rng(43);
+  std::uniform_int_distribution<std::uint64_t> K(0, 999999);
+  auto upload_vector = [&](const auto& v) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    Buffer<T> b(ctx, std::int64_t(v.size()));
+    copy(ctx, host_vector(v.data(), std::int64_t(v.size())), b.view());
+    return b;
+  };
+  for (const std::int64_t count : {std::int64_t(1), std::int64_t(100003)}) {
+    std::vector<std::uint64_t> keys(static_cast<std::size_t>(count));
+    for (auto& k : keys) k = K(rng);
+    std::vector<std::int64_t> order;
+    Buffer<std::int64_t> kept;
+    const bool sorted = detail::device_sort_order(ctx, keys, 20, &order, &kept);
+    ASSERT_EQ(sorted, backend == Backend::kCuda);
+    std::vector<double> v = uniform_cloud(rng, count, 1);
+    const Buffer<double> src = upload_vector(v);
+    Buffer<double> dst(ctx, count);
+    detail::fill_bytes(ctx, dst.data(), dst.space(), 0, sizeof(double) * std::size_t(count));
+    if (!sorted) {
+      EXPECT_FALSE(detail::device_permute(ctx, nullptr, src.data(), dst.data(), count, true));
+      EXPECT_EQ(to_host(ctx, dst.cview()), std::vector<double>(std::size_t(count), 0.0));
+      continue;
+    }
+    ASSERT_EQ(kept.size(), count);
+    EXPECT_EQ(to_host(ctx, kept.cview()), order);
+    std::vector<double> scattered(v.size()), gathered(v.size());
+    for (std::size_t k = 0; k < v.size(); ++k) {
+      scattered[std::size_t(order[k])] = v[k];
+      gathered[k] = v[std::size_t(order[k])];
+    }
+    EXPECT_TRUE(detail::device_permute(ctx, kept.data(), src.data(), dst.data(), count, true));
+    EXPECT_EQ(to_host(ctx, dst.cview()), scattered);
+    EXPECT_TRUE(detail::device_permute(ctx, kept.data(), src.data(), dst.data(), count, false));
+    EXPECT_EQ(to_host(ctx, dst.cview()), gathered);
+    std::vector<float> vf(v.begin(), v.end()), gf(gathered.begin(), gathered.end());
+    const Buffer<float> srcf = upload_vector(vf);
+    Buffer<float> dstf(ctx, count);
+    EXPECT_TRUE(detail::device_permute(ctx, kept.data(), srcf.data(), dstf.data(), count, false));
+    EXPECT_EQ(to_host(ctx, dstf.cview()), gf);
+  }
+}
+
+TEST(MultiscaleScreen, PermutingWithoutAnEngineDeclines) { check_device_permute(Backend::kCpu); }
+
+TEST(CudaMultiscale, PermutingThroughTheKeptSortOrder) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  check_device_permute(Backend::kCuda);
 }
 
 TEST(MultiscaleScreen, MortonOrderWithoutAnEngineSortIsTheHosts) {
