@@ -41,7 +41,8 @@ struct Options {
   std::int64_t dense_pairs = 0;  // 0: the library's default
   double max_density = -1;  // < 0: the library's default
   std::string points_stage = "auto";
-  bool verify = false, json = false, phases = false, gaussian_lift = false;
+  std::string gaussian_lift = "on";
+  bool verify = false, json = false, phases = false;
   std::string mask_path;
 };
 
@@ -102,7 +103,7 @@ int run(const Options& o) {
     so.multiscale.phase_timer = [&phases](const char* name, std::int64_t n, double seconds) {
       phases.push_back({name, n, seconds});
     };
-  so.multiscale.gaussian_lift = o.gaussian_lift;
+  so.multiscale.gaussian_lift = o.gaussian_lift == "on";
   so.multiscale.points_stage = o.points_stage == "on"       ? PointsStage::kOn
                                : o.points_stage == "off"    ? PointsStage::kOff
                                : o.points_stage == "engine" ? PointsStage::kEngine
@@ -167,7 +168,7 @@ int run(const Options& o) {
       .add("solver", s.solver)
       .add("solver_note", s.solver_note)
       .add("points_stage", o.points_stage)
-      .add("gaussian_lift_asked", o.gaussian_lift)
+      .add("gaussian_lift_asked", o.gaussian_lift == "on")
       .add("cell_points", so.multiscale.cell_points)
       .add("dense_pairs", so.multiscale.dense_pairs)
       .add("max_density", so.multiscale.max_density)
@@ -251,9 +252,10 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
      "multiscale: evaluate the screen's kept atom pairs on their points: auto (engine on CUDA, "
      "on on the CPU) | on (over the host's pair lists) | off | engine (inside the engine's "
      "descent) (default auto)")
-    ("gaussian-lift", po::bool_switch(&o.gaussian_lift),
-     "multiscale: ask for the Gaussian lift of the finest level's g side (the level takes it "
-     "only where its cells are narrow against eps; the solver note then says \"Gaussian\")")
+    ("gaussian-lift", po::value(&o.gaussian_lift),
+     "multiscale: on | off: the Gaussian lift of the finest level's g side (the level takes it "
+     "only where its cells are narrow against eps and its probe on the coarse cells passes; the "
+     "solver note then says \"Gaussian\") (default on)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("kernel", po::value(&o.kernel),
@@ -288,6 +290,8 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
       o.points_stage != "engine")
     throw InvalidArgument("--points-stage must be auto, on, off or engine, got '" +
                           o.points_stage + "'");
+  if (o.gaussian_lift != "on" && o.gaussian_lift != "off")
+    throw InvalidArgument("--gaussian-lift must be on or off, got '" + o.gaussian_lift + "'");
   if (!(o.epsilon > 0) || !std::isfinite(o.epsilon))
     throw InvalidArgument("--epsilon must be a finite number > 0");
   if (!(o.tolerance > 0) || !std::isfinite(o.tolerance))

@@ -19,6 +19,20 @@ CellKernel gaussian_cell(double c, double eps, int d, double spread) {
   return k;
 }
 
+double lift_excess(const double* coarse, const double* probe, const double* row_shift,
+                   const double* b, std::int64_t count, double eps) {
+  constexpr double kCap = 50;  // e^50: far past any tolerance, still finite
+  double excess = 0, mass = 0;
+  for (std::int64_t j = 0; j < count; ++j) {
+    const double delta = (coarse[j] - (probe[j] - row_shift[j])) / eps;
+    // A NaN (inf - inf) is no evidence for the lift: NaN out, which no tolerance accepts.
+    if (std::isnan(delta)) return std::numeric_limits<double>::quiet_NaN();
+    excess += b[j] * std::max(0.0, std::expm1(std::min(delta, kCap)));
+    mass += b[j];
+  }
+  return excess / mass;
+}
+
 double median_cell_ratio(const std::vector<double>& spread, double c, double eps) {
   if (spread.empty()) return std::numeric_limits<double>::quiet_NaN();
   std::vector<double> r(spread);

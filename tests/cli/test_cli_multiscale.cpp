@@ -116,15 +116,15 @@ TEST_F(CliMultiscaleTest, BenchSolvePhasesTimeTheLastRun) {
   EXPECT_FALSE(plain.has("records"));
 }
 
-// --gaussian-lift: MultiscaleOptions::gaussian_lift (off by default), asked for in the JSON's
-// gaussian_lift_asked; at eps 0.02 on 2,048 points in 2-D the finest level takes it (its note's
-// lift entry says "Gaussian"; truncated passes forced, the screen keeping 83%), so its first
-// pair differs and the solve still converges.
+// --gaussian-lift on|off: MultiscaleOptions::gaussian_lift (on by default), asked for in the
+// JSON's gaussian_lift_asked; at eps 0.02 on 2,048 points in 2-D the finest level takes it (its
+// note's lift entry says "Gaussian"; truncated passes forced, the screen keeping 83%), so its
+// first pair differs and the solve still converges. Another value exits 2 naming the option.
 TEST_F(CliMultiscaleTest, BenchSolveGaussianLiftIsAnOption) {
   const std::string args = "bench solve --backend cpu --n 2048 --d 2 --epsilon 0.02 --tolerance "
                            "1e-2 --repeats 1 --phases --max-density 1";
-  const Json plain = run_json(args);
-  const Json lifted = run_json(args + " --gaussian-lift");
+  const Json lifted = run_json(args);
+  const Json plain = run_json(args + " --gaussian-lift off");
   ASSERT_EQ(plain["gaussian_lift_asked"].kind, Json::kBool);
   ASSERT_EQ(lifted["gaussian_lift_asked"].kind, Json::kBool);
   EXPECT_FALSE(plain["gaussian_lift_asked"].b);
@@ -156,6 +156,7 @@ TEST_F(CliMultiscaleTest, BadOptionsExitTwoNamingTheOption) {
       {"bench solve --dense-pairs 0", {"--dense-pairs"}},
       {"bench solve --max-density 1.5", {"--max-density"}},
       {"bench solve --points-stage maybe", {"--points-stage", "maybe"}},
+      {"bench solve --gaussian-lift maybe", {"--gaussian-lift", "maybe"}},
       {"bench sinkhorn --n 100 --hvp --cg-max-iterations 0", {"--cg-max-iterations"}},
   };
   for (const BadCase& c : cases) {

@@ -240,6 +240,29 @@ TEST(MultiscaleLift, TheGaussianLiftsFirstPairIsNearerItsMarginals) {
   EXPECT_LT(e_gauss, 0.8 * e_plain) << "Gaussian " << e_gauss << ", centroids " << e_plain;
 }
 
+// The probe's excess (lift_excess): sum_J b_J (e^delta_J - 1)_+ / sum_J b_J with delta_J =
+// (coarse_J - (probe_J - shift_J)) / eps, by hand: a cell credited less (delta < 0) counts
+// nothing, delta = ln 2 on a quarter of the mass gives 1/4, delta = ln 3 on half of it 1, a
+// delta past 50 counts as 50, a NaN makes the verdict NaN (no tolerance accepts it).
+TEST(MultiscaleLift, TheProbesExcessIsTheExtraCreditedMass) {
+  const double eps = 0.01;
+  const std::vector<double> b = {1, 1, 2};
+  const std::vector<double> shift = {0.5, -1.0, 2.0};
+  auto excess = [&](const std::vector<double>& delta) {
+    std::vector<double> coarse(3), probe(3);
+    for (std::size_t j = 0; j < 3; ++j) {
+      coarse[j] = 0.25 * double(j);
+      probe[j] = coarse[j] - delta[j] * eps + shift[j];
+    }
+    return multiscale::lift_excess(coarse.data(), probe.data(), shift.data(), b.data(), 3, eps);
+  };
+  EXPECT_EQ(excess({-1.0, -0.5, -3.0}), 0.0);
+  EXPECT_NEAR(excess({std::log(2.0), -0.5, -3.0}), 0.25, 1e-12);
+  EXPECT_NEAR(excess({-1.0, -0.5, std::log(3.0)}), 1.0, 1e-12);
+  EXPECT_NEAR(excess({-1.0, 80.0, 0.0}), std::expm1(50.0) / 4, 1e-12 * std::expm1(50.0));
+  EXPECT_TRUE(std::isnan(excess({0.0, std::nan(""), 0.0})));
+}
+
 // In the solver: both lifts certify the same solution (the clouds at 16,384 points, eps
 // 0.02, where the level takes the Gaussian lift); at eps = 0.0025 the level's median is past
 // kMaxMedianCellRatio and the two solves are one, bit for bit.
@@ -261,7 +284,7 @@ void check_solver_lifts(Backend backend) {
   o.tolerance = 5e-3;
   o.record_iterations = true;
   o.multiscale.verify = true;
-  o.multiscale.gaussian_lift = true;  // opt-in (MassCarriedBetweenClustersCertifies: why)
+  ASSERT_TRUE(o.multiscale.gaussian_lift) << "on by default";
   SinkhornOptions plain = o;
   plain.multiscale.gaussian_lift = false;
   plain.multiscale.verify = false;  // the dense float64 checks dominate the test's time
@@ -282,7 +305,8 @@ void check_solver_lifts(Backend backend) {
     EXPECT_NEAR(sg.dual_cost, sp.dual_cost, 2e-5 * std::abs(sp.dual_cost)) << eps;
     ASSERT_FALSE(sg.records.empty());
     ASSERT_FALSE(sp.records.empty());
-    if (eps == 0.02) {  // the Gaussian lift ran: another first pair
+    if (eps == 0.02) {  // the Gaussian lift ran (its probe passed): another first pair
+      EXPECT_EQ(sg.solver_note.find("declined"), std::string::npos) << sg.solver_note;
       EXPECT_GT(std::abs(sg.records.front().marginal_error - sp.records.front().marginal_error),
                 1e-3 * sp.records.front().marginal_error);
     } else {  // one path (the CUDA engine's residual sums may differ in rounding)
