@@ -255,7 +255,7 @@ int cmd_bench_solve(const std::vector<std::string>& args) {
     ("gaussian-lift", po::value(&o.gaussian_lift),
      "multiscale: on | off: the Gaussian lift of the finest level's g side (the level takes it "
      "only where its cells are narrow against eps and its probe on the coarse cells passes; the "
-     "solver note then says \"Gaussian\") (default on)")
+     "solver note then says \"(Gaussian, oracles\", or \"Gaussian declined\") (default on)")
     ("precision", po::value(&o.precision), "fp32 | fp64 | tf32 | bf16 (default fp32)")
     ("backend", po::value(&o.backend), "cpu | cuda | auto (default auto)")
     ("kernel", po::value(&o.kernel),

@@ -439,10 +439,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   } else {
     // The keys' sort on the engine where it has one (the CUDA engine's radix sort: the same
     // permutation, without the host's 8 passes over 2^21 pairs at 2^20 points a side).
-    int side = 0;  // morton_order sorts the x side, then the y side
     const KeySorter sorter = [&](const std::vector<std::uint64_t>& keys, int bits,
                                  std::vector<std::int64_t>* order) {
-      return detail::device_sort_order(ctx, keys, bits, order, &device_order[side++ % 2]);
+      return detail::device_sort_order(ctx, keys, bits, order,
+                                       &device_order[order == &ox ? 0 : 1]);
     };
     morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi,
                  ctx.backend() == Backend::kCuda ? &sorter : nullptr);  // CPU: no second key pass
@@ -519,7 +519,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   double seconds_lift = 0, seconds_lift_oracles = 0;
   bool gaussian_lift = false;  // this level's potentials come from a Gaussian lift
   // The Gaussian lift's probe (lift_excess) where it ran, and whether it declined the lift.
-  double lift_probe = std::numeric_limits<double>::quiet_NaN();
+  double lift_probe = std::numeric_limits<double>::quiet_NaN(), probe_tolerance = 0;
   bool lift_declined = false;
   Buffer<T> f(ctx, n), g(ctx, m);
   // Both sides' permutations on the device (the CUDA engine's sort).
@@ -646,6 +646,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         lift_probe = lift_excess(gch.data(), gph.data(), shifts.data(), bd.data(), Km, eps);
         gaussian_lift = lift_probe <= tolerance;
         lift_declined = !gaussian_lift;
+        probe_tolerance = tolerance;
       }
       phase.end("lift probe");
       if (gaussian_lift) {
@@ -1331,8 +1332,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
        << "); seconds: order " << t_setup << ", lift " << seconds_lift << " ("
        << (gaussian_lift ? "Gaussian, " : "");
     if (lift_declined)
-      os << "Gaussian declined: probe excess " << lift_probe << " > tolerance " << s.tolerance
-         << ", ";
+      os << "Gaussian declined: probe excess " << lift_probe << " not <= tolerance "
+         << probe_tolerance << ", ";
     os << "oracles " << seconds_lift_oracles
        << "), engine " << seconds_engine << ", screen " << seconds_screen
        << " (engine descent " << seconds_descent << "), passes "

@@ -23,14 +23,17 @@ double lift_excess(const double* coarse, const double* probe, const double* row_
                    const double* b, std::int64_t count, double eps) {
   constexpr double kCap = 50;  // e^50: far past any tolerance, still finite
   double excess = 0, mass = 0;
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
   for (std::int64_t j = 0; j < count; ++j) {
+    if (b[j] == 0) continue;  // a cell without mass is credited nothing
     const double delta = (coarse[j] - (probe[j] - row_shift[j])) / eps;
-    // A NaN (inf - inf) is no evidence for the lift: NaN out, which no tolerance accepts.
-    if (std::isnan(delta)) return std::numeric_limits<double>::quiet_NaN();
+    // A NaN (inf - inf), or a weight that is not finite and positive, is no evidence for the
+    // lift: NaN out, which no tolerance accepts.
+    if (std::isnan(delta) || !(b[j] > 0 && b[j] < HUGE_VAL)) return kNaN;
     excess += b[j] * std::max(0.0, std::expm1(std::min(delta, kCap)));
     mass += b[j];
   }
-  return excess / mass;
+  return mass > 0 ? excess / mass : kNaN;
 }
 
 double median_cell_ratio(const std::vector<double>& spread, double c, double eps) {

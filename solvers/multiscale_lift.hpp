@@ -60,7 +60,8 @@ constexpr double kMaxMedianCellRatio = 0.1;
 /// row shift `row_shift` is subtracted), against the coarse solution's g there, `coarse`. A cell
 /// whose Gaussian g lies delta = (coarse - (probe - row_shift)) / eps below the coarse one is
 /// credited e^delta times its mass; the excess sum_J b_J (e^delta_J - 1)_+ / sum_J b_J (each
-/// delta capped at 50; NaN where a term is not finite) is the share of the columns' mass the
+/// delta capped at 50, cells of zero weight skipped; NaN for a NaN delta, a weight that is not
+/// finite, or no weight at all) is the share of the columns' mass the
 /// lift would credit beyond the centroids' kernels. Smooth maps (the data at 2^20 points,
 /// 131,072 cells: every delta below 0.05, excess 1.3e-3; 2-D, 2,048 cells: 6.9e-4) keep it far
 /// below a tolerance; mass carried between clusters (8 clusters, 2,048 cells: median delta 81,

@@ -49,6 +49,7 @@ TEST(HostMemory, TheAdviceCoversTheAlignedInteriorOnly) {
       (reinterpret_cast<std::uintptr_t>(map) + kHuge - 1) / kHuge * kHuge);
   detail::advise_huge_pages(base + kHuge / 2, 2 * kHuge);
   EXPECT_FALSE(test::huge_page_advised(base));
+  EXPECT_FALSE(test::huge_page_advised(base + 3 * kHuge / 4));  // advised range, partial page
   EXPECT_TRUE(test::huge_page_advised(base + kHuge));
   EXPECT_FALSE(test::huge_page_advised(base + 2 * kHuge + kHuge / 4));
   munmap(map, 4 * kHuge);

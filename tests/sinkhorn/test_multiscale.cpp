@@ -2039,11 +2039,14 @@ void check_device_permute(Backend backend) {
     EXPECT_EQ(to_host(ctx, dst.cview()), scattered);
     EXPECT_TRUE(detail::device_permute(ctx, kept.data(), src.data(), dst.data(), count, false));
     EXPECT_EQ(to_host(ctx, dst.cview()), gathered);
-    std::vector<float> vf(v.begin(), v.end()), gf(gathered.begin(), gathered.end());
+    std::vector<float> vf(v.begin(), v.end()), gf(gathered.begin(), gathered.end()),
+        sf(scattered.begin(), scattered.end());
     const Buffer<float> srcf = upload_vector(vf);
     Buffer<float> dstf(ctx, count);
     EXPECT_TRUE(detail::device_permute(ctx, kept.data(), srcf.data(), dstf.data(), count, false));
     EXPECT_EQ(to_host(ctx, dstf.cview()), gf);
+    EXPECT_TRUE(detail::device_permute(ctx, kept.data(), srcf.data(), dstf.data(), count, true));
+    EXPECT_EQ(to_host(ctx, dstf.cview()), sf);
   }
 }
 

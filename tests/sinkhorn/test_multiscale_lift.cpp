@@ -261,6 +261,14 @@ TEST(MultiscaleLift, TheProbesExcessIsTheExtraCreditedMass) {
   EXPECT_NEAR(excess({-1.0, -0.5, std::log(3.0)}), 1.0, 1e-12);
   EXPECT_NEAR(excess({-1.0, 80.0, 0.0}), std::expm1(50.0) / 4, 1e-12 * std::expm1(50.0));
   EXPECT_TRUE(std::isnan(excess({0.0, std::nan(""), 0.0})));
+  // A cell of zero weight counts nothing, NaN or not; no weight at all gives NaN.
+  const std::vector<double> zero = {0, 0, 0}, flat = {0, 0, 0}, holed = {0, std::nan(""), 0};
+  std::vector<double> b0 = b;
+  b0[1] = 0;
+  EXPECT_EQ(multiscale::lift_excess(flat.data(), holed.data(), zero.data(), b0.data(), 3, eps),
+            0.0);
+  EXPECT_TRUE(std::isnan(
+      multiscale::lift_excess(flat.data(), flat.data(), zero.data(), zero.data(), 3, eps)));
 }
 
 // In the solver: both lifts certify the same solution (the clouds at 16,384 points, eps

@@ -5,18 +5,23 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 
 namespace kantor::test {
 
-/// Why the advice cannot be observed here ("" when it can): no /proc/self/smaps, or a kernel
-/// without transparent huge pages.
+/// Why the advice cannot be observed here ("" when it can): no /proc/self/smaps, a kernel
+/// without transparent huge pages, or glibc advising its heap itself (GLIBC_TUNABLES with
+/// glibc.malloc.hugetlb: every block would carry the advice, ours or not).
 inline std::string huge_page_advice_unobservable() {
   if (!std::ifstream("/proc/self/smaps")) return "no /proc/self/smaps";
   if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"))
     return "the kernel has no transparent huge pages";
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if (tunables && std::string(tunables).find("glibc.malloc.hugetlb") != std::string::npos)
+    return "GLIBC_TUNABLES sets glibc.malloc.hugetlb (glibc advises every heap block)";
   return "";
 }
 
