@@ -30,7 +30,8 @@ double lift_excess(const double* coarse, const double* probe, const double* row_
     // A NaN (inf - inf), or a weight that is not finite and positive, is no evidence for the
     // lift: NaN out, which no tolerance accepts.
     if (std::isnan(delta) || !(b[j] > 0 && b[j] < HUGE_VAL)) return kNaN;
-    excess += b[j] * std::max(0.0, std::expm1(std::min(delta, kCap)));
+    // Only a positive delta adds (most are negative on smooth maps: expm1 runs on few cells).
+    if (delta > 0) excess += b[j] * std::expm1(std::min(delta, kCap));
     mass += b[j];
   }
   return mass > 0 ? excess / mass : kNaN;
