@@ -9,32 +9,12 @@
 #include <new>
 #include <utility>
 
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
-
-#include <cstdint>
-
 #include "kantor/error.hpp"
 #include "kantor/host_parallel.hpp"
-#include "kantor/uninit_vector.hpp"
 #include "lib/cuda/runtime.hpp"
 #include "lib/runtime/context_impl.hpp"
 
 namespace kantor::detail {
-
-void advise_huge_pages(void* p, std::size_t bytes) noexcept {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr std::uintptr_t kHuge = std::uintptr_t(2) << 20;
-  const std::uintptr_t begin = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) / kHuge * kHuge;
-  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(p) + bytes) / kHuge * kHuge;
-  // A refusal (no THP in this kernel, EINVAL) leaves the block on ordinary pages.
-  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-#else
-  (void)p;
-  (void)bytes;
-#endif
-}
 
 void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes) {
   if (space == MemorySpace::kDevice) {
@@ -50,7 +30,6 @@ void* allocate_bytes(const Context& ctx, MemorySpace space, std::size_t bytes) {
   const std::size_t rounded = (bytes + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, rounded);
   if (!p) throw OutOfMemory("cannot allocate " + std::to_string(bytes) + " bytes of host memory");
-  if (rounded >= kHugePageAdviceBytes) advise_huge_pages(p, rounded);
   return p;
 }
 
