@@ -31,13 +31,15 @@ using cpu::Vec;
 
 /// The fp32 certificate's arithmetic for one row against one chunk of kC keys
 /// (CpuOracle::certify_side_fast): the terms w_j 2^(z_j) and the row's running maximum of z and
-/// its sums of terms, of terms times cost and of terms times potentials. Local arrays only.
-/// Left out of the sanitizers' instrumentation: with -fsanitize=address or undefined GCC 12
-/// vectorizes none of these loops, and this one function took 80-86% of the multiscale tests'
-/// time in the sanitizer build (docs/testing.md); its caller, which does all the indexing
-/// into the oracle's arrays, stays instrumented. Without a sanitizer the attribute changes
-/// nothing (the function inlines as before).
-template <int kC, int kMaxD>
+/// its sums of terms, of terms times cost and of terms times potentials. It reads the row's d
+/// coordinates x, the chunk's staged keys (the caller's stack arrays) and the row's running
+/// maximum *zmax, and writes *zmax and the three sums. Left out of the sanitizers'
+/// instrumentation: with -fsanitize=address or undefined GCC 12 vectorizes none of these loops,
+/// and this one function took 80-86% of the multiscale tests' time in the sanitizer build
+/// (docs/testing.md); its caller, which computes every index into the oracle's arrays, stays
+/// instrumented. Without a sanitizer the attribute changes nothing (the function inlines as
+/// before).
+template <int kC>
 __attribute__((no_sanitize("address", "undefined"))) inline void fast_certificate_chunk_row(
     const float* __restrict__ x, int d, float fi, float cf, float lf,
     const float (*__restrict__ ek)[kC], const float* __restrict__ gk,
@@ -426,8 +428,8 @@ class CpuOracle final : public OracleBase<T> {
             if (!(wq[std::size_t(i0 + r)] > 0)) continue;
             const float fi = float(pq[i0 + r]);
             float ts, tc, tp;
-            fast_certificate_chunk_row<kC, kMaxD>(xi.data() + r * d, d, fi, cf, lf, ek, gk,
-                                                  wk32, &zmax[std::size_t(r)], &ts, &tc, &tp);
+            fast_certificate_chunk_row<kC>(xi.data() + r * d, d, fi, cf, lf, ek, gk, wk32,
+                                           &zmax[std::size_t(r)], &ts, &tc, &tp);
             sum[std::size_t(r)] += double(ts);
             weighted[std::size_t(r)] += double(ts) * at;
             cost[std::size_t(r)] += double(tc);
