@@ -302,6 +302,12 @@ CellImages plan_images(const Context& ctx, Oracle<T>& oracle, double eps, const 
   return out;
 }
 
+// The truncation's tail 2 D e^(drift / eps) (docs/multiscale.md, step 5): 0 without dropped mass
+// whatever the drift (never 0 * inf).
+double truncation_tail(double dropped, double drift, double eps) {
+  return dropped > 0 ? 2 * dropped * std::exp(drift / eps) : 0.0;
+}
+
 // max_i (now_i - build_i) over the points of positive weight, on the host threads (a maximum: the
 // same value in any order).
 double max_drift(const detail::UninitVector<double>& now, const detail::UninitVector<double>& build,
@@ -922,7 +928,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     if (!(c.bound <= s.tolerance)) return Verdict::kFailed;
     double drift = 0;
     if (!mask_holds(&drift)) return Verdict::kRebuilt;
-    const double t = 2 * sc.dropped_mass * std::exp(drift / eps);
+    const double t = truncation_tail(sc.dropped_mass, drift, eps);
     *judged = c.bound + t;
     if (!(c.bound + t <= s.tolerance)) return Verdict::kFailed;
     tail = t;
@@ -1095,9 +1101,12 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       }
     }
     s.relaxation = w;
-    if (!std::isfinite(residual)) {
+    // +inf is a residual too large for a double (a step that moves a potential by more than
+    // 709 eps: b_j e^((g_old - g_new) / eps) overflows), not a failure: the iteration goes on,
+    // as the dense solver's, and the returned pair's certificate decides. NaN is a failure.
+    if (std::isnan(residual)) {
       s.termination = TerminationType::kNumericalFailure;
-      s.message = "non-finite marginal error in the fine passes";
+      s.message = "NaN marginal error in the fine passes";
       break;
     }
     IterationRecord rec{s.iterations + fine_iterations, eps, residual,
@@ -1157,7 +1166,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
         have_cols = false;  // of the old lists
       } else {
         const auto t_cert = Clock::now();
-        tail = 2 * sc.dropped_mass * std::exp(drift / eps);
+        tail = truncation_tail(sc.dropped_mass, drift, eps);
         // The decision is kept-pair bound + tail <= tolerance: the engine may decide it in fp32.
         const double target = std::max(0.0, s.tolerance - tail);
         cert = with_next ? oracle->certify_kept_next(eps, f.data(), g.data(), target,
@@ -1267,12 +1276,15 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   }
   if (!dense_fine && !coarse_level) {
     const auto t_costs = Clock::now();
-    // The certificate of the returned potentials, when the loop did not end on one.
-    potentials_on_host();
-    const double drift =
-        max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
-    tail = 2 * sc.dropped_mass * std::exp(drift / eps);
-    if (cert_iteration != fine_iterations) {
+    // The certificate of the returned potentials, when the loop did not end on one. Where they
+    // drifted past the slack since the mask (a budget that ended far from convergence: the
+    // drift is checked only at certificates) the mask is rebuilt from them first: the tail
+    // 2 D e^(drift / eps) would otherwise make the bound useless (+inf beyond drift = 709 eps).
+    double drift = 0;
+    const bool held = mask_holds(&drift);
+    if (!held) drift = 0;  // the new mask is these potentials'
+    tail = truncation_tail(sc.dropped_mass, drift, eps);
+    if (cert_iteration != fine_iterations || !held) {
       const auto t_cert = Clock::now();
       cert = oracle->certify_kept(eps, f.data(), g.data(), std::max(0.0, s.tolerance - tail));
       seconds_cert += seconds_since(t_cert);
@@ -1296,6 +1308,13 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     if (s.unbalanced())
       set_unbalanced_values(ctx, *oracle, eps, f.data(), g.data(), s.dual_cost, cert.plan_mass,
                             cert.plan_potentials, &s);
+    if (!std::isfinite(cert.bound)) {
+      // As the dense solver: the plan of the returned potentials overflows float64 on the kept
+      // pairs (a budget spent far from convergence at an eps far below the points' spacing).
+      s.termination = TerminationType::kNumericalFailure;
+      s.message = "the certificate of the returned potentials is not finite (their plan "
+                  "overflows float64 on the kept pairs)";
+    }
     if (s.termination == TerminationType::kRoundingFloor && s.marginal_error <= s.tolerance) {
       // Stopped at the engine's floor, but the float64 certificate meets the tolerance.
       s.termination = TerminationType::kConverged;

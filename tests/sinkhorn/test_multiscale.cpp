@@ -1399,6 +1399,55 @@ TEST(Multiscale, ACoarseLevelBelowItsFloorStopsOnItsStall) {
   EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
 }
 
+// An eps far below the point spacing (1e-6 on the unit cube, 4,096 points, fp64, a budget of 60):
+// the coarse level stops on its budget unconverged and a fine step moves the potentials by more
+// than 709 eps, so the column marginal of the pair before it, b_j e^((g_old - g_new) / eps),
+// overflows float64 and the residual is +inf. That is a residual too large for a double, not a
+// numerical failure: the iteration goes on, as the dense solver's does, and the returned pair's
+// certificate decides (before: "non-finite marginal error in the fine passes" at the first such
+// step, no potentials). A numerical failure is left only for a returned plan that overflows.
+TEST(Multiscale, AnOverflowingResidualIsNotANumericalFailure) {
+  constexpr std::int64_t n = 4096;  // levels of 512 cells (dense) and the points
+  const bool sanitizer = std::getenv("KANTOR_UNDER_SANITIZER") != nullptr;
+  int overflowed_runs = 0, certified_runs = 0;
+  for (const std::uint64_t seed : sanitizer ? std::vector<std::uint64_t>{1, 7}
+                                            : std::vector<std::uint64_t>{1, 2, 3, 5, 7, 8}) {
+    SCOPED_TRACE(seed);
+    const PointData<double> pd = case_data<double>(Case{"tiny eps", n, n, 3, 1e-6, 0, 0}, seed);
+    Context ctx(ContextOptions{Backend::kCpu, 2});
+    SinkhornOptions o;
+    o.solver = SolverKind::kMultiscale;
+    o.tolerance = 1e-3;
+    o.multiscale.verify = true;
+    o.max_iterations = 60;
+    bool overflowed = false;  // the scenario: some fine step's residual was +inf
+    o.callbacks.push_back([&](const IterationRecord& r) {
+      overflowed = overflowed || std::isinf(r.marginal_error);
+      return CallbackResult::kContinue;
+    });
+    Potentials<double> pot;
+    const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o, &pot);
+    overflowed_runs += overflowed ? 1 : 0;
+    EXPECT_EQ(s.iterations, o.max_iterations) << s.full_report();  // the whole budget ran
+    if (s.termination == TerminationType::kNumericalFailure) {
+      EXPECT_FALSE(std::isfinite(s.marginal_error)) << s.full_report();
+      EXPECT_NE(s.message.find("certificate of the returned potentials is not finite"),
+                std::string::npos)
+          << s.full_report();
+      continue;
+    }
+    EXPECT_EQ(s.termination, TerminationType::kMaxIterations) << s.full_report();
+    ASSERT_TRUE(std::isfinite(s.marginal_error)) << s.full_report();
+    ASSERT_TRUE(std::isfinite(s.verified_error)) << s.full_report();
+    EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
+    ASSERT_EQ(pot.f.size(), n);
+    for (std::int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(pot.f.data()[i])) << i;
+    certified_runs += overflowed ? 1 : 0;
+  }
+  EXPECT_GE(overflowed_runs, 2);
+  EXPECT_GE(certified_runs, 1) << "an overflowing residual, then a finite certificate";
+}
+
 TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
   // theta_trial = 8: the first screen (theta_b - 8) drops more mass than the tolerance allows,
   // so the screen runs again at theta_b. slack = 0.05: the potentials soon drift by more than
