@@ -809,6 +809,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   build_mask();
   const double first_screen = seconds_screen;
   double seconds_cert = 0, seconds_loop_certs = 0;  // all certificates; those inside the loop
+  double loop_screen = 0;  // seconds_screen when the loop ended
   int level_certs = 0, fp32_certs = 0;  // certificates on this level; decided in fp32
   const bool dense_fine = !coarse_level && sc.kept_fraction > mo.max_density;
   if (dense_fine) {
@@ -1102,8 +1103,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     }
     s.relaxation = w;
     // +inf is a residual too large for a double (a step that moves a potential by more than
-    // 709 eps: b_j e^((g_old - g_new) / eps) overflows), not a failure: the iteration goes on,
-    // as the dense solver's, and the returned pair's certificate decides. NaN is a failure.
+    // 709 eps: b_j e^((g_old - g_new) / eps) overflows), not a failure: the iteration goes on
+    // and the returned pair's certificate decides (docs/multiscale.md, "Residuals too large for
+    // a double"; the dense solver, which anneals eps on the points, does not meet such steps).
+    // NaN is a failure.
     if (std::isnan(residual)) {
       s.termination = TerminationType::kNumericalFailure;
       s.message = "NaN marginal error in the fine passes";
@@ -1265,6 +1268,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       s.message = budget_spent(options.max_iterations);
     s.seconds_iterations = seconds_since(t_iter);
     seconds_loop_certs = seconds_cert;
+    loop_screen = seconds_screen;  // the final certificate's rebuild, if any, is not the loop's
     if (lists) {
       const bool box = !sc.box_f_side.run_ptr.empty();  // lift through the box stage's lists
       BlockList& lf = box ? sc.box_f_side : sc.f_side;
@@ -1280,9 +1284,20 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     // drifted past the slack since the mask (a budget that ended far from convergence: the
     // drift is checked only at certificates) the mask is rebuilt from them first: the tail
     // 2 D e^(drift / eps) would otherwise make the bound useless (+inf beyond drift = 709 eps).
+    // Not after a failure, a cancel or a callback's stop (no screen of NaN potentials, no
+    // screen the caller asked not to wait for).
+    const bool may_rebuild = s.termination == TerminationType::kMaxIterations ||
+                             s.termination == TerminationType::kRoundingFloor ||
+                             s.termination == TerminationType::kConverged;
     double drift = 0;
-    const bool held = mask_holds(&drift);
-    if (!held) drift = 0;  // the new mask is these potentials'
+    bool held = true;
+    if (may_rebuild) {
+      held = mask_holds(&drift);
+      if (!held) drift = 0;  // the new mask is these potentials'
+    } else {
+      potentials_on_host();
+      drift = max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
+    }
     tail = truncation_tail(sc.dropped_mass, drift, eps);
     if (cert_iteration != fine_iterations || !held) {
       const auto t_cert = Clock::now();
@@ -1308,9 +1323,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     if (s.unbalanced())
       set_unbalanced_values(ctx, *oracle, eps, f.data(), g.data(), s.dual_cost, cert.plan_mass,
                             cert.plan_potentials, &s);
-    if (!std::isfinite(cert.bound)) {
+    if (!std::isfinite(cert.bound) && may_rebuild) {
       // As the dense solver: the plan of the returned potentials overflows float64 on the kept
       // pairs (a budget spent far from convergence at an eps far below the points' spacing).
+      // A solve that ended otherwise (NaN, a cancel, a callback) keeps its own status.
       s.termination = TerminationType::kNumericalFailure;
       s.message = "the certificate of the returned potentials is not finite (their plan "
                   "overflows float64 on the kept pairs)";
@@ -1356,7 +1372,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     os << "oracles " << seconds_lift_oracles
        << "), engine " << seconds_engine << ", screen " << seconds_screen
        << " (engine descent " << seconds_descent << "), passes "
-       << s.seconds_iterations - (seconds_screen - first_screen) - seconds_loop_certs
+       << s.seconds_iterations - (loop_screen - first_screen) - seconds_loop_certs
        << ", certificates " << seconds_cert << " (" << level_certs << ", " << fp32_certs
        << " in fp32), values "
        << s.seconds_costs;

@@ -1403,15 +1403,18 @@ TEST(Multiscale, ACoarseLevelBelowItsFloorStopsOnItsStall) {
 // the coarse level stops on its budget unconverged and a fine step moves the potentials by more
 // than 709 eps, so the column marginal of the pair before it, b_j e^((g_old - g_new) / eps),
 // overflows float64 and the residual is +inf. That is a residual too large for a double, not a
-// numerical failure: the iteration goes on, as the dense solver's does, and the returned pair's
-// certificate decides (before: "non-finite marginal error in the fine passes" at the first such
-// step, no potentials). A numerical failure is left only for a returned plan that overflows.
+// numerical failure: the iteration goes on and the returned pair's certificate decides (before:
+// "non-finite marginal error in the fine passes" at the first such step, no certificate). A
+// numerical failure is left for a returned plan that overflows float64, as in the dense solver.
 TEST(Multiscale, AnOverflowingResidualIsNotANumericalFailure) {
   constexpr std::int64_t n = 4096;  // levels of 512 cells (dense) and the points
   const bool sanitizer = std::getenv("KANTOR_UNDER_SANITIZER") != nullptr;
-  int overflowed_runs = 0, certified_runs = 0;
-  for (const std::uint64_t seed : sanitizer ? std::vector<std::uint64_t>{1, 7}
-                                            : std::vector<std::uint64_t>{1, 2, 3, 5, 7, 8}) {
+  int overflowed_runs = 0, finite_after_overflow = 0, failed_runs = 0;
+  std::vector<std::uint64_t> seeds = {1, 7};
+  if (!sanitizer)
+    for (std::uint64_t k = 2; k <= 8; ++k)
+      if (k != 7) seeds.push_back(k);
+  for (const std::uint64_t seed : seeds) {
     SCOPED_TRACE(seed);
     const PointData<double> pd = case_data<double>(Case{"tiny eps", n, n, 3, 1e-6, 0, 0}, seed);
     Context ctx(ContextOptions{Backend::kCpu, 2});
@@ -1422,6 +1425,7 @@ TEST(Multiscale, AnOverflowingResidualIsNotANumericalFailure) {
     o.max_iterations = 60;
     bool overflowed = false;  // the scenario: some fine step's residual was +inf
     o.callbacks.push_back([&](const IterationRecord& r) {
+      EXPECT_FALSE(std::isnan(r.marginal_error)) << r.iteration;
       overflowed = overflowed || std::isinf(r.marginal_error);
       return CallbackResult::kContinue;
     });
@@ -1429,7 +1433,10 @@ TEST(Multiscale, AnOverflowingResidualIsNotANumericalFailure) {
     const SinkhornSummary s = solve_sinkhorn(ctx, pd.problem(), o, &pot);
     overflowed_runs += overflowed ? 1 : 0;
     EXPECT_EQ(s.iterations, o.max_iterations) << s.full_report();  // the whole budget ran
+    EXPECT_TRUE(std::isfinite(s.truncation_bound)) << s.full_report();
     if (s.termination == TerminationType::kNumericalFailure) {
+      // Only for a returned plan that overflows, named as such.
+      ++failed_runs;
       EXPECT_FALSE(std::isfinite(s.marginal_error)) << s.full_report();
       EXPECT_NE(s.message.find("certificate of the returned potentials is not finite"),
                 std::string::npos)
@@ -1442,10 +1449,19 @@ TEST(Multiscale, AnOverflowingResidualIsNotANumericalFailure) {
     EXPECT_GE(s.marginal_error, s.verified_error) << s.full_report();
     ASSERT_EQ(pot.f.size(), n);
     for (std::int64_t i = 0; i < n; ++i) ASSERT_TRUE(std::isfinite(pot.f.data()[i])) << i;
-    certified_runs += overflowed ? 1 : 0;
+    if (overflowed) {
+      ++finite_after_overflow;
+      // The potentials ran far from the first mask: it followed them (at the budget's last
+      // check or before the final certificate), so the tail stays small.
+      EXPECT_GE(s.mask_rebuilds, 1) << s.full_report();
+      EXPECT_LT(s.truncation_bound, o.tolerance) << s.full_report();
+    }
   }
+  // Seeds 1 and 7 overflow on the CPU engine (1: its returned plan overflows too; 7: a finite
+  // certificate); the other seeds check the rule on the outcomes that do not.
   EXPECT_GE(overflowed_runs, 2);
-  EXPECT_GE(certified_runs, 1) << "an overflowing residual, then a finite certificate";
+  EXPECT_GE(finite_after_overflow, 1) << "an overflowing residual, then a finite certificate";
+  EXPECT_LT(failed_runs, int(seeds.size())) << "not every run a numerical failure";
 }
 
 TEST(Multiscale, RetriedScreensAndRebuiltMasksStayCertified) {
