@@ -904,9 +904,13 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // *drift: how far (f, g), as the buffers hold them, moved up since the mask was built. Where
   // that exceeds the slack the mask no longer covers what the potentials may carry: it is
   // rebuilt from them (false; the lists change).
-  auto mask_holds = [&](double* drift) {
+  // The potentials' drift since the mask: max_i (f_i - fb_i) + max_j (g_j - gb_j), on the host.
+  auto current_drift = [&]() {
     potentials_on_host();
-    *drift = max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
+    return max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
+  };
+  auto mask_holds = [&](double* drift) {
+    *drift = current_drift();
     if (!(*drift > mo.slack * eps)) return true;
     fb = fh;
     gb = gh;
@@ -1295,8 +1299,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       held = mask_holds(&drift);
       if (!held) drift = 0;  // the new mask is these potentials'
     } else {
-      potentials_on_host();
-      drift = max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
+      drift = current_drift();
     }
     tail = truncation_tail(sc.dropped_mass, drift, eps);
     if (cert_iteration != fine_iterations || !held) {
