@@ -901,14 +901,14 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     gh = download(ctx, g, threads);
     host_fresh = true;
   };
-  // *drift: how far (f, g), as the buffers hold them, moved up since the mask was built. Where
-  // that exceeds the slack the mask no longer covers what the potentials may carry: it is
-  // rebuilt from them (false; the lists change).
   // The potentials' drift since the mask: max_i (f_i - fb_i) + max_j (g_j - gb_j), on the host.
   auto current_drift = [&]() {
     potentials_on_host();
     return max_drift(fh, fb, ap.data(), threads) + max_drift(gh, gb, bp.data(), threads);
   };
+  // *drift: how far (f, g), as the buffers hold them, moved up since the mask was built. Where
+  // that exceeds the slack the mask no longer covers what the potentials may carry: it is
+  // rebuilt from them (false; the lists change).
   auto mask_holds = [&](double* drift) {
     *drift = current_drift();
     if (!(*drift > mo.slack * eps)) return true;
