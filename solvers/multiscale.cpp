@@ -769,6 +769,15 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                (mo.points_stage == PointsStage::kAuto &&
                                 ctx.backend() == Backend::kCuda);
     const AtomPairMaxima* on_points = points ? &maxima : nullptr;
+    // The lists made where the engine's descent leaves the kept pairs (the CUDA engine: no
+    // download of the pairs, no host lists to hand back; docs/multiscale.md, "Lists on the
+    // device"), where no one reads the host's lists: not for a coarse level (its caller lifts
+    // through them) nor a kept mask.
+    const bool engine_lists = engine_points && !coarse_level && !lists && !mo.keep_mask;
+    const EngineLists made = [&](const std::vector<std::int64_t>& extra, double* covered,
+                                 std::int64_t* atom_pairs) {
+      return oracle->engine_block_lists(extra, covered, atom_pairs);
+    };
     // A trial screen dropping more than this is rejected (the screen stops early when its box
     // stage alone drops more).
     const double drop_budget = 0.25 * s.tolerance / std::exp(mo.slack);
@@ -783,7 +792,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
                                 const std::vector<ScreenLevel>& ly, int dim, double cost,
                                 double keep_at, double e, int bx, int by, bool on_pts,
                                 bool box_masks, ScreenDescent* r) {
-      const ScreenPoints<T> sp{f.data(), g.data(), shape.key_tile, box_masks};
+      const ScreenPoints<T> sp{f.data(), g.data(), shape.key_tile, box_masks, engine_lists};
       const auto t_descent = Clock::now();
       const bool used = oracle->screen_descent(lx, ly, dim, cost, keep_at, e, bx, by,
                                                on_pts && engine_points ? &sp : nullptr, r);
@@ -794,11 +803,11 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       phase.end(stage);
     };
     sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
-                theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent, &mark);
+                theta < theta_b ? drop_budget : HUGE_VAL, coarse_level, &descent, &mark, &made);
     if (theta < theta_b && !(sc.dropped_mass <= drop_budget)) {
       theta = theta_b;
       sc = screen(hx, hy, n, m, d, c, theta * eps, 0.0, eps, shape, threads, on_points,
-                  HUGE_VAL, coarse_level, &descent, &mark);
+                  HUGE_VAL, coarse_level, &descent, &mark, &made);
       ++screen_retries;
     }
     s.kept_fraction = sc.kept_fraction;
@@ -814,7 +823,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   const bool dense_fine = !coarse_level && sc.kept_fraction > mo.max_density;
   if (dense_fine) {
     // Fallback: the screen keeps too much (high dimension, large eps): dense passes on the
-    // points from the lifted potentials; the coarse annealing has run.
+    // points from the lifted potentials; the coarse annealing has run. The engine's own lists,
+    // if it made them, are dropped: this oracle's later passes (values, the final checks) are
+    // dense, as without them.
+    if (sc.on_engine) oracle->set_block_lists(nullptr, nullptr);
     SinkhornSolver<T> solver(ctx, sorted, precision);
     Potentials<T> ps;
     ps.f = std::move(f);
@@ -849,7 +861,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     g = std::move(ps.g);
     phase.end("dense passes");
   } else {
-    oracle->set_block_lists(&sc.f_side, &sc.g_side);
+    if (!sc.on_engine) oracle->set_block_lists(&sc.f_side, &sc.g_side);
     phase.end("lists");
   }
 
@@ -915,7 +927,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     fb = fh;
     gb = gh;
     build_mask();
-    oracle->set_block_lists(&sc.f_side, &sc.g_side);
+    if (!sc.on_engine) oracle->set_block_lists(&sc.f_side, &sc.g_side);
     phase.end("lists");
     ++s.mask_rebuilds;
     return false;

@@ -860,7 +860,7 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima, double drop_budget,
               bool box_lists, const Descent* descent,
-              const std::function<void(const char*)>* mark) {
+              const std::function<void(const char*)>* mark, const EngineLists* engine_lists) {
   auto end = [mark](const char* stage) {
     if (mark) (*mark)(stage);
   };
@@ -914,7 +914,7 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
           }
         });
       };
-      rows_of(r.masks, &rec);
+      if (!r.on_engine) rows_of(r.masks, &rec);  // else the pairs stay on the engine
       if (r.points_done && box_lists) rows_of(r.box_masks, &box_rec);
       out.tested_pairs = r.tested;
       lost = r.dropped;
@@ -953,6 +953,66 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
                                &out.point_tests, &out.point_drops);
   }
   end("screen rows");
+  // The partners of atoms without a kept pair (A: x atoms when a_is_x, else y atoms; -1 where the
+  // other side has no weight at all).
+  auto partners_of = [&](const std::vector<std::int64_t>& lonely, bool a_is_x) {
+    const CellLevel& A = (a_is_x ? hx : hy).levels[0];
+    std::vector<std::int64_t> partner(lonely.size(), -1);
+    // The partner: descend B's hierarchy from its top level, at each level taking the child with
+    // the best score against A's cell at the matching level (O(levels) per atom; any partner
+    // keeps the row non-empty, and a good one keeps its potential sensible).
+    const Hierarchy& HA = a_is_x ? hx : hy;
+    const Hierarchy& HB = a_is_x ? hy : hx;
+    detail::parallel_for(std::int64_t(lonely.size()), threads, [&](std::int64_t q) {
+      const std::int64_t I0 = lonely[std::size_t(q)];
+      auto score = [&](int la, std::int64_t Ia, int lb, std::int64_t Jb) {
+        const CellLevel& Ac = HA.levels[std::size_t(la)];
+        const CellLevel& Bc = HB.levels[std::size_t(lb)];
+        if (Ac.active[std::size_t(Ia)] && A.active[std::size_t(I0)])
+          return a_is_x ? pair_bound(Ac, Ia, Bc, Jb, d, c) : pair_bound(Bc, Jb, Ac, Ia, d, c);
+        double v = 0;
+        for (int k = 0; k < d; ++k) {
+          const double t = 0.5 * (Ac.lo[std::size_t(Ia * d + k)] + Ac.hi[std::size_t(Ia * d + k)]) -
+                           0.5 * (Bc.lo[std::size_t(Jb * d + k)] + Bc.hi[std::size_t(Jb * d + k)]);
+          v -= t * t;
+        }
+        return v;
+      };
+      const int lbt = int(HB.levels.size()) - 1;
+      auto a_level = [&](int lb) { return std::min(lb, int(HA.levels.size()) - 1); };
+      std::int64_t arg = -1;
+      double best = -std::numeric_limits<double>::infinity();
+      {
+        const int la = a_level(lbt);
+        const std::int64_t Ia = I0 >> la;
+        for (std::int64_t J = 0; J < HB.levels[std::size_t(lbt)].count; ++J) {
+          if (!HB.levels[std::size_t(lbt)].active[std::size_t(J)]) continue;
+          const double v = score(la, Ia, lbt, J);
+          if (arg < 0 || v > best) {
+            best = v;
+            arg = J;
+          }
+        }
+      }
+      for (int lb = lbt - 1; lb >= 0 && arg >= 0; --lb) {
+        const CellLevel& Bc = HB.levels[std::size_t(lb)];
+        const int la = a_level(lb);
+        std::int64_t next = -1;
+        best = -std::numeric_limits<double>::infinity();
+        for (std::int64_t J = 2 * arg; J < std::min(Bc.count, 2 * arg + 2); ++J) {
+          if (!Bc.active[std::size_t(J)]) continue;
+          const double v = score(la, I0 >> la, lb, J);
+          if (next < 0 || v > best) {
+            best = v;
+            next = J;
+          }
+        }
+        arg = next;
+      }
+      partner[std::size_t(q)] = arg;
+    });
+    return partner;
+  };
   const CellLevel& XB = hx.levels[std::size_t(bx)];
   // The pairs in `kept` as the two sides' lists: repaired (below), flattened, transposed;
   // kept is consumed.
@@ -988,60 +1048,7 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
       std::vector<std::int64_t> lonely;
       for (std::int64_t I = 0; I < A.count; ++I)
         if (!has[std::size_t(I)]) lonely.push_back(I);
-      std::vector<std::int64_t> partner(lonely.size(), -1);
-      // The partner: descend B's hierarchy from its top level, at each level taking the child with
-      // the best score against A's cell at the matching level (O(levels) per atom; any partner
-      // keeps the row non-empty, and a good one keeps its potential sensible).
-      const Hierarchy& HA = a_is_x ? hx : hy;
-      const Hierarchy& HB = a_is_x ? hy : hx;
-      detail::parallel_for(std::int64_t(lonely.size()), threads, [&](std::int64_t q) {
-        const std::int64_t I0 = lonely[std::size_t(q)];
-        auto score = [&](int la, std::int64_t Ia, int lb, std::int64_t Jb) {
-          const CellLevel& Ac = HA.levels[std::size_t(la)];
-          const CellLevel& Bc = HB.levels[std::size_t(lb)];
-          if (Ac.active[std::size_t(Ia)] && A.active[std::size_t(I0)])
-            return a_is_x ? pair_bound(Ac, Ia, Bc, Jb, d, c) : pair_bound(Bc, Jb, Ac, Ia, d, c);
-          double v = 0;
-          for (int k = 0; k < d; ++k) {
-            const double t = 0.5 * (Ac.lo[std::size_t(Ia * d + k)] + Ac.hi[std::size_t(Ia * d + k)]) -
-                             0.5 * (Bc.lo[std::size_t(Jb * d + k)] + Bc.hi[std::size_t(Jb * d + k)]);
-            v -= t * t;
-          }
-          return v;
-        };
-        const int lbt = int(HB.levels.size()) - 1;
-        auto a_level = [&](int lb) { return std::min(lb, int(HA.levels.size()) - 1); };
-        std::int64_t arg = -1;
-        double best = -std::numeric_limits<double>::infinity();
-        {
-          const int la = a_level(lbt);
-          const std::int64_t Ia = I0 >> la;
-          for (std::int64_t J = 0; J < HB.levels[std::size_t(lbt)].count; ++J) {
-            if (!HB.levels[std::size_t(lbt)].active[std::size_t(J)]) continue;
-            const double v = score(la, Ia, lbt, J);
-            if (arg < 0 || v > best) {
-              best = v;
-              arg = J;
-            }
-          }
-        }
-        for (int lb = lbt - 1; lb >= 0 && arg >= 0; --lb) {
-          const CellLevel& Bc = HB.levels[std::size_t(lb)];
-          const int la = a_level(lb);
-          std::int64_t next = -1;
-          best = -std::numeric_limits<double>::infinity();
-          for (std::int64_t J = 2 * arg; J < std::min(Bc.count, 2 * arg + 2); ++J) {
-            if (!Bc.active[std::size_t(J)]) continue;
-            const double v = score(la, I0 >> la, lb, J);
-            if (next < 0 || v > best) {
-              best = v;
-              next = J;
-            }
-          }
-          arg = next;
-        }
-        partner[std::size_t(q)] = arg;
-      });
+      const std::vector<std::int64_t> partner = partners_of(lonely, a_is_x);
       // The partners join the pairs (so the x side's count for the y atoms too).
       for (std::size_t q = 0; q < lonely.size(); ++q) {
         if (partner[q] < 0) continue;  // no weight on the other side at all: validation refuses that
@@ -1084,6 +1091,41 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
     end("screen g list");
   };
   double covered = 0;
+  if (r.on_engine) {
+    // The pairs stayed on the engine (Oracle::engine_block_lists): the same repair on the atoms
+    // it found without a pair, the x side's first (its partners give y atoms their pair, as
+    // add_pair does above), then the lists of both sides made there.
+    if (!engine_lists)
+      throw InvalidArgument("multiscale: the engine kept the screen's pairs, but no lists of them "
+                            "were asked for");
+    std::vector<std::int64_t> extra, taken, lonely_y;
+    const std::vector<std::int64_t> px = partners_of(r.lonely_x, true);
+    for (std::size_t q = 0; q < px.size(); ++q) {
+      if (px[q] < 0) continue;
+      extra.push_back(r.lonely_x[q]);
+      extra.push_back(px[q]);
+      taken.push_back(px[q]);
+      ++out.orphans;
+    }
+    std::sort(taken.begin(), taken.end());
+    for (const std::int64_t J : r.lonely_y)
+      if (!std::binary_search(taken.begin(), taken.end(), J)) lonely_y.push_back(J);
+    const std::vector<std::int64_t> py = partners_of(lonely_y, false);
+    for (std::size_t q = 0; q < py.size(); ++q) {
+      if (py[q] < 0) continue;
+      extra.push_back(py[q]);
+      extra.push_back(lonely_y[q]);
+      ++out.orphans;
+    }
+    end("screen repair");
+    if (!(*engine_lists)(extra, &covered, &out.atom_pairs))
+      throw InvalidArgument("multiscale: the engine kept the screen's pairs but made no lists");
+    out.on_engine = true;
+    out.kept_fraction = covered / (double(n) * double(m));
+    end("screen engine lists");
+    out.dropped_mass = reported(lost);
+    return out;
+  }
   lists(rec, &out.f_side, &out.g_side, &covered, &out.orphans, &out.atom_pairs);
   out.kept_fraction = covered / (double(n) * double(m));
   if (points && box_lists) {

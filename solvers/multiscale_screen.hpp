@@ -99,6 +99,9 @@ struct Screen {
   /// like f_side and g_side), for lifting a coarse level's potentials to finer points (the
   /// points stage tests a coarse level's centroids, not the points beneath them); else empty.
   BlockList box_f_side, box_g_side;
+  /// The lists are the engine's own (Oracle::engine_block_lists, already its key schedule):
+  /// f_side and g_side are empty.
+  bool on_engine = false;
 };
 
 /// The screen's second stage: out (resized to pairs.size() / 2) bounds, for each atom pair
@@ -116,6 +119,11 @@ using AtomPairMaxima = std::function<void(const std::vector<std::int32_t>& pairs
 using Descent = std::function<bool(const std::vector<ScreenLevel>&, const std::vector<ScreenLevel>&,
                                    int, double, double, double, int, int, bool, bool,
                                    ScreenDescent*)>;
+
+/// Oracle::engine_block_lists' signature: the repair's extra atom pairs (x atom, y atom), the
+/// covered point pairs and the kept atom pairs out; false when the engine made no lists.
+using EngineLists =
+    std::function<bool(const std::vector<std::int64_t>&, double*, std::int64_t*)>;
 
 /// The box stage's descent on the host threads (the screen's own when no engine descends), in the
 /// form of an engine's (Oracle::screen_descent: block keys in increasing order, masks, pairs
@@ -171,12 +179,16 @@ BlockList assemble_list(std::int64_t tiles, std::int64_t row_tile, std::int64_t 
 /// the points stage there when `maxima` is given and the engine runs it (the same pairs as
 /// `maxima` would drop; else `maxima` on the host's pairs). mark: called with the name of each
 /// of its stages as it ends ("screen descent", "screen rows", "screen repair", "screen f list",
-/// "screen g list"; MultiscaleOptions::phase_timer's sub-phases of "screen").
+/// "screen g list" or "screen engine lists"; MultiscaleOptions::phase_timer's sub-phases of
+/// "screen"). engine_lists: where the engine's descent kept the pairs on the engine
+/// (ScreenDescent::on_engine, asked through ScreenPoints::engine_lists), the repaired pairs'
+/// lists are made there by this call (Oracle::engine_block_lists; Screen::on_engine).
 Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int64_t m, int d,
               double c, double threshold, double margin, double eps, const BlockShape& shape,
               int threads, const AtomPairMaxima* maxima = nullptr,
               double drop_budget = HUGE_VAL, bool box_lists = false,
               const Descent* descent = nullptr,
-              const std::function<void(const char*)>* mark = nullptr);
+              const std::function<void(const char*)>* mark = nullptr,
+              const EngineLists* engine_lists = nullptr);
 
 }  // namespace kantor::multiscale

@@ -101,6 +101,11 @@ struct ScreenDescent {
   std::vector<std::uint64_t> box_masks;
   std::int64_t point_tests = 0, point_drops = 0;
   double point_dropped = 0;
+  /// With ScreenPoints::engine_lists, where the engine kept the pairs (keys, masks and box_masks
+  /// then empty; Oracle::engine_block_lists makes the lists of them): the atoms of either side
+  /// without a kept pair, increasing.
+  bool on_engine = false;
+  std::vector<std::int64_t> lonely_x, lonely_y;
 };
 
 /// The screen's points stage inside Oracle::screen_descent: the potentials (this engine's memory
@@ -112,6 +117,9 @@ struct ScreenPoints {
   const T* g = nullptr;
   std::int64_t atom = 0;
   bool keep_box_masks = false;
+  /// Ask the engine to keep the kept pairs where they are, for engine_block_lists
+  /// (ScreenDescent::on_engine says whether it did).
+  bool engine_lists = false;
 };
 
 struct BlockShape {
@@ -199,6 +207,18 @@ class Oracle {
   /// are validated (validate_block_list) and copied. Squared-Euclidean and label-augmented costs
   /// alike.
   virtual void set_block_lists(const BlockList* f_side, const BlockList* g_side) = 0;
+  /// After a screen_descent that kept its pairs on the engine (ScreenDescent::on_engine): those
+  /// pairs and the atom pairs `extra` (2 K entries: x atom, y atom; the repair's partners) become
+  /// the key schedule of both sides, as set_block_lists would set the lists the host builds from
+  /// the same pairs (solvers/multiscale_screen.cpp), without them leaving the engine; *covered
+  /// is the point pairs the f side's list covers, *atom_pairs the kept atom pairs. The kept
+  /// pairs are consumed. Returns false (nothing changed) where the engine holds none.
+  /// set_block_lists (even with nulls) replaces these lists.
+  virtual bool engine_block_lists(const std::vector<std::int64_t>& extra, double* covered,
+                                  std::int64_t* atom_pairs) {
+    (void)extra, (void)covered, (void)atom_pairs;
+    return false;
+  }
   /// The scale c of the squared-Euclidean part of the cost.
   virtual double cost_scale() const = 0;
   /// The features the passes see, centred on the same point (the cost and every derivative of

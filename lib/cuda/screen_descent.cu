@@ -641,6 +641,9 @@ void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stre
   out->box_masks.clear();
   out->point_tests = out->point_drops = 0;
   out->point_dropped = 0;
+  out->kept = KeptPairs();
+  out->kept.bx = bx;
+  out->kept.by = by;
   if (in.points) {
     const DescentPoints& q = *in.points;
     if (!q.x || !q.y || !q.a || !q.b || !((q.f32 && q.g32) || (q.f64 && q.g64)) || q.atom <= 0)
@@ -838,6 +841,13 @@ void screen_descent(const DescentInput& in, const DeviceAlloc& alloc, void* stre
     out->point_dropped = ordered_sum(as<double>(contrib), kept, alloc, st);  // synchronizes
     out->point_tests = std::int64_t(c[0]);
     out->point_drops = std::int64_t(c[1]);
+  }
+  if (in.keep_pairs) {
+    out->kept.keys = skeys_mem;
+    out->kept.masks = smasks_mem;
+    out->kept.count = kept;
+    KANTOR_CUDA_TRY(cudaStreamSynchronize(st));
+    return;
   }
   out->keys.resize(std::size_t(kept));
   out->masks.resize(std::size_t(kept));

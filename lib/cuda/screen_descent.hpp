@@ -51,10 +51,23 @@ struct DescentInput {
   /// max(0, max(top_x, top_y) - 3) (checked).
   int block_x = 0, block_y = 0;
   const DescentPoints* points = nullptr;  ///< the points stage, when asked
+  /// Leave the kept pairs on the device (DescentOutput::kept) instead of downloading them.
+  bool keep_pairs = false;
+};
+
+/// Kept atom pairs in blocks of levels (bx, by) on the device (DescentOutput::kept): `count`
+/// keys (I0 << 32) | J0, strictly increasing, and their masks (bit 8 a + b: the block's a-th x
+/// atom with its b-th y atom; zero masks allowed).
+struct KeptPairs {
+  std::shared_ptr<void> keys, masks;
+  std::int64_t count = 0;
+  int bx = 0, by = 0;
 };
 
 struct DescentOutput {
   std::vector<std::uint64_t> keys, masks;  ///< kantor::ScreenDescent's
+  /// With DescentInput::keep_pairs: the kept pairs stay on the device here (keys, masks empty).
+  KeptPairs kept;
   std::int64_t tested = 0;
   double dropped = 0;
   /// With points: masks after the points stage (zero where it emptied one), box_masks (when

@@ -40,6 +40,7 @@
 #include "lib/cuda/pair_maxima.hpp"
 #include "lib/cuda/runtime.hpp"
 #include "lib/cuda/screen_descent.hpp"
+#include "lib/cuda/screen_lists.hpp"
 #include "lib/cuda/vector_ops.hpp"
 #include "lib/runtime/context_impl.hpp"
 #include "oracles/cuda/bf16_round.hpp"
@@ -377,7 +378,7 @@ class CudaOracle final : public OracleBase<T> {
          << (std::is_same<T, double>::value ? 16 : 32) << ", d padded to " << ld_simt_;
     os << " [" << dispatch_.why << "]";
     os << ", " << this->cost_kind() << " cost"
-       << (this->block_list(0) || this->block_list(1) ? ", block-list schedule" : "")
+       << (listed(0) || listed(1) ? ", block-list schedule" : "")
        << ", split-K f/g/sym " << splits_f_ << "/" << splits_g_ << "/" << splits_sym_
        << (tensor_values(0) ? "; P V (apply_mat) tf32 mma.sync for scores and values" : "")
        << (tensor_values(1) ? "; P^T U (apply_mat_t) tf32 mma.sync for scores and values" : "")
@@ -648,6 +649,12 @@ class CudaOracle final : public OracleBase<T> {
       pts.m = m_;
       pts.atom = points->atom;
       pts.keep_box_masks = points->keep_box_masks;
+      // The lists built where the pairs are (lib/cuda/screen_lists.hpp) where the tiles fit the
+      // blocks and no box masks go to the host.
+      in.keep_pairs = points->engine_lists && !points->keep_box_masks &&
+                      points->atom == this->block_shape().key_tile &&
+                      cuda::kept_lists_apply(block_x, block_y, this->block_shape().key_tile,
+                                             this->block_shape().row_tile);
       for (std::size_t k = 0; k < 3 && k < center_.size(); ++k) pts.center[k] = center_[k];
       in.points = &pts;
     }
@@ -662,6 +669,61 @@ class CudaOracle final : public OracleBase<T> {
     out->point_tests = o.point_tests;
     out->point_drops = o.point_drops;
     out->point_dropped = o.point_dropped;
+    out->on_engine = false;
+    out->lonely_x.clear();
+    out->lonely_y.clear();
+    kept_ = cuda::KeptPairs();
+    kept_valid_ = false;
+    if (in.keep_pairs) {
+      // The atoms without a kept pair (the host's repair finds their partners).
+      kept_ = std::move(o.kept);
+      std::vector<std::uint32_t> has[2];
+      const cuda::DescentLevel& bxl = in.x[std::size_t(block_x)];
+      const cuda::DescentLevel& byl = in.y[std::size_t(block_y)];
+      cuda::kept_atoms(kept_, bxl.count, byl.count, alloc, stream_, &has[0], &has[1]);
+      for (int s = 0; s < 2; ++s) {
+        const int l = s == 0 ? block_x : block_y;
+        const std::int64_t atoms = (s == 0 ? in.x : in.y)[0].count;
+        std::vector<std::int64_t>& lonely = s == 0 ? out->lonely_x : out->lonely_y;
+        for (std::size_t B = 0; B < has[s].size(); ++B)
+          for (int a = 0; a < (1 << l); ++a) {
+            const std::int64_t atom = (std::int64_t(B) << l) + a;
+            if (atom < atoms && !((has[s][B] >> a) & 1u)) lonely.push_back(atom);
+          }
+      }
+      out->on_engine = true;
+      kept_valid_ = true;
+    }
+    return true;
+  }
+
+  bool engine_block_lists(const std::vector<std::int64_t>& extra, double* covered,
+                          std::int64_t* atom_pairs) override {
+    if (!kept_valid_) return false;
+    const cuda::DeviceAlloc alloc = [this](std::size_t bytes) {
+      auto b = std::make_shared<Buffer<double>>(ctx_, std::int64_t((bytes + 7) / 8));
+      return std::shared_ptr<void>(b, b->data());
+    };
+    cuda::KeptPairs kept = std::move(kept_);
+    kept_ = cuda::KeptPairs();
+    kept_valid_ = false;
+    cuda::add_atom_pairs(&kept, extra, alloc, stream_);
+    cuda::DeviceBlockList lists[2];
+    for (int s = 0; s < 2; ++s)
+      cuda::kept_block_list(kept, s, n_, m_, this->block_shape().key_tile, this->block_shape().row_tile, alloc,
+                            stream_, &lists[s]);
+    *atom_pairs = cuda::kept_atom_pairs(kept, alloc, stream_);
+    *covered = double(lists[0].covered);
+    if (this->block_list(0) || this->block_list(1)) this->set_block_lists(nullptr, nullptr);
+    engine_list_[0] = std::move(lists[0]);
+    engine_list_[1] = std::move(lists[1]);
+    try {
+      install_lists();
+    } catch (...) {
+      engine_list_[0] = engine_list_[1] = cuda::DeviceBlockList();
+      install_lists();
+      throw;
+    }
     return true;
   }
 
@@ -750,12 +812,11 @@ class CudaOracle final : public OracleBase<T> {
     cols.next = nullptr;
     if (kept) {
       for (int s = 0; s < 2; ++s) {
-        const BlockList* l = this->block_list(s);
-        if (!l) continue;
+        if (!listed(s)) continue;
         cuda::CertifySide<T>& side = s == 0 ? rows : cols;
-        side.run_ptr = run_ptr_[s].data();
-        side.runs = runs_[s].data();
-        side.key_tile = int(l->key_tile);
+        side.run_ptr = run_ptr_of(s);
+        side.runs = runs_of(s);
+        side.key_tile = list_key_tile(s);
       }
     }
   }
@@ -802,8 +863,27 @@ class CudaOracle final : public OracleBase<T> {
     return t;
   }
   void block_lists_changed() override {
+    // Host lists (or none) replace the engine's own (engine_block_lists).
+    engine_list_[0] = engine_list_[1] = cuda::DeviceBlockList();
+    install_lists();
+  }
+  /// Whether side s has a key schedule: the host's lists or the engine's own.
+  bool listed(int s) const { return this->block_list(s) || engine_list_[s].run_ptr; }
+  const std::int64_t* run_ptr_of(int s) const {
+    return engine_list_[s].run_ptr ? static_cast<const std::int64_t*>(engine_list_[s].run_ptr.get())
+                                   : run_ptr_[s].data();
+  }
+  const std::int32_t* runs_of(int s) const {
+    return engine_list_[s].run_ptr ? static_cast<const std::int32_t*>(engine_list_[s].runs.get())
+                                   : runs_[s].data();
+  }
+  int list_key_tile(int s) const {
+    const BlockList* l = this->block_list(s);
+    return int(l ? l->key_tile : this->block_shape().key_tile);
+  }
+  void install_lists() {
     cuda::graph_destroy(&graph_.g);  // before the buffers a recorded step reads are replaced
-    const bool listed = this->block_list(0) || this->block_list(1);
+    const bool listed = this->listed(0) || this->listed(1);
     // A family without the block-list schedule hands the passes to the exact kernel (the table
     // says so); a forced family that cannot serve lists is refused here.
     dispatch_ = listed ? cuda::dispatch_lse(traits(true), kernel_) : dense_;
@@ -812,7 +892,7 @@ class CudaOracle final : public OracleBase<T> {
                             cuda::to_string(dispatch_.family) +
                             " but the oracle was prepared for " + cuda::to_string(dense_.family));
     for (int s = 0; s < 2; ++s) {
-      const BlockList* l = this->block_list(s);
+      const BlockList* l = this->block_list(s);  // the engine's own lists stay where they are
       run_ptr_[s] = l ? upload(l->run_ptr) : Buffer<std::int64_t>();
       runs_[s] = l ? upload(l->runs) : Buffer<std::int32_t>();
     }
@@ -830,6 +910,11 @@ class CudaOracle final : public OracleBase<T> {
       const int ld = k == LseKernel::kSimt || k == LseKernel::kExpanded ? ld_simt_ : ld_upd_;
       auto keys = [&](int s, std::int64_t rows, std::int64_t nk) {
         const BlockList* l = this->block_list(s);
+        if (engine_list_[s].run_ptr) {
+          const std::int64_t row_tiles = std::max<std::int64_t>(engine_list_[s].tiles, 1);
+          return std::min(nk, std::int64_t(engine_list_[s].key_tiles) * this->block_shape().key_tile /
+                                  row_tiles);
+        }
         if (!l) return nk;
         const std::int64_t row_tiles = (rows + l->row_tile - 1) / l->row_tile;
         std::int64_t tiles = 0;
@@ -848,8 +933,7 @@ class CudaOracle final : public OracleBase<T> {
     if (dispatch_.family == LseFamily::kMma && tensor_ != LseKernel::kSimt) {
       const std::int64_t fx = (n_ + cuda::kBlockRows - 1) / cuda::kBlockRows,
                          fy = (m_ + cuda::kBlockRows - 1) / cuda::kBlockRows;
-      const bool cx = tiles_[0] > 0 && !this->block_list(0),
-                 cy = tiles_[1] > 0 && !this->block_list(1);
+      const bool cx = tiles_[0] > 0 && !listed(0), cy = tiles_[1] > 0 && !listed(1);
       if (cx)
         class_splits_f_ = cuda::class_tile_splits(tensor_, ld_upd_, tiles_[0], fx, splits_f_, m_);
       if (cy)
@@ -874,7 +958,7 @@ class CudaOracle final : public OracleBase<T> {
   /// cost (the value kernel has no policies yet: the exact value pass serves the others).
   bool tensor_values(int s) const {
     return tensor_ == LseKernel::kTf32 && dispatch_.family == LseFamily::kMma &&
-           !this->label_cost() && !this->block_list(s) && ld_upd_ <= 64;
+           !this->label_cost() && !listed(s) && ld_upd_ <= 64;
   }
   /// out = P V (f side: V m x k, out n x k) or P^T V (g side: V n x k, out m x k); shapes and
   /// spaces checked by the caller.
@@ -1083,10 +1167,10 @@ class CudaOracle final : public OracleBase<T> {
   /// The side's policies: block list (side s: 0 = rows x, 1 = rows y) and pair term in the units
   /// of the exact (u = beta - C / c) or shifted (u = beta + <x, y> - C / 2c) form.
   void set_policies(LseSide<T>* sd, int s, bool exact_units) const {
-    if (const BlockList* l = this->block_list(s)) {
-      sd->run_ptr = run_ptr_[s].data();
-      sd->runs = runs_[s].data();
-      sd->key_tile = int(l->key_tile);
+    if (listed(s)) {
+      sd->run_ptr = run_ptr_of(s);
+      sd->runs = runs_of(s);
+      sd->key_tile = list_key_tile(s);
     }
     if (this->label_cost()) {
       sd->query_labels = s == 0 ? labels_x_.data() : labels_y_.data();
@@ -1228,6 +1312,11 @@ class CudaOracle final : public OracleBase<T> {
   std::int64_t tiles_[2] = {0, 0};
   Buffer<std::int64_t> run_ptr_[2];
   Buffer<std::int32_t> runs_[2];
+  // The engine's own lists (engine_block_lists; empty: none), and the kept pairs of the last
+  // screen_descent that left them here (kept_valid_) until they are made into lists.
+  cuda::DeviceBlockList engine_list_[2];
+  cuda::KeptPairs kept_;
+  bool kept_valid_ = false;
   Buffer<double> x_ref_, y_ref_, a_ref_, b_ref_, cert_out_;  // the certificate's data
   std::unique_ptr<cuda::CertifyGemm> cert_gemm_;  // d >= kCertifyGemmMinDim, built on first use
   bool same_ = false;  // one view for both clouds: the y-side copies are the x side's

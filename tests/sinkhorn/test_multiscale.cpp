@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -2324,6 +2325,134 @@ TEST(CudaMultiscale, TheEnginePointsStageDropsTheHostsPairs) {
     EXPECT_THROW(oracle->screen_descent(lx, ly, int(d), 1.0, -0.05, 0.01, std::max(0, tx - steps),
                                         std::max(0, ty - steps), &sp, &r),
                  InvalidArgument);
+  }
+}
+
+// The lists made where the CUDA engine's descent leaves the kept pairs (Oracle::
+// engine_block_lists, lib/cuda/screen_lists.hpp) against the host's lists of the same descent:
+// the same pair counts, orphans (the repair's partners, x side first) and covered pairs, and the
+// passes and kept-pair certificates over them bitwise equal; the engine's lists dropped by
+// set_block_lists. The squeezed y cloud leaves x atoms in the far corner without a partner.
+TEST(CudaMultiscale, TheEnginesListsAreTheHosts) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  struct Case {
+    std::int64_t n, m, d;
+    double threshold;
+    bool orphans;  // expected
+  };
+  const Case cases[] = {{40000, 30000, 3, 0.004, true},
+                        {3000, 2100, 2, 0.05, false},
+                        {20000, 25000, 3, 2e-5, true},
+                        {9000, 12000, 1, 0.002, false}};
+  Context ctx(ContextOptions{Backend::kCuda, 2});
+  const float eps = 0.01f;
+  int which = 0;
+  for (const Case& k : cases) {
+    SCOPED_TRACE("case " + std::to_string(which));
+    Rng rng(1300 + which++);
+    const std::vector<double> x0 = uniform_cloud(rng, k.n, k.d), y0 = squeezed_cloud(rng, k.m, k.d);
+    ScreenData sd = screen_data(rng, x0, y0, k.d);
+    for (std::int64_t i = 0; i < k.n; i += 11) sd.wa[std::size_t(i)] = 0;
+    const double ma = std::accumulate(sd.wa.begin(), sd.wa.end(), 0.0);
+    const double mb = std::accumulate(sd.wb.begin(), sd.wb.end(), 0.0);
+    for (double& v : sd.wb) v *= ma / mb;
+    for (std::vector<double>* v : {&sd.f, &sd.g})
+      for (double& e : *v) e = double(float(e));
+    PointData<float> pd = make_point_data<float>(k.d, sd.x, sd.y, sd.wa, sd.wb, eps);
+    const Problem<float> p = pd.problem();
+    const auto host_oracle = make_oracle(ctx, p, Precision::kFp32);
+    const auto eng_oracle = make_oracle(ctx, p, Precision::kFp32);
+    const BlockShape shape = eng_oracle->block_shape();
+    const std::int64_t atom = shape.key_tile;
+    const std::vector<float> f(sd.f.begin(), sd.f.end()), g(sd.g.begin(), sd.g.end());
+    Buffer<float> fb(ctx, k.n), gb(ctx, k.m);
+    detail::copy_bytes(ctx, fb.data(), MemorySpace::kDevice, f.data(), MemorySpace::kHost,
+                       sizeof(float) * f.size());
+    detail::copy_bytes(ctx, gb.data(), MemorySpace::kDevice, g.data(), MemorySpace::kHost,
+                       sizeof(float) * g.size());
+    const auto hx =
+        build_hierarchy(sd.x.data(), sd.wa.data(), sd.f.data(), k.n, int(k.d), atom, 64, 2);
+    const auto hy =
+        build_hierarchy(sd.y.data(), sd.wb.data(), sd.g.data(), k.m, int(k.d), atom, 64, 2);
+    const multiscale::AtomPairMaxima maxima = [&](const std::vector<std::int32_t>&, double,
+                                                  std::vector<double>*) {
+      ADD_FAILURE() << "the engine runs the points stage";
+    };
+    bool kept_there = false;
+    auto descent_on = [&](Oracle<float>* o, bool lists) -> multiscale::Descent {
+      return [&, o, lists](const std::vector<ScreenLevel>& lx, const std::vector<ScreenLevel>& ly,
+                           int dim, double c, double keep_at, double e, int bx, int by, bool pts,
+                           bool box, ScreenDescent* r) {
+        const ScreenPoints<float> sp{fb.data(), gb.data(), atom, box, lists};
+        const bool used = o->screen_descent(lx, ly, dim, c, keep_at, e, bx, by, pts ? &sp : nullptr,
+                                            r);
+        kept_there = r->on_engine;
+        return used;
+      };
+    };
+    const multiscale::Descent on_host = descent_on(host_oracle.get(), false);
+    const multiscale::Descent on_engine = descent_on(eng_oracle.get(), true);
+    const multiscale::EngineLists made = [&](const std::vector<std::int64_t>& extra,
+                                             double* covered, std::int64_t* pairs) {
+      return eng_oracle->engine_block_lists(extra, covered, pairs);
+    };
+    const multiscale::Screen host =
+        multiscale::screen(hx, hy, k.n, k.m, int(k.d), 1.0, k.threshold, 0.0, eps, shape, 2,
+                           &maxima, HUGE_VAL, false, &on_host, nullptr, &made);
+    EXPECT_FALSE(kept_there);
+    EXPECT_FALSE(host.on_engine);
+    const multiscale::Screen eng =
+        multiscale::screen(hx, hy, k.n, k.m, int(k.d), 1.0, k.threshold, 0.0, eps, shape, 2,
+                           &maxima, HUGE_VAL, false, &on_engine, nullptr, &made);
+    EXPECT_TRUE(kept_there);
+    ASSERT_TRUE(eng.on_engine);
+    EXPECT_TRUE(eng.f_side.run_ptr.empty());
+    EXPECT_EQ(eng.atom_pairs, host.atom_pairs);
+    EXPECT_EQ(eng.orphans, host.orphans);
+    EXPECT_EQ(eng.kept_fraction, host.kept_fraction);
+    EXPECT_EQ(eng.tested_pairs, host.tested_pairs);
+    EXPECT_EQ(eng.point_tests, host.point_tests);
+    EXPECT_EQ(eng.point_drops, host.point_drops);
+    EXPECT_EQ(eng.dropped_mass, host.dropped_mass);
+    EXPECT_GT(host.kept_fraction, 0.0);
+    EXPECT_LT(host.kept_fraction, 1.0);
+    if (k.orphans) EXPECT_GT(host.orphans, 0);
+    host_oracle->set_block_lists(&host.f_side, &host.g_side);
+    auto download_float = [](const Context& cx, const Buffer<float>& b) {
+      std::vector<float> h(static_cast<std::size_t>(b.size()));
+      detail::copy_bytes(cx, h.data(), MemorySpace::kHost, b.data(), MemorySpace::kDevice,
+                         sizeof(float) * h.size());
+      return h;
+    };
+    // The passes over either oracle's lists, and the kept-pair certificates.
+    auto passes = [&](Oracle<float>& o) {
+      Buffer<float> fo(ctx, k.n), go(ctx, k.m);
+      o.update_f(eps, gb.data(), fo.data(), nullptr);
+      o.update_g(eps, fb.data(), go.data(), nullptr);
+      std::vector<float> out = download_float(ctx, fo);
+      const std::vector<float> gh = download_float(ctx, go);
+      out.insert(out.end(), gh.begin(), gh.end());
+      const Certificate c = o.certify_kept(eps, fb.data(), gb.data(), 0.0);
+      out.push_back(float(c.computed));
+      out.push_back(float(c.bound));
+      return out;
+    };
+    const std::vector<float> want = passes(*host_oracle), got = passes(*eng_oracle);
+    ASSERT_EQ(got.size(), want.size());
+    std::int64_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i)
+      differ += std::memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    EXPECT_EQ(differ, 0);
+    // set_block_lists replaces the engine's lists: dense passes again.
+    host_oracle->set_block_lists(nullptr, nullptr);
+    eng_oracle->set_block_lists(nullptr, nullptr);
+    const std::vector<float> dense_want = passes(*host_oracle), dense_got = passes(*eng_oracle);
+    EXPECT_EQ(dense_got, dense_want);
+    EXPECT_NE(dense_got, got);
+    // Consumed: no second set of lists from the same descent.
+    double covered = 0;
+    std::int64_t pairs = 0;
+    EXPECT_FALSE(eng_oracle->engine_block_lists({}, &covered, &pairs));
   }
 }
 
