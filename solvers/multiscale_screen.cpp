@@ -1051,7 +1051,8 @@ Screen screen(const Hierarchy& hx, const Hierarchy& hy, std::int64_t n, std::int
       const std::vector<std::int64_t> partner = partners_of(lonely, a_is_x);
       // The partners join the pairs (so the x side's count for the y atoms too).
       for (std::size_t q = 0; q < lonely.size(); ++q) {
-        if (partner[q] < 0) continue;  // no weight on the other side at all: validation refuses that
+        // No weight on the other side at all: validation refuses that.
+        if (partner[q] < 0) continue;
         ++*orphans;
         if (a_is_x)
           add_pair(lonely[q], partner[q]);

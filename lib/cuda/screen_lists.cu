@@ -222,9 +222,9 @@ void sort_pairs(const std::uint64_t* keys, const std::uint64_t* masks, std::int6
   *skeys = alloc(sizeof(std::uint64_t) * std::size_t(count));
   *smasks = alloc(sizeof(std::uint64_t) * std::size_t(count));
   std::size_t temp_bytes = 0;
-  KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys, as<std::uint64_t>(*skeys),
-                                                  masks, as<std::uint64_t>(*smasks), count, 0, 64,
-                                                  st));
+  KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, keys,
+                                                  as<std::uint64_t>(*skeys), masks,
+                                                  as<std::uint64_t>(*smasks), count, 0, 64, st));
   const auto temp = alloc(std::max<std::size_t>(temp_bytes, 1));
   KANTOR_CUDA_TRY(cub::DeviceRadixSort::SortPairs(temp.get(), temp_bytes, keys,
                                                   as<std::uint64_t>(*skeys), masks,
@@ -285,8 +285,8 @@ void add_atom_pairs(KeptPairs* p, const std::vector<std::int64_t>& extra,
   if (p->count > 0) {
     KANTOR_CUDA_TRY(cudaMemcpyAsync(keys.get(), p->keys.get(), sizeof(std::uint64_t) * p->count,
                                     cudaMemcpyDeviceToDevice, st));
-    KANTOR_CUDA_TRY(cudaMemcpyAsync(masks.get(), p->masks.get(),
-                                    sizeof(std::uint64_t) * p->count, cudaMemcpyDeviceToDevice, st));
+    KANTOR_CUDA_TRY(cudaMemcpyAsync(masks.get(), p->masks.get(), sizeof(std::uint64_t) * p->count,
+                                    cudaMemcpyDeviceToDevice, st));
   }
   KANTOR_CUDA_TRY(cudaMemcpyAsync(as<std::uint64_t>(keys) + p->count, hk.data(),
                                   sizeof(std::uint64_t) * K, cudaMemcpyHostToDevice, st));
@@ -365,9 +365,9 @@ void kept_block_list(const KeptPairs& p, int side, std::int64_t n, std::int64_t 
   if (side == 1 && p.count > 0) {
     const auto k = alloc(sizeof(std::uint64_t) * std::size_t(p.count));
     const auto v = alloc(sizeof(std::uint64_t) * std::size_t(p.count));
-    transpose_kernel<<<grid(p.count), kThreads, 0, st>>>(as<std::uint64_t>(p.keys),
-                                                         as<std::uint64_t>(p.masks), p.count,
-                                                         as<std::uint64_t>(k), as<std::uint64_t>(v));
+    transpose_kernel<<<grid(p.count), kThreads, 0, st>>>(
+        as<std::uint64_t>(p.keys), as<std::uint64_t>(p.masks), p.count, as<std::uint64_t>(k),
+        as<std::uint64_t>(v));
     KANTOR_CUDA_CHECK_LAUNCH();
     sort_pairs(as<std::uint64_t>(k), as<std::uint64_t>(v), p.count, alloc, st, &tkeys, &tmasks);
   }

@@ -709,9 +709,10 @@ class CudaOracle final : public OracleBase<T> {
     kept_valid_ = false;
     cuda::add_atom_pairs(&kept, extra, alloc, stream_);
     cuda::DeviceBlockList lists[2];
+    const BlockShape shape = this->block_shape();
     for (int s = 0; s < 2; ++s)
-      cuda::kept_block_list(kept, s, n_, m_, this->block_shape().key_tile, this->block_shape().row_tile, alloc,
-                            stream_, &lists[s]);
+      cuda::kept_block_list(kept, s, n_, m_, shape.key_tile, shape.row_tile, alloc, stream_,
+                            &lists[s]);
     *atom_pairs = cuda::kept_atom_pairs(kept, alloc, stream_);
     *covered = double(lists[0].covered);
     if (this->block_list(0) || this->block_list(1)) this->set_block_lists(nullptr, nullptr);
@@ -912,8 +913,8 @@ class CudaOracle final : public OracleBase<T> {
         const BlockList* l = this->block_list(s);
         if (engine_list_[s].run_ptr) {
           const std::int64_t row_tiles = std::max<std::int64_t>(engine_list_[s].tiles, 1);
-          return std::min(nk, std::int64_t(engine_list_[s].key_tiles) * this->block_shape().key_tile /
-                                  row_tiles);
+          const std::int64_t tiles = std::int64_t(engine_list_[s].key_tiles);
+          return std::min(nk, tiles * this->block_shape().key_tile / row_tiles);
         }
         if (!l) return nk;
         const std::int64_t row_tiles = (rows + l->row_tile - 1) / l->row_tile;

@@ -188,7 +188,8 @@ TEST(CudaScreenLists, TheDevicesListsAreTheBruteForces) {
     std::vector<std::uint32_t> hx, hy;
     const std::int64_t xb = (xa + (1 << c.bx) - 1) >> c.bx, yb = (ya + (1 << c.by) - 1) >> c.by;
     cuda::kept_atoms(k, xb, yb, dev.alloc(), dev.stream, &hx, &hy);
-    std::vector<std::uint32_t> wx(static_cast<std::size_t>(xb), 0), wy(static_cast<std::size_t>(yb), 0);
+    std::vector<std::uint32_t> wx(static_cast<std::size_t>(xb), 0);
+    std::vector<std::uint32_t> wy(static_cast<std::size_t>(yb), 0);
     std::int64_t bits = 0;
     for (const auto& [key, mask] : p.blocks)
       for (int a = 0; a < 8; ++a)
@@ -210,7 +211,8 @@ TEST(CudaScreenLists, TheDevicesListsAreTheBruteForces) {
     for (std::size_t e = 0; e < extra.size(); e += 2) {
       const std::int64_t I = extra[e], J = extra[e + 1];
       const std::uint64_t key = (std::uint64_t(I >> c.bx) << 32) | std::uint64_t(J >> c.by);
-      p.blocks[key] |= std::uint64_t(1) << (8 * (I - ((I >> c.bx) << c.bx)) + (J - ((J >> c.by) << c.by)));
+      const std::int64_t a = I - ((I >> c.bx) << c.bx), b = J - ((J >> c.by) << c.by);
+      p.blocks[key] |= std::uint64_t(1) << (8 * a + b);
     }
     cuda::add_atom_pairs(&k, extra, dev.alloc(), dev.stream);
     EXPECT_EQ(k.count, std::int64_t(p.blocks.size()));
