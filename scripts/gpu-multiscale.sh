@@ -10,7 +10,8 @@
 # synchronized; not for the timing comparison).
 #
 # Usage: scripts/gpu-multiscale.sh OUT_DIR BIN_DIR [OLD_BIN_DIR]
-#   BIN_DIR      folder holding `kantor` and `kantor_test_sinkhorn` (this tree's build)
+#   BIN_DIR      folder holding `kantor`, `kantor_test_sinkhorn` and `kantor_test_cuda` (this
+#                tree's build)
 #   OLD_BIN_DIR  optional folder holding an older `kantor` (the baseline, run with its defaults)
 # Environment: KANTOR_MS_SIZES (default "131072 1048576"), KANTOR_MS_ROUNDS (default 2),
 #              KANTOR_MS_REPEATS (default 3).
@@ -32,6 +33,20 @@ if [ -x "$bin/kantor_test_sinkhorn" ]; then
       2>&1 | tail -3 || status=1
     compute-sanitizer --tool racecheck --racecheck-report all "$bin/kantor_test_sinkhorn" \
       --gtest_filter='CudaMultiscale.TheEnginePointsStage*' 2>&1 | tail -3 || status=1
+    compute-sanitizer --tool memcheck "$bin/kantor_test_sinkhorn" \
+      --gtest_filter='CudaMultiscale.TheEnginesLists*' 2>&1 | tail -3 || status=1
+  fi
+fi
+# The lists built on the device (lib/cuda/screen_lists.cu) against a brute force, and under the
+# sanitizers.
+if [ -x "$bin/kantor_test_cuda" ]; then
+  "$bin/kantor_test_cuda" --gtest_brief=1 --gtest_filter='CudaScreenLists.*' 2>&1 | tail -4 ||
+    status=1
+  if command -v compute-sanitizer > /dev/null; then
+    for tool in memcheck racecheck; do
+      compute-sanitizer --tool "$tool" "$bin/kantor_test_cuda" --gtest_filter='CudaScreenLists.*' \
+        2>&1 | tail -3 || status=1
+    done
   fi
 fi
 solve() {  # tag, binary, n, extra args...
