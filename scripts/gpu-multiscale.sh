@@ -33,7 +33,7 @@ if [ -x "$bin/kantor_test_sinkhorn" ]; then
       2>&1 | tail -3 || status=1
     compute-sanitizer --tool racecheck --racecheck-report all "$bin/kantor_test_sinkhorn" \
       --gtest_filter='CudaMultiscale.TheEnginePointsStage*' 2>&1 | tail -3 || status=1
-    compute-sanitizer --tool memcheck "$bin/kantor_test_sinkhorn" \
+    compute-sanitizer --tool memcheck --error-exitcode 1 "$bin/kantor_test_sinkhorn" \
       --gtest_filter='CudaMultiscale.TheEnginesLists*' 2>&1 | tail -3 || status=1
   fi
 fi
@@ -44,8 +44,8 @@ if [ -x "$bin/kantor_test_cuda" ]; then
     status=1
   if command -v compute-sanitizer > /dev/null; then
     for tool in memcheck racecheck; do
-      compute-sanitizer --tool "$tool" "$bin/kantor_test_cuda" --gtest_filter='CudaScreenLists.*' \
-        2>&1 | tail -3 || status=1
+      compute-sanitizer --tool "$tool" --error-exitcode 1 "$bin/kantor_test_cuda" \
+        --gtest_filter='CudaScreenLists.*' 2>&1 | tail -3 || status=1
     done
   fi
 fi

@@ -489,24 +489,9 @@ struct BlockPairs {
 
 constexpr int kBlockLevels = 3;
 
-// The 8 x 8 bit matrix of a mask (bit 8 a + b) transposed (bit 8 b + a): three block swaps.
-std::uint64_t transpose_bits(std::uint64_t v) {
-  std::uint64_t t = (v ^ (v >> 7)) & 0x00AA00AA00AA00AAull;
-  v ^= t ^ (t << 7);
-  t = (v ^ (v >> 14)) & 0x0000CCCC0000CCCCull;
-  v ^= t ^ (t << 14);
-  t = (v ^ (v >> 28)) & 0x00000000F0F0F0F0ull;
-  v ^= t ^ (t << 28);
-  return v;
-}
-
-// The OR of a mask's 8 bytes: bit b set when some x atom keeps the block's b-th y atom.
-std::uint32_t fold_bytes(std::uint64_t v) {
-  v |= v >> 32;
-  v |= v >> 16;
-  v |= v >> 8;
-  return std::uint32_t(v & 0xFFu);
-}
+// The masks' bit operations (kantor/screen_bound.hpp, shared with the CUDA engine's lists).
+std::uint64_t transpose_bits(std::uint64_t v) { return detail::screen_transpose_bits(v); }
+std::uint32_t fold_bytes(std::uint64_t v) { return detail::screen_fold_bytes(v); }
 
 // The block pairs with rows and columns exchanged (rows: the `cols` y blocks), each row's
 // columns still increasing: a counting sort by column, each group of rows counting and

@@ -212,7 +212,9 @@ class Oracle {
   /// the key schedule of both sides, as set_block_lists would set the lists the host builds from
   /// the same pairs (solvers/multiscale_screen.cpp), without them leaving the engine; *covered
   /// is the point pairs the f side's list covers, *atom_pairs the kept atom pairs. The kept
-  /// pairs are consumed. Returns false (nothing changed) where the engine holds none.
+  /// pairs are consumed. Returns false (nothing changed) where the engine holds none; throws
+  /// InvalidArgument for an extra pair outside the atoms (ceil(n / key_tile) x ceil(m /
+  /// key_tile), BlockShape::key_tile points each).
   /// set_block_lists (even with nulls) replaces these lists.
   virtual bool engine_block_lists(const std::vector<std::int64_t>& extra, double* covered,
                                   std::int64_t* atom_pairs) {

@@ -7,6 +7,8 @@
 // Internal (detail).
 #pragma once
 
+#include <cstdint>
+
 #if defined(__CUDACC__)
 #define KANTOR_SCREEN_HD __host__ __device__
 #else
@@ -87,6 +89,28 @@ KANTOR_SCREEN_HD inline double screen_pair_bound(const double* A, const double* 
   const double mag = sb_add(sb_add(A[3 * d + 1], B[3 * d + 1]),
                             sb_mul(sb_mul(sb_mul(sb_mul(8.0, dd), c), e), e));
   return sb_add(bound, sb_mul(sb_mul(sb_add(sb_mul(8.0, dd), 32.0), kScreenRound), mag));
+}
+
+// The screen's 64-bit masks of a block pair (bit 8 a + b: the block's a-th x atom with its b-th y
+// atom), shared by the host's lists and the CUDA engine's (lib/cuda/screen_lists.cu).
+
+/// The 8 x 8 bit matrix transposed (bit 8 a + b to 8 b + a): three block swaps.
+KANTOR_SCREEN_HD inline std::uint64_t screen_transpose_bits(std::uint64_t v) {
+  std::uint64_t t = (v ^ (v >> 7)) & 0x00AA00AA00AA00AAull;
+  v ^= t ^ (t << 7);
+  t = (v ^ (v >> 14)) & 0x0000CCCC0000CCCCull;
+  v ^= t ^ (t << 14);
+  t = (v ^ (v >> 28)) & 0x00000000F0F0F0F0ull;
+  v ^= t ^ (t << 28);
+  return v;
+}
+
+/// The OR of a mask's 8 bytes: bit b set when some x atom keeps the block's b-th y atom.
+KANTOR_SCREEN_HD inline std::uint32_t screen_fold_bytes(std::uint64_t v) {
+  v |= v >> 32;
+  v |= v >> 16;
+  v |= v >> 8;
+  return std::uint32_t(v & 0xFFu);
 }
 
 }  // namespace kantor::detail

@@ -236,18 +236,15 @@ enum class FastVerdict { kKept, kDropped, kUndecided };
 constexpr double kFastMaxSlack = 0.01;
 
 /// rows: the x atom's 64 row operands as the block staged them (alpha = -inf past the atom's
-/// end), keys: the y atom's nk key operands. R rows a lane: 2 for atoms of up to 64 points, 1
-/// for atoms of up to 32 (the multiscale solver's: the second row of every lane was past the
-/// atom, half of the scan's arithmetic on -inf).
-template <int D, int R, class T>
+/// end), keys: the y atom's nk key operands.
+template <int D, class T>
 __device__ FastVerdict fast_scan(const RefinePass<T>& p, const float4* rows, int nk,
                                  const float4* keys, double* top) {
   static_assert(D >= 1 && D <= 3, "beta and D gammas in one float4");
-  static_assert(R == 1 || R == 2, "one or two rows a lane");
   const int lane = int(threadIdx.x) & 31;
-  // Rows: R a lane (alpha = -inf for a row of zero weight or past the atom).
-  float xi[R][D], al[R];
-  for (int r = 0; r < R; ++r) {
+  // Rows: two a lane (alpha = -inf for a row of zero weight or past the atom).
+  float xi[2][D], al[2];
+  for (int r = 0; r < 2; ++r) {
     const float4 v = rows[32 * r + lane];
     al[r] = v.x;
     const float c[3] = {v.y, v.z, v.w};
@@ -266,7 +263,7 @@ __device__ FastVerdict fast_scan(const RefinePass<T>& p, const float4* rows, int
     const float4 k = keys[jj];
     const float gam[3] = {k.y, k.z, k.w};
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
+    for (int r = 0; r < 2; ++r) {
       float z = al[r] + k.x;
 #pragma unroll
       for (int e = 0; e < D; ++e) z = fmaf(xi[r][e], gam[e], z);
@@ -432,8 +429,6 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
       for (int e = int(threadIdx.x); e < 2 * kSide * kStageKeys; e += kRefineWarps * 32) {
         const bool key = e >= kSide * kStageKeys;
         const int a = (key ? e - kSide * kStageKeys : e) / kStageKeys, r = e % kStageKeys;
-        // (fast_scan reads 32 rows and keys an atom of up to 32 points: one a lane)
-        if (r >= (p.atom <= 32 ? 32 : kStageKeys)) continue;
         if (!(key ? (cols >> a) & 1u : (mask >> (8 * a)) & 0xFFu)) continue;
         const std::int64_t atom0 = ((key ? J0 << p.by : I0 << p.bx) + a) * p.atom;
         const std::int64_t end = min(key ? p.m : p.n, atom0 + p.atom);
@@ -458,9 +453,7 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
       double top = -HUGE_VAL;
       if constexpr (D > 0) {
         const FastVerdict verdict =
-            p.atom <= 32
-                ? fast_scan<D, 1>(p, s_rows4[bit >> 3], int(j1 - j0), s_keys4[bit & 7], &top)
-                : fast_scan<D, 2>(p, s_rows4[bit >> 3], int(j1 - j0), s_keys4[bit & 7], &top);
+            fast_scan<D>(p, s_rows4[bit >> 3], int(j1 - j0), s_keys4[bit & 7], &top);
         kept = verdict == FastVerdict::kKept;
         decided = verdict != FastVerdict::kUndecided;
       }

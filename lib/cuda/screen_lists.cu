@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kantor/error.hpp"
+#include "kantor/screen_bound.hpp"
 #include "lib/cuda/check.hpp"
 #include "lib/cuda/screen_lists.hpp"
 
@@ -29,12 +30,7 @@ T* as(const std::shared_ptr<void>& p) {
 }
 
 /// The OR of a mask's 8 bytes (bit b: some row keeps the b-th key atom).
-__device__ __forceinline__ unsigned fold8(std::uint64_t v) {
-  v |= v >> 32;
-  v |= v >> 16;
-  v |= v >> 8;
-  return unsigned(v & 0xFFu);
-}
+__device__ __forceinline__ unsigned fold8(std::uint64_t v) { return detail::screen_fold_bytes(v); }
 
 /// Bit a set when byte a of the mask is non-zero (the a-th row atom keeps some key atom).
 __device__ __forceinline__ unsigned rows8(std::uint64_t v) {
@@ -45,15 +41,9 @@ __device__ __forceinline__ unsigned rows8(std::uint64_t v) {
   return r;
 }
 
-/// The 8 x 8 bit matrix transposed (bit 8 a + b to 8 b + a), as the host's transpose_bits.
+/// The 8 x 8 bit matrix transposed (bit 8 a + b to 8 b + a), as the host's.
 __device__ __forceinline__ std::uint64_t transpose8(std::uint64_t v) {
-  std::uint64_t t = (v ^ (v >> 7)) & 0x00AA00AA00AA00AAull;
-  v ^= t ^ (t << 7);
-  t = (v ^ (v >> 14)) & 0x0000CCCC0000CCCCull;
-  v ^= t ^ (t << 14);
-  t = (v ^ (v >> 28)) & 0x00000000F0F0F0F0ull;
-  v ^= t ^ (t << 28);
-  return v;
+  return detail::screen_transpose_bits(v);
 }
 
 __global__ void has_kernel(const std::uint64_t* keys, const std::uint64_t* masks,
@@ -141,24 +131,29 @@ __device__ __forceinline__ unsigned starts_of(const ListPass& p, std::int64_t q,
   return *bits & ~((*bits << 1) | carry);
 }
 
-__global__ void count_kernel(ListPass p) {
+/// This thread's (entry q, tile s) pair; false past the last.
+__device__ __forceinline__ bool slot_of(const ListPass& p, std::int64_t* q, int* s) {
   const std::int64_t k = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (k >= p.count * p.tb) return;
-  const std::int64_t q = k / p.tb;
-  const int s = int(k % p.tb);
+  if (k >= p.count * p.tb) return false;
+  *q = k / p.tb;
+  *s = int(k % p.tb);
+  return true;
+}
+
+__global__ void count_kernel(ListPass p) {
+  std::int64_t q, v, p1;
+  int s;
   unsigned bits;
-  std::int64_t v, p1;
+  if (!slot_of(p, &q, &s)) return;
   const unsigned st = starts_of(p, q, s, &bits, &v, &p1);
   p.cnt[v] = std::uint64_t(__popc(st));
 }
 
 __global__ void write_kernel(ListPass p) {
-  const std::int64_t k = std::int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (k >= p.count * p.tb) return;
-  const std::int64_t q = k / p.tb;
-  const int s = int(k % p.tb);
+  std::int64_t q, v, p1;
+  int s;
   unsigned bits;
-  std::int64_t v, p1;
+  if (!slot_of(p, &q, &s)) return;
   unsigned st = starts_of(p, q, s, &bits, &v, &p1);
   if (!st) return;
   const int ky = 1 << p.lkey;

@@ -658,6 +658,9 @@ class CudaOracle final : public OracleBase<T> {
       for (std::size_t k = 0; k < 3 && k < center_.size(); ++k) pts.center[k] = center_[k];
       in.points = &pts;
     }
+    // The pairs of an earlier descent not made into lists go now (also when this one throws).
+    kept_ = cuda::KeptPairs();
+    kept_valid_ = false;
     cuda::DescentOutput o;
     cuda::screen_descent(in, alloc, stream_, &o);
     out->keys = std::move(o.keys);
@@ -672,8 +675,6 @@ class CudaOracle final : public OracleBase<T> {
     out->on_engine = false;
     out->lonely_x.clear();
     out->lonely_y.clear();
-    kept_ = cuda::KeptPairs();
-    kept_valid_ = false;
     if (in.keep_pairs) {
       // The atoms without a kept pair (the host's repair finds their partners).
       kept_ = std::move(o.kept);
@@ -700,6 +701,19 @@ class CudaOracle final : public OracleBase<T> {
   bool engine_block_lists(const std::vector<std::int64_t>& extra, double* covered,
                           std::int64_t* atom_pairs) override {
     if (!kept_valid_) return false;
+    const BlockShape shape = this->block_shape();
+    const std::int64_t ax = (n_ + shape.key_tile - 1) / shape.key_tile,
+                       ay = (m_ + shape.key_tile - 1) / shape.key_tile;
+    if (extra.size() % 2 != 0)
+      throw InvalidArgument("engine_block_lists: the extra pairs need 2 entries each, got " +
+                            std::to_string(extra.size()));
+    for (std::size_t k = 0; k < extra.size(); k += 2)
+      if (extra[k] < 0 || extra[k] >= ax || extra[k + 1] < 0 || extra[k + 1] >= ay)
+        throw InvalidArgument("engine_block_lists: extra pair " + std::to_string(k / 2) + " (" +
+                              std::to_string(extra[k]) + ", " + std::to_string(extra[k + 1]) +
+                              ") is outside the " + std::to_string(ax) + " x " +
+                              std::to_string(ay) + " atoms of " +
+                              std::to_string(shape.key_tile) + " points");
     const cuda::DeviceAlloc alloc = [this](std::size_t bytes) {
       auto b = std::make_shared<Buffer<double>>(ctx_, std::int64_t((bytes + 7) / 8));
       return std::shared_ptr<void>(b, b->data());
@@ -709,7 +723,6 @@ class CudaOracle final : public OracleBase<T> {
     kept_valid_ = false;
     cuda::add_atom_pairs(&kept, extra, alloc, stream_);
     cuda::DeviceBlockList lists[2];
-    const BlockShape shape = this->block_shape();
     for (int s = 0; s < 2; ++s)
       cuda::kept_block_list(kept, s, n_, m_, shape.key_tile, shape.row_tile, alloc, stream_,
                             &lists[s]);
@@ -864,7 +877,10 @@ class CudaOracle final : public OracleBase<T> {
     return t;
   }
   void block_lists_changed() override {
-    // Host lists (or none) replace the engine's own (engine_block_lists).
+    // Host lists (or none) replace the engine's own (engine_block_lists); a recorded step that
+    // reads them goes first. (A set_block_lists the engine refuses leaves the oracle dense where
+    // it had its own lists: the base restores only host lists.)
+    cuda::graph_destroy(&graph_.g);
     engine_list_[0] = engine_list_[1] = cuda::DeviceBlockList();
     install_lists();
   }

@@ -166,7 +166,9 @@ TEST(CudaScreenLists, TheDevicesListsAreTheBruteForces) {
     double density;
   };
   const Case cases[] = {
-      {3, 3, 70000, 50000, 32, 128, 0.3},  // the CUDA engine's tiles, partial last blocks
+      {3, 3, 70000, 50000, 64, 128, 0.3},  // the CUDA engine's tiles, partial last blocks
+      {3, 2, 30000, 20000, 64, 128, 0.4},  // and blocks of 4 y atoms
+      {3, 3, 70000, 50000, 32, 128, 0.3},  // 4 atoms a tile
       {3, 3, 8192, 8192, 32, 128, 0.9},    // dense: runs across many blocks
       {2, 3, 5000, 9000, 32, 128, 0.4},    // tiles of a whole block on the x side
       {3, 2, 9000, 5000, 16, 64, 0.4},
