@@ -142,13 +142,13 @@ HostRows<U> host_rows(const Context& ctx, const MatrixView<const U>& v) {
   return out;
 }
 
-// Weights (uniform when empty) normalized to total 1, in double.
+// Weights normalized to total 1, in double; empty for uniform weights (1 / n each).
 template <class T>
 std::vector<double> host_weights(const Context& ctx, const VectorView<const T>& w, std::int64_t n,
                                  bool as_given) {
-  // Uniform: 1 / n each (the value the general path computes, 1.0 / (a sum of n ones), without
-  // three passes over n doubles).
-  if (w.size == 0) return std::vector<double>(std::size_t(n), 1.0 / double(n));
+  // Uniform: empty, for 1 / n each (the value the general path computes, 1.0 / (a sum of n
+  // ones), without three passes over n doubles; the gather writes it without reading an array).
+  if (w.size == 0) return {};
   std::vector<double> out(static_cast<std::size_t>(n));
   {
     const std::vector<T> h = to_host(ctx, w);
@@ -432,7 +432,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   // returns index the caller's cells. (Sorted again by the cells' centroids, 55-85% of the cells
   // moved, by up to hundreds of places at 2^17 points, and the caller lifted through lists of
   // other cells.)
-  std::vector<std::int64_t> ox, oy;
+  Order ox, oy;
   // The engine's sort keeps the permutations on its device too: the caller's warm potentials
   // come into Morton order and the results go back through them there (no round trip of the
   // potentials through the host: 3.6 ms at 2^20 points a side, H100).
@@ -445,10 +445,10 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
   } else {
     // The keys' sort on the engine where it has one (the CUDA engine's radix sort: the same
     // permutation, without the host's 8 passes over 2^21 pairs at 2^20 points a side).
-    const KeySorter sorter = [&](const std::vector<std::uint64_t>& keys, int bits,
-                                 std::vector<std::int64_t>* order) {
-      return detail::device_sort_order(ctx, keys, bits, order,
-                                       &device_order[order == &ox ? 0 : 1]);
+    const KeySorter sorter = [&](const std::uint64_t* keys, std::int64_t count, int bits,
+                                 std::int64_t* order) {
+      return detail::device_sort_order(ctx, keys, count, bits, order,
+                                       &device_order[order == ox.data() ? 0 : 1]);
     };
     morton_order(xr.data, n, yr.data, m, d, &ox, &oy, threads, lo, hi,
                  ctx.backend() == Backend::kCuda ? &sorter : nullptr);  // CPU: no second key pass
@@ -466,7 +466,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     detail::UninitVector<double> centred, ref, wd;  // screen coordinates, reference, weights
   };
   auto gather = [&](const T* eng, const double* cert, const std::vector<double>& w,
-                    const std::vector<std::int64_t>& o) {
+                    const Order& o) {
+    const double uniform = 1.0 / double(o.size());  // where w is empty
     Side out;
     const std::int64_t rows = std::int64_t(o.size());
     out.p.resize(std::size_t(rows * d));
@@ -483,7 +484,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
           const std::int64_t p = o[std::size_t(k + kAhead)];
           __builtin_prefetch(cert + p * d);
           if (has_ref) __builtin_prefetch(eng + p * d);
-          __builtin_prefetch(w.data() + p);
+          if (!w.empty()) __builtin_prefetch(w.data() + p);
         }
         const std::int64_t i = o[std::size_t(k)];
         for (int a = 0; a < d; ++a) {
@@ -494,8 +495,9 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
           out.centred[std::size_t(k * d + a)] = v - mid[std::size_t(a)];
           if (has_ref) out.ref[std::size_t(k * d + a)] = v;
         }
-        out.wd[std::size_t(k)] = w[std::size_t(i)];
-        out.w[std::size_t(k)] = T(w[std::size_t(i)]);
+        const double wi = w.empty() ? uniform : w[std::size_t(i)];
+        out.wd[std::size_t(k)] = wi;
+        out.w[std::size_t(k)] = T(wi);
       }
     });
     return out;

@@ -56,17 +56,15 @@ void joint_bounds(const double* x, std::int64_t n, const double* y, std::int64_t
 }
 
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
-                  std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
-                  int threads) {
+                  Order* order_x, Order* order_y, int threads) {
   std::vector<double> lo, hi;
   joint_bounds(x, n, y, m, d, threads, &lo, &hi);
   morton_order(x, n, y, m, d, order_x, order_y, threads, lo, hi);
 }
 
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
-                  std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
-                  int threads, const std::vector<double>& lo, const std::vector<double>& hi,
-                  const KeySorter* sorter) {
+                  Order* order_x, Order* order_y, int threads, const std::vector<double>& lo,
+                  const std::vector<double>& hi, const KeySorter* sorter) {
   const int axes = std::min(d, 63);
   // At most 52 bits: top = 2^bits - 1 must be exact in double (with 63 bits it rounds to 2^63 and
   // the largest coordinate would wrap to key 0).
@@ -102,15 +100,16 @@ void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t
     return key;
   };
   constexpr std::int64_t kChunk = 4096;
-  auto order = [&](const double* p, std::int64_t rows, std::vector<std::int64_t>* out) {
+  auto order = [&](const double* p, std::int64_t rows, Order* out) {
     if (sorter) {
       // The engine's sort (the same stable order of the same keys).
-      std::vector<std::uint64_t> k(static_cast<std::size_t>(rows));
+      detail::UninitVector<std::uint64_t> k(static_cast<std::size_t>(rows));
       detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {
         for (std::int64_t i = c * kChunk; i < std::min(rows, (c + 1) * kChunk); ++i)
           k[std::size_t(i)] = key_of(p, i);
       });
-      if ((*sorter)(k, std::max(1, bits * axes), out)) return;
+      out->resize(std::size_t(rows));
+      if ((*sorter)(k.data(), rows, std::max(1, bits * axes), out->data())) return;
     }
     std::vector<std::pair<std::uint64_t, std::int64_t>> keys(static_cast<std::size_t>(rows));
     detail::parallel_for(chunks(rows, kChunk), threads, [&](std::int64_t c) {

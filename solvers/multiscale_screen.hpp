@@ -11,9 +11,15 @@
 #include <vector>
 
 #include "kantor/oracle.hpp"
+#include "kantor/uninit_vector.hpp"
 #include "parallel.hpp"
 
 namespace kantor::multiscale {
+
+/// A permutation of points (order[k] = the input index of the k-th): uninitialized on resize, its
+/// writers fill every entry (at 2^20 points a side, zero-filling the orders and keys first was
+/// four serial passes over 8 MB).
+using Order = detail::UninitVector<std::int64_t>;
 
 /// The joint bounding box of x (n x d) and y (m x d), row-major float64: lo and hi (d each), on
 /// the host threads (chunks of 2^16 rows, merged in order).
@@ -25,19 +31,18 @@ void joint_bounds(const double* x, std::int64_t n, const double* y, std::int64_t
 /// one; axes beyond the 63rd do not enter the key). order_x[k] = the input index of the k-th
 /// sorted point. Ties keep the input order (stable).
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
-                  std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
-                  int threads);
-/// The permutation that sorts keys by their low `bits` bits, stably, on an engine
-/// (detail::device_sort_order); false when it has no sort (nothing changed).
-using KeySorter = std::function<bool(const std::vector<std::uint64_t>& keys, int bits,
-                                     std::vector<std::int64_t>* order)>;
+                  Order* order_x, Order* order_y, int threads);
+/// The permutation that sorts the `count` keys at `keys` by their low `bits` bits, stably, on an
+/// engine (detail::device_sort_order) into order[0, count); false when it has no sort (nothing
+/// changed).
+using KeySorter = std::function<bool(const std::uint64_t* keys, std::int64_t count, int bits,
+                                     std::int64_t* order)>;
 
 /// The same on a joint bounding box the caller already has (joint_bounds); with `sorter`, the
 /// keys are sorted by it where it can (the same permutation: a stable sort of the same keys).
 void morton_order(const double* x, std::int64_t n, const double* y, std::int64_t m, int d,
-                  std::vector<std::int64_t>* order_x, std::vector<std::int64_t>* order_y,
-                  int threads, const std::vector<double>& lo, const std::vector<double>& hi,
-                  const KeySorter* sorter = nullptr);
+                  Order* order_x, Order* order_y, int threads, const std::vector<double>& lo,
+                  const std::vector<double>& hi, const KeySorter* sorter = nullptr);
 
 /// One side's cells at one level: `count` cells of consecutive sorted points; cell k holds points
 /// [k * size, min((k + 1) * size, n)).

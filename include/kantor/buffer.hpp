@@ -24,11 +24,15 @@ void fill_bytes(const Context& ctx, void* dst, MemorySpace space, int value, std
 void check_same_size(std::int64_t src, std::int64_t dst);  // throws InvalidArgument
 [[noreturn]] void check_non_negative_size(std::int64_t size);  // throws InvalidArgument
 [[noreturn]] void throw_too_large(std::int64_t size, std::size_t element_bytes);  // OutOfMemory
-/// The permutation that sorts `keys` by their low `bits` bits (1..64), stably, computed on the
-/// context's device (CUDA: a radix sort; only the keys go up and only the permutation comes
-/// back): (*order)[k] is the index of the k-th smallest key. Returns false, changing nothing, on
-/// a CPU context (the caller sorts on the host). Synchronizes. `device_order`, when given,
-/// receives the permutation on the device as well (for device_permute).
+/// The permutation that sorts the `count` keys at `keys` by their low `bits` bits (1..64),
+/// stably, computed on the context's device (CUDA: a radix sort; only the keys go up and only the
+/// permutation comes back): order[k] (count entries, the caller's) is the index of the k-th
+/// smallest key. Returns false, changing nothing, on a CPU context (the caller sorts on the
+/// host). Synchronizes. `device_order`, when given, receives the permutation on the device as
+/// well (for device_permute).
+bool device_sort_order(const Context& ctx, const std::uint64_t* keys, std::int64_t count, int bits,
+                       std::int64_t* order, Buffer<std::int64_t>* device_order = nullptr);
+/// The same into a vector, resized to the keys' count.
 bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& keys, int bits,
                        std::vector<std::int64_t>* order,
                        Buffer<std::int64_t>* device_order = nullptr);

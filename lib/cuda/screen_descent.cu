@@ -235,11 +235,15 @@ enum class FastVerdict { kKept, kDropped, kUndecided };
 /// e^0.01 - 1 (about 1%) over the float64 stage's.
 constexpr double kFastMaxSlack = 0.01;
 
+/// The pre-scan's first key of lane l: kScanStride (l mod 8), modulo kStageKeys.
+constexpr int kScanStride = 9;
+static_assert((kStageKeys & (kStageKeys - 1)) == 0, "the scan wraps by a mask");
+
 /// rows: the x atom's 64 row operands as the block staged them (alpha = -inf past the atom's
-/// end), keys: the y atom's nk key operands.
+/// end), keys: the y atom's kStageKeys key operands (beta = -inf past the atom's end).
 template <int D, class T>
-__device__ FastVerdict fast_scan(const RefinePass<T>& p, const float4* rows, int nk,
-                                 const float4* keys, double* top) {
+__device__ FastVerdict fast_scan(const RefinePass<T>& p, const float4* rows, const float4* keys,
+                                 double* top) {
   static_assert(D >= 1 && D <= 3, "beta and D gammas in one float4");
   const int lane = int(threadIdx.x) & 31;
   // Rows: two a lane (alpha = -inf for a row of zero weight or past the atom).
@@ -259,8 +263,16 @@ __device__ FastVerdict fast_scan(const RefinePass<T>& p, const float4* rows, int
   const double margin = 0x1.0p-46 * (2 * mag + fabs(p.keep_at));
   const double keep_from = p.keep_at + margin + E;
   float best = -HUGE_VALF;
-  for (int jj = 0; jj < nk; ++jj) {
-    const float4 k = keys[jj];
+  // Each lane starts at its own key, 9 (lane mod 8) on, and wraps (kScanStride): after 8 steps
+  // the warp has met every key, not the first 8 only, and it asks after 4 steps, then every 8,
+  // so a kept pair stops sooner (the issue's data at 2^17 points: a kept atom pair's steps 15.3
+  // -> 6.4, its warp votes 1.9 -> 1.4; scripts/analysis/kept_granularity.cpp). A stride of 9 keys
+  // (144 bytes) puts the 8 lanes of a quarter-warp's 16-byte loads on distinct banks. Every
+  // lane still reads all kStageKeys slots once (an atom of fewer keys is padded with keys of
+  // score -inf), so a dropped pair's maximum is the same.
+  const int first = kScanStride * (lane & 7);
+  for (int jj = 0; jj < kStageKeys; ++jj) {
+    const float4 k = keys[(first + jj) & (kStageKeys - 1)];
     const float gam[3] = {k.y, k.z, k.w};
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -269,7 +281,7 @@ __device__ FastVerdict fast_scan(const RefinePass<T>& p, const float4* rows, int
       for (int e = 0; e < D; ++e) z = fmaf(xi[r][e], gam[e], z);
       best = fmaxf(best, z);
     }
-    if ((jj & 7) == 7 && __any_sync(0xffffffffu, double(best) >= keep_from))
+    if ((jj == 3 || (jj & 7) == 7) && __any_sync(0xffffffffu, double(best) >= keep_from))
       return FastVerdict::kKept;
   }
   for (int o = 16; o > 0; o >>= 1) best = fmaxf(best, __shfl_xor_sync(0xffffffffu, best, o));
@@ -433,7 +445,8 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
         const std::int64_t atom0 = ((key ? J0 << p.by : I0 << p.bx) + a) * p.atom;
         const std::int64_t end = min(key ? p.m : p.n, atom0 + p.atom);
         if (key) {
-          if (atom0 + r < end) s_keys4[a][r] = p.keys4[atom0 + r];
+          s_keys4[a][r] = atom0 + r < end ? p.keys4[atom0 + r]
+                                          : make_float4(-HUGE_VALF, 0.0f, 0.0f, 0.0f);
         } else {
           s_rows4[a][r] = atom0 + r < end ? p.rows4[atom0 + r]
                                           : make_float4(-HUGE_VALF, 0.0f, 0.0f, 0.0f);
@@ -453,7 +466,7 @@ __global__ void __launch_bounds__(kRefineWarps * 32) refine_kernel(RefinePass<T>
       double top = -HUGE_VAL;
       if constexpr (D > 0) {
         const FastVerdict verdict =
-            fast_scan<D>(p, s_rows4[bit >> 3], int(j1 - j0), s_keys4[bit & 7], &top);
+            fast_scan<D>(p, s_rows4[bit >> 3], s_keys4[bit & 7], &top);
         kept = verdict == FastVerdict::kKept;
         decided = verdict != FastVerdict::kUndecided;
       }

@@ -100,34 +100,43 @@ void fill_bytes(const Context& ctx, void* dst, MemorySpace space, int value, std
     cuda::memset_async(dst, value, bytes, ctx.cuda_stream());
 }
 
-bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& keys, int bits,
-                       std::vector<std::int64_t>* order, Buffer<std::int64_t>* device_order) {
+bool device_sort_order(const Context& ctx, const std::uint64_t* keys, std::int64_t count, int bits,
+                       std::int64_t* order, Buffer<std::int64_t>* device_order) {
   if (ctx.backend() != Backend::kCuda) return false;
   if (bits < 1 || bits > 64)
     throw InvalidArgument("device_sort_order: bits must be in [1, 64], got " + std::to_string(bits));
-  const std::int64_t count = std::int64_t(keys.size());
-  order->resize(keys.size());
+  if (count < 0) check_non_negative_size(count);
+  const std::size_t bytes = sizeof(std::int64_t) * std::size_t(count);
   if (count < 2) {
-    if (count == 1) (*order)[0] = 0;
+    if (count == 1) order[0] = 0;
     if (device_order) {
       *device_order = Buffer<std::int64_t>(ctx, count);
-      copy_bytes(ctx, device_order->data(), MemorySpace::kDevice, order->data(),
-                 MemorySpace::kHost, sizeof(std::int64_t) * keys.size());
+      copy_bytes(ctx, device_order->data(), MemorySpace::kDevice, order, MemorySpace::kHost,
+                 bytes);
     }
     return true;
   }
   Buffer<std::uint64_t> kin(ctx, count), kout(ctx, count);
   Buffer<std::int64_t> scratch(ctx, count), out(ctx, count);
-  copy_bytes(ctx, kin.data(), MemorySpace::kDevice, keys.data(), MemorySpace::kHost,
-             sizeof(std::uint64_t) * keys.size());
+  copy_bytes(ctx, kin.data(), MemorySpace::kDevice, keys, MemorySpace::kHost,
+             sizeof(std::uint64_t) * std::size_t(count));
   const std::size_t temp_bytes = cuda::sort_order_temp_bytes(count, bits);
   Buffer<std::uint8_t> temp(ctx, std::int64_t(std::max<std::size_t>(temp_bytes, 1)));
   cuda::sort_order(temp.data(), temp_bytes, kin.data(), kout.data(), scratch.data(), out.data(),
                    count, bits, ctx.cuda_stream());
-  copy_bytes(ctx, order->data(), MemorySpace::kHost, out.data(), MemorySpace::kDevice,
-             sizeof(std::int64_t) * keys.size());
+  copy_bytes(ctx, order, MemorySpace::kHost, out.data(), MemorySpace::kDevice, bytes);
   if (device_order) *device_order = std::move(out);
   return true;
+}
+
+bool device_sort_order(const Context& ctx, const std::vector<std::uint64_t>& keys, int bits,
+                       std::vector<std::int64_t>* order, Buffer<std::int64_t>* device_order) {
+  if (ctx.backend() != Backend::kCuda) return false;
+  if (bits < 1 || bits > 64)
+    throw InvalidArgument("device_sort_order: bits must be in [1, 64], got " + std::to_string(bits));
+  order->resize(keys.size());
+  return device_sort_order(ctx, keys.data(), std::int64_t(keys.size()), bits, order->data(),
+                           device_order);
 }
 
 template <class T>

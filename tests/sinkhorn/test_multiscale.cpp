@@ -53,7 +53,7 @@ std::vector<double> squeezed_cloud(Rng& rng, std::int64_t n, std::int64_t d) {
 }
 
 // Rows of `v` (n x d) in the order `o`.
-std::vector<double> permuted(const std::vector<double>& v, const std::vector<std::int64_t>& o,
+std::vector<double> permuted(const std::vector<double>& v, const multiscale::Order& o,
                              std::int64_t d) {
   std::vector<double> out(v.size());
   for (std::size_t k = 0; k < o.size(); ++k)
@@ -87,7 +87,7 @@ struct ScreenData {
 ScreenData screen_data(Rng& rng, const std::vector<double>& x0, const std::vector<double>& y0,
                        std::int64_t d) {
   const std::int64_t n = std::int64_t(x0.size()) / d, m = std::int64_t(y0.size()) / d;
-  std::vector<std::int64_t> ox, oy;
+  multiscale::Order ox, oy;
   morton_order(x0.data(), n, y0.data(), m, int(d), &ox, &oy, 2);
   ScreenData s;
   s.x = permuted(x0, ox, d);
@@ -128,10 +128,10 @@ TEST(MultiscaleScreen, MortonOrderIsAStablePermutationThatGroupsNeighbours) {
   Rng rng(3);
   const std::int64_t n = 4096, m = 3000, d = 3;
   const std::vector<double> x = uniform_cloud(rng, n, d), y = uniform_cloud(rng, m, d);
-  std::vector<std::int64_t> ox, oy;
+  multiscale::Order ox, oy;
   morton_order(x.data(), n, y.data(), m, int(d), &ox, &oy, 2);
   for (const auto* o : {&ox, &oy}) {
-    std::vector<std::int64_t> s = *o;
+    multiscale::Order s = *o;
     std::sort(s.begin(), s.end());
     for (std::size_t i = 0; i < s.size(); ++i) ASSERT_EQ(s[i], std::int64_t(i));
   }
@@ -156,7 +156,7 @@ TEST(MultiscaleScreen, MortonOrderIsAStablePermutationThatGroupsNeighbours) {
   EXPECT_LT(mean_box(permuted(x, ox, d), n), 0.1 * mean_box(x, n));
   // Duplicated points: ties keep the input order.
   std::vector<double> dup(std::size_t(8 * d), 0.5);
-  std::vector<std::int64_t> od, oe;
+  multiscale::Order od, oe;
   morton_order(dup.data(), 8, dup.data(), 8, int(d), &od, &oe, 1);
   for (std::int64_t i = 0; i < 8; ++i) EXPECT_EQ(od[std::size_t(i)], i);
 }
@@ -174,7 +174,7 @@ TEST(MultiscaleScreen, ParallelMortonOrderEqualsTheSerialOne) {
     for (std::int64_t i = 0; i < n; i += 3)
       for (std::int64_t a = 0; a < d; ++a)
         x[std::size_t(i * d + a)] = std::floor(x[std::size_t(i * d + a)] * 4) / 4;
-    std::vector<std::int64_t> o1x, o1y, o4x, o4y;
+    multiscale::Order o1x, o1y, o4x, o4y;
     morton_order(x.data(), n, y.data(), m, int(d), &o1x, &o1y, 1);
     morton_order(x.data(), n, y.data(), m, int(d), &o4x, &o4y, 4);
     EXPECT_EQ(o1x, o4x) << "d = " << d;
@@ -195,7 +195,7 @@ TEST(MultiscaleScreen, PairBoundIsAnUpperBoundOverEveryPairOfCells) {
     Rng rng(10 + std::uint64_t(d));
     const std::int64_t n = 1024, m = 768;
     const std::vector<double> x0 = uniform_cloud(rng, n, d), y0 = squeezed_cloud(rng, m, d);
-    std::vector<std::int64_t> ox, oy;
+    multiscale::Order ox, oy;
     morton_order(x0.data(), n, y0.data(), m, int(d), &ox, &oy, 2);
     const std::vector<double> x = permuted(x0, ox, d), y = permuted(y0, oy, d);
     const std::vector<double> f = smooth_potential(rng, x, d, 0.3, 0.7, 0.01);
@@ -2027,9 +2027,9 @@ void check_device_morton(Backend backend) {
   co.backend = backend;
   const Context ctx(co);
   bool used = false;
-  const multiscale::KeySorter sorter = [&](const std::vector<std::uint64_t>& keys, int bits,
-                                           std::vector<std::int64_t>* order) {
-    used = detail::device_sort_order(ctx, keys, bits, order);
+  const multiscale::KeySorter sorter = [&](const std::uint64_t* keys, std::int64_t count,
+                                           int bits, std::int64_t* order) {
+    used = detail::device_sort_order(ctx, keys, count, bits, order);
     return used;
   };
   Rng rng(41);
@@ -2041,7 +2041,7 @@ void check_device_morton(Backend backend) {
         x[std::size_t(i * d + a)] = std::floor(x[std::size_t(i * d + a)] * 4) / 4;
     std::vector<double> lo, hi;
     multiscale::joint_bounds(x.data(), n, y.data(), m, int(d), 2, &lo, &hi);
-    std::vector<std::int64_t> hx, hy, ex, ey;
+    multiscale::Order hx, hy, ex, ey;
     morton_order(x.data(), n, y.data(), m, int(d), &hx, &hy, 2, lo, hi);
     morton_order(x.data(), n, y.data(), m, int(d), &ex, &ey, 2, lo, hi, &sorter);
     EXPECT_EQ(used, backend == Backend::kCuda) << "d = " << d;

@@ -158,7 +158,7 @@ TEST(MultiscaleLift, TheGaussianLiftsFirstPairIsNearerItsMarginals) {
     const double u = 0.8 * U(rng) + 0.1;
     v = u * u;
   }
-  std::vector<std::int64_t> ox, oy;
+  multiscale::Order ox, oy;
   multiscale::morton_order(x0.data(), n, y0.data(), n, int(d), &ox, &oy, 1);
   std::vector<double> x(n * d), y(n * d);
   for (std::int64_t k = 0; k < n; ++k)
