@@ -614,7 +614,8 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
     fx.a = sorted.a;
     gy.cost = SqEuclidean<T>{host_matrix(xc.data(), K, d), host_matrix(yp.data(), m, d), c};
     gy.b = sorted.b;
-    std::vector<T> yq, xkeys;  // the Gaussian lift's points and cells
+    detail::UninitVector<T> yq;  // the Gaussian lift's points
+    std::vector<T> xkeys;        // and cells
     Buffer<T> fkeys, yshift;   // its key potentials and row shifts
     if (gaussian_lift) {
       // The coarse plan's images of the x cells, sum_J P_IJ y_J, and their masses: from the
@@ -639,7 +640,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       // more mass than the tolerance beyond the centroids' kernels (mass carried between
       // clusters) is declined for the centroids'.
       {
-        std::vector<T> cq, cshift;
+        detail::UninitVector<T> cq, cshift;
         lift_queries(yc.data(), Km, d, mid.data(), c, threads, &cq, &cshift);
         Problem<T> probe = coarse;
         probe.cost = SqEuclidean<T>{host_matrix(xkeys.data(), K, d + 1),
@@ -658,7 +659,7 @@ SinkhornSummary solve(const Context& ctx, const Problem<T>& problem,
       }
       phase.end("lift probe");
       if (gaussian_lift) {
-        std::vector<T> ry;
+        detail::UninitVector<T> ry;
         lift_queries(yp.data(), m, d, mid.data(), c, threads, &yq, &ry);
         yshift = upload(ctx, ry);
         gy.cost = SqEuclidean<T>{host_matrix(xkeys.data(), K, d + 1),

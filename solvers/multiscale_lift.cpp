@@ -47,7 +47,7 @@ double median_cell_ratio(const std::vector<double>& spread, double c, double eps
 
 template <class T>
 void lift_queries(const T* p, std::int64_t n, int d, const double* mid, double c, int threads,
-                  std::vector<T>* queries, std::vector<T>* row_shift) {
+                  detail::UninitVector<T>* queries, detail::UninitVector<T>* row_shift) {
   const int w = d + 1;
   queries->resize(std::size_t(n * w));
   row_shift->resize(std::size_t(n));
@@ -103,7 +103,7 @@ void lift_keys(const T* cells, const double* spread, const double* images, const
 
 #define KANTOR_LIFT(T)                                                                            \
   template void lift_queries<T>(const T*, std::int64_t, int, const double*, double, int,          \
-                                std::vector<T>*, std::vector<T>*);                                \
+                                detail::UninitVector<T>*, detail::UninitVector<T>*);              \
   template void lift_keys<T>(const T*, const double*, const double*, const double*, std::int64_t, \
                              int, const double*, double, double, int, std::vector<T>*,            \
                              std::vector<double>*);

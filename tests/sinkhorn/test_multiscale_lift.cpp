@@ -94,7 +94,8 @@ TEST(MultiscaleLift, TheOperandsInOneMoreCoordinateAreTheGaussianScore) {
   mass[3] = 0;              // no mass: the centroid's kernel
   images[5 * d + 1] = NAN;  // a non-finite image: the same
   for (double& v : pts) v = U(rng);
-  std::vector<double> keys, shift, queries, row;
+  std::vector<double> keys, shift;
+  detail::UninitVector<double> queries, row;
   multiscale::lift_keys(cells.data(), spread.data(), images.data(), mass.data(), K, d, mid, c, eps,
                         1, &keys, &shift);
   multiscale::lift_queries(pts.data(), n, d, mid, c, 1, &queries, &row);
@@ -211,7 +212,8 @@ TEST(MultiscaleLift, TheGaussianLiftsFirstPairIsNearerItsMarginals) {
     }
   // g_0 both ways.
   const double mid[3] = {0.5, 0.5, 0.5};
-  std::vector<double> keys, shift, queries, row;
+  std::vector<double> keys, shift;
+  detail::UninitVector<double> queries, row;
   multiscale::lift_keys(xc.data(), sx.data(), images.data(), mass.data(), K, int(d), mid, c, eps, 1,
                         &keys, &shift);
   multiscale::lift_queries(y.data(), n, int(d), mid, c, 1, &queries, &row);
