@@ -59,15 +59,24 @@ std::vector<double> load_npy(const char* path, long* rows, long* cols) {
 void scan_orders(const std::vector<double>& xs, const std::vector<double>& ys,
                  const std::vector<double>& fs, const std::vector<double>& gs, long n, long m,
                  double c, double keep, double theta_) {
-  constexpr int kAtom = 64, kSchemes = 7;
-  const char* names[kSchemes] = {"in order (off 0)", "off 8 (l mod 8)", "off 9 (l mod 8)",
-                                 "off 2 l",          "off 8 (l div 4)", "off 9, checks /4",
-                                 "off 9, check 4,8,16"};
+  constexpr int kAtom = 64, kSchemes = 9;
+  const char* names[kSchemes] = {"in order (off 0)",    "off 8 (l mod 8)",  "off 9 (l mod 8)",
+                                 "off 2 l",             "off 8 (l div 4)",  "off 9, checks /4",
+                                 "off 9, check 4,8,16", "interleaved by 8", "interleaved, 4,8,16"};
   // The steps after which scheme sc asks the warp (every 8, every 4, or 4 then every 8).
   auto next_check = [](int sc, int st) {
     if (sc == 5) return (st / 4 + 1) * 4;
-    if (sc == 6 && st < 4) return 4;
+    if ((sc == 6 || sc == 8) && st < 4) return 4;
     return (st / 8 + 1) * 8;
+  };
+  // Schemes 7 and 8: every lane reads the same key at step s, the keys interleaved by 8 (step s
+  // reads key (s mod 8) 8 + s / 8: one key of each eighth of the atom in the first 8 steps).
+  auto key_at = [](int sc, int l, int st, int nk, int o) {
+    if (sc >= 7) {
+      const int k = (st % 8) * 8 + st / 8;
+      return k < nk ? k : -1;
+    }
+    return (st + o) % nk;
   };
   auto off = [](int scheme, int l) {
     switch (scheme) {
@@ -161,17 +170,19 @@ void scan_orders(const std::vector<double>& xs, const std::vector<double>& ys,
       }
       ++kept;
       for (int sc = 0; sc < kSchemes; ++sc) {
-        int stop = nk;
-        for (int st = 0; st < nk && stop == nk; ++st) {
+        const int len = sc >= 7 ? kAtom : nk;  // the interleaved scan runs all slots
+        int stop = len;
+        for (int st = 0; st < len && stop == len; ++st) {
           bool found = false;
           for (int l = 0; l < 32 && !found; ++l) {
-            const int k = (st + off(sc, l)) % nk;
+            const int k = key_at(sc, l, st, nk, off(sc, l));
+            if (k < 0) continue;
             for (int r = 0; r < 2; ++r) {
               const long i = i0 + l + 32 * r;
               if (i < i1 && hit[std::size_t((i - i0) * kAtom + k)]) found = true;
             }
           }
-          if (found) stop = std::min(nk, next_check(sc, st));
+          if (found) stop = std::min(len, next_check(sc, st));
         }
         steps[sc] += stop;
         for (int st = 0; st < stop; st = next_check(sc, st)) checks[sc] += 1;
