@@ -6,7 +6,7 @@
 //   g++ -O3 -march=native -fopenmp scripts/analysis/kept_granularity.cpp -o /tmp/kept_granularity
 //   kantor solve --source x.npy --target y.npy --epsilon E --solver multiscale
 //       --output-potentials p.npy
-//   /tmp/kept_granularity x.npy y.npy p_f.npy p_g.npy E THETA [C]
+//   /tmp/kept_granularity x.npy y.npy p_f.npy p_g.npy E THETA [C [STRIDE]]
 // x, y: n x 3 float32/float64 .npy (C order); f, g as kantor writes them (P_ij = a_i b_j
 // exp((f_i + g_j - C_ij) / eps)); THETA as the solver note prints it; C the cost scale (1).
 // O(n m) on the host threads. Then the points stage's scan orders (scan_orders).
@@ -58,7 +58,7 @@ std::vector<double> load_npy(const char* path, long* rows, long* cols) {
 // each scheme runs before it stops; a pair holding none runs all nk steps in every scheme.
 void scan_orders(const std::vector<double>& xs, const std::vector<double>& ys,
                  const std::vector<double>& fs, const std::vector<double>& gs, long n, long m,
-                 double c, double keep, double theta_) {
+                 double c, double keep, double theta_, long stride) {
   constexpr int kAtom = 64, kSchemes = 9;
   const char* names[kSchemes] = {"in order (off 0)",    "off 8 (l mod 8)",  "off 9 (l mod 8)",
                                  "off 2 l",             "off 8 (l div 4)",  "off 9, checks /4",
@@ -98,7 +98,7 @@ void scan_orders(const std::vector<double>& xs, const std::vector<double>& ys,
   const double eps_ = -keep / theta_;
 #pragma omp parallel for reduction(+ : kept, empty, steps[:kSchemes], checks[:kSchemes], band_n[:kBands], \
                                        band_ub[:kBands * kKappas]) schedule(dynamic, 1)
-  for (long I = 0; I < ax; ++I) {
+  for (long I = 0; I < ax; I += stride) {
     const long i0 = I * kAtom, i1 = std::min(n, i0 + kAtom);
     std::vector<unsigned char> hit(kAtom * kAtom);
     for (long J = 0; J < ay; ++J) {
@@ -212,7 +212,7 @@ void scan_orders(const std::vector<double>& xs, const std::vector<double>& ys,
 
 int main(int argc, char** argv) {
   if (argc < 7) {
-    std::fprintf(stderr, "usage: %s x.npy y.npy f.npy g.npy eps theta [c]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s x.npy y.npy f.npy g.npy eps theta [c [stride]]\n", argv[0]);
     return 2;
   }
   long n, d, m, d2, nf, mg, one;
@@ -262,13 +262,19 @@ int main(int argc, char** argv) {
     for (int a = 0; a < 3; ++a) ys[j * 3 + a] = y[oy[j] * 3 + a];
     gs[j] = g[oy[j]];
   }
+  const double keep = -theta * eps;
+  // STRIDE > 1: only every STRIDE-th x atom in the scan orders, and no block shapes (O(n m)).
+  const long stride = argc > 8 ? std::atol(argv[8]) : 1;
+  if (stride > 1) {
+    scan_orders(xs, ys, fs, gs, n, m, c, keep, theta, stride);
+    return 0;
+  }
   const int shapes = 7;
   const int R[shapes] = {8, 16, 32, 32, 64, 128, 128}, K[shapes] = {8, 16, 8, 32, 32, 32, 64};
   std::vector<std::vector<unsigned char>> hit(shapes);
   for (int t = 0; t < shapes; ++t)
     hit[t].assign(std::size_t(((n + R[t] - 1) / R[t]) * ((m + K[t] - 1) / K[t])), 0);
   long exact = 0;
-  const double keep = -theta * eps;
 #pragma omp parallel for reduction(+ : exact) schedule(dynamic, 64)
   for (long i = 0; i < n; ++i)
     for (long j = 0; j < m; ++j) {
@@ -292,6 +298,6 @@ int main(int argc, char** argv) {
     std::printf("%3d x %-3d blocks holding a kept pair: %.5f\n", R[t], K[t],
                 double(blocks) / double(hit[t].size()));
   }
-  scan_orders(xs, ys, fs, gs, n, m, c, keep, theta);
+  scan_orders(xs, ys, fs, gs, n, m, c, keep, theta, 1);
   return 0;
 }
